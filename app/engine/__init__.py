@@ -1,0 +1,1 @@
+"""The inference engine: tensors, GGUF files, tokenizers, caches, runner."""

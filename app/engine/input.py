@@ -1,0 +1,64 @@
+"""What goes into a forward pass: inputs (tokens or multimodal items) and batches.
+
+`Input` is one entry of a sequence as the KV cache sees it: a token id, or a placeholder
+position that carries multimodal embeddings. `Batch` is one forward pass over inputs of
+possibly several sequences; its tensors live in the pass's graph context.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .ml.api import Tensor
+
+__all__ = ["Input", "Multimodal", "Batch"]
+
+
+@dataclass
+class Multimodal:
+    """An encoded item (image tiles, ...): a tensor built by the plugin's encode_multimodal
+    plus opaque plugin data."""
+
+    tensor: Tensor | None
+    data: Any = None
+
+
+@dataclass
+class Input:
+    """One cache position. `same_batch` = the next N inputs must share this input's batch."""
+
+    token: int = 0
+    multimodal: list[Multimodal] | None = None
+    multimodal_hash: int = 0
+    same_batch: int = 0
+
+
+@dataclass
+class Batch:
+    """One forward pass.
+
+    tokens: I32 `[n]` input token ids (values may be filled in after the graph is built).
+    positions: I32 `[n]` positions; `positions_host` holds the same values on the host.
+    sequences: the sequence id of each input (host).
+    outputs: I32 `[n_outputs]` indices of the rows whose logits are wanted.
+    multimodal: (input index, items) pairs for inputs that carry embeddings.
+    """
+
+    tokens: Tensor
+    positions: Tensor
+    outputs: Tensor
+    positions_host: np.ndarray
+    sequences: np.ndarray
+    outputs_host: np.ndarray
+    multimodal: list[tuple[int, list[Multimodal]]] = field(default_factory=list)
+
+    @property
+    def size(self) -> int:
+        return len(self.positions_host)
+
+    @property
+    def n_outputs(self) -> int:
+        return len(self.outputs_host)

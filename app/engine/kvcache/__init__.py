@@ -1,0 +1,15 @@
+"""KV caches: the contract (base), the cell-based causal cache, and the per-layer wrapper."""
+
+from .base import MAX_POS, Cache, CacheFullError, ShiftFn, ShiftNotSupportedError
+from .causal import Causal
+from .wrapper import Wrapper
+
+__all__ = [
+    "MAX_POS",
+    "Cache",
+    "CacheFullError",
+    "Causal",
+    "ShiftFn",
+    "ShiftNotSupportedError",
+    "Wrapper",
+]

@@ -1,0 +1,298 @@
+"""The cell-based causal cache: plain, sliding-window (with optional extra memory), chunked.
+
+Storage: per layer one K tensor `[head_dim, kv_heads, cells]` and one V tensor, either the same
+layout or, when the backend asks for permuted V, `[cells, head_dim, kv_heads]`. Each cell holds
+one position of one or more sequences (several after `copy_prefix`). Free cells are taken
+anywhere and written with set_rows, so no defragmentation is ever needed.
+
+Bookkeeping is numpy: `cell_pos[c]` (-1 = free) and `cell_seqs[c]`, a bit set of sequence ids
+(at most 64 sequences).
+
+Visibility (matching llama.cpp): a token at position p of sequence s sees cell c when c holds
+s, cell_pos <= p (causal), p - cell_pos < window (sliding window), and cell_pos lies in p's
+chunk (chunked attention).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..input import Batch
+from ..ml.api import Backend, CacheConfig, Context, DType, Tensor
+from .base import MAX_POS, Cache, CacheFullError, ShiftFn, ShiftNotSupportedError
+
+__all__ = ["Causal", "MASK_ROW_PADDING"]
+
+MASK_ROW_PADDING = 32  # ggml's GGML_KQ_MASK_PAD: mask rows are padded to this for flash attention
+MAX_SEQUENCES = 64
+
+
+def _round_up(n: int, m: int) -> int:
+    return (n + m - 1) // m * m
+
+
+class Causal(Cache):
+    """See the module docstring.
+
+    window: sliding-window size in positions (0 = attend to everything).
+    memory: positions kept per sequence for a sliding window (>= window); more memory lets a
+        follow-up prompt resume instead of reprocessing. None = just the window.
+    chunk: chunked attention (llama4 style) chunk size (0 = off).
+    shift: re-RoPE function used by remove(); None = the cache cannot shift.
+    """
+
+    def __init__(
+        self,
+        shift: ShiftFn | None = None,
+        window: int = 0,
+        memory: int | None = None,
+        chunk: int = 0,
+    ) -> None:
+        self.shift_fn = shift
+        self.window = window
+        self.memory = memory
+        self.chunk = chunk
+        self._config: CacheConfig | None = None
+        self._config_set = False
+        self._backend: Backend | None = None
+        self._keys: dict[int, Tensor] = {}
+        self._values: dict[int, Tensor] = {}
+        self._layer = 0
+        self.cells = 0
+        self._key = f"kv{id(self):x}."  # names this cache's graph inputs
+        self._v_row_dims: set[int] = set()
+
+    # -- configuration --------------------------------------------------------------------
+    def set_config(self, config: CacheConfig) -> None:
+        if self._config_set:
+            raise RuntimeError("cache config set twice")
+        self._config = config
+        self._config_set = True
+
+    def init(
+        self,
+        backend: Backend,
+        dtype: DType,
+        max_sequences: int,
+        capacity: int,
+        max_batch: int,
+    ) -> None:
+        if max_sequences > MAX_SEQUENCES:
+            raise ValueError(f"at most {MAX_SEQUENCES} parallel sequences are supported")
+        if self._config is None:
+            self._config = backend.cache_config
+        self._backend = backend
+        self.dtype = dtype
+        self.max_sequences = max_sequences
+        self.capacity = capacity
+        self.max_batch = max_batch
+        if self.window:
+            mem = self.memory or self.window
+            if max_sequences > 1:
+                # The stop token is stored but is not part of the next prompt: keep one more.
+                mem = max(mem, self.window + 1)
+            self.swa_memory = mem
+            if mem >= capacity:
+                cells = max_sequences * capacity
+            else:
+                cells = max_sequences * mem + max_batch
+        else:
+            self.swa_memory = 0
+            cells = max_sequences * capacity
+        self.cells = _round_up(cells, self._config.padding)
+        self.cell_pos = np.full(self.cells, -1, dtype=np.int64)
+        self.cell_seqs = np.zeros(self.cells, dtype=np.uint64)
+        self._n_kv = self.cells
+
+    @property
+    def permuted_v(self) -> bool:
+        assert self._config is not None
+        return self._config.permuted_v
+
+    def close(self) -> None:
+        self._keys.clear()
+        self._values.clear()
+
+    # -- per forward pass -----------------------------------------------------------------
+    def prepare(self, batch: Batch, reserve: bool = False) -> None:
+        n = batch.size
+        positions = batch.positions_host.astype(np.int64)
+        seqs = batch.sequences.astype(np.int64)
+        if reserve:
+            locs = np.arange(n, dtype=np.int64) % self.cells
+            self._n_kv = self.cells
+            mask = np.zeros((_round_up(n, MASK_ROW_PADDING), self.cells), dtype=np.float32)
+        else:
+            if self.window:
+                self._slide_window(positions, seqs)
+            free = np.flatnonzero(self.cell_seqs == 0)
+            if len(free) < n:
+                raise CacheFullError()
+            locs = free[:n]
+            self.cell_pos[locs] = positions
+            self.cell_seqs[locs] = np.left_shift(np.uint64(1), seqs.astype(np.uint64))
+            used = np.flatnonzero(self.cell_seqs)
+            n_kv = _round_up(int(used[-1]) + 1, self._config.padding)  # type: ignore[union-attr]
+            self._n_kv = min(self.cells, n_kv)
+            mask = self._mask(positions, seqs, self._n_kv)
+        self._locs_host = locs.astype(np.int32)
+        self._mask_host = mask
+        self._batch_size = n
+
+    def signature(self) -> tuple[int, ...]:
+        return (self._batch_size, self._n_kv, self._mask_host.shape[0])
+
+    def bind(self, ctx: Context) -> None:
+        key = self._key
+        self._locs = ctx.input(DType.I32, (self._batch_size,), self._locs_host, key=key + "locs")
+        mask_dtype = self._config.mask_dtype  # type: ignore[union-attr]
+        shape = (self._n_kv, self._mask_host.shape[0])
+        self._mask_t = ctx.input(mask_dtype, shape, self._mask_host, key=key + "mask")
+        for dv in self._v_row_dims:
+            if ctx.has_input(key + f"vrows{dv}"):
+                self._v_rows_input(ctx, dv)
+
+    def _v_rows_input(self, ctx: Context, dv: int) -> Tensor:
+        """Row indices for writing permuted V: element (t, d) goes to d * cells + loc[t]."""
+        rows = np.arange(dv, dtype=np.int64)[None, :] * self.cells + self._locs_host[:, None]
+        self._v_row_dims.add(dv)
+        n = self._batch_size * dv
+        return ctx.input(DType.I32, (n,), rows.astype(np.int32).ravel(), key=self._key + f"vrows{dv}")
+
+    def _mask(self, positions: np.ndarray, seqs: np.ndarray, n_kv: int) -> np.ndarray:
+        cp = self.cell_pos[:n_kv][None, :]
+        cs = self.cell_seqs[:n_kv][None, :]
+        tp = positions[:, None]
+        ts = np.left_shift(np.uint64(1), seqs.astype(np.uint64))[:, None]
+        visible = ((cs & ts) != 0) & (cp <= tp) & (cp >= 0)
+        if self.window:
+            visible &= (tp - cp) < self.window
+        if self.chunk:
+            visible &= cp >= tp - tp % self.chunk
+        rows = _round_up(len(positions), MASK_ROW_PADDING)
+        mask = np.full((rows, n_kv), -np.inf, dtype=np.float32)
+        mask[: len(positions)][visible] = 0.0
+        return mask
+
+    def _slide_window(self, positions: np.ndarray, seqs: np.ndarray) -> None:
+        """Free cells that no token of this batch (or later) can see any more."""
+        for s in np.unique(self._present_sequences()):
+            bit = np.uint64(1) << np.uint64(s)
+            mine = (self.cell_seqs & bit) != 0
+            in_batch = seqs == s
+            if in_batch.any():
+                lowest = int(positions[in_batch].min())
+            else:
+                lowest = int(self.cell_pos[mine].max()) + 1
+            stale = mine & (self.cell_pos < lowest - self.swa_memory)
+            self._drop(stale, bit)
+
+    def _present_sequences(self) -> list[int]:
+        bits = np.bitwise_or.reduce(self.cell_seqs) if self.cells else np.uint64(0)
+        return [s for s in range(MAX_SEQUENCES) if int(bits) >> s & 1]
+
+    def _drop(self, cells: np.ndarray, bit: np.uint64) -> None:
+        self.cell_seqs[cells] &= ~bit
+        self.cell_pos[cells & (self.cell_seqs == 0)] = -1
+
+    def set_layer(self, layer: int) -> None:
+        self._layer = layer
+
+    def _storage(self, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
+        layer = self._layer
+        if layer not in self._keys:
+            assert self._backend is not None
+            dk, hk = key.dim(0), key.dim(1)
+            dv, hv = value.dim(0), value.dim(1)
+            self._keys[layer] = self._backend.persistent(
+                self.dtype, (dk, hk, self.cells), f"cache_k_l{layer}"
+            )
+            vshape = (self.cells, dv, hv) if self.permuted_v else (dv, hv, self.cells)
+            self._values[layer] = self._backend.persistent(self.dtype, vshape, f"cache_v_l{layer}")
+        return self._keys[layer], self._values[layer]
+
+    def put(self, ctx: Context, key: Tensor, value: Tensor) -> None:
+        n = self._batch_size
+        if key.dim(2) != n:
+            raise ValueError(f"put(): batch of {key.dim(2)} but start_forward had {n}")
+        keys, values = self._storage(key, value)
+        dk = key.dim(0) * key.dim(1)
+        k_rows = ctx.reshape(keys, dk, self.cells)
+        ctx.forward(ctx.set_rows(k_rows, ctx.reshape(key, dk, n), self._locs))
+        dv = value.dim(0) * value.dim(1)
+        if self.permuted_v:
+            # Each element of V is its own row (see _v_rows_input).
+            idx = self._v_rows_input(ctx, dv)
+            flat = ctx.reshape(values, 1, self.cells * dv)
+            ctx.forward(ctx.set_rows(flat, ctx.reshape(value, 1, n * dv), idx))
+        else:
+            v_rows = ctx.reshape(values, dv, self.cells)
+            ctx.forward(ctx.set_rows(v_rows, ctx.reshape(value, dv, n), self._locs))
+
+    def get(self, ctx: Context) -> tuple[Tensor, Tensor, Tensor]:
+        keys = self._keys[self._layer]
+        values = self._values[self._layer]
+        n_kv = self._n_kv
+        k = ctx.view(keys, (keys.dim(0), keys.dim(1), n_kv), keys.strides[1:3], 0)
+        if self.permuted_v:
+            v = ctx.view(values, (n_kv, values.dim(1), values.dim(2)), values.strides[1:3], 0)
+        else:
+            v = ctx.view(values, (values.dim(0), values.dim(1), n_kv), values.strides[1:3], 0)
+        return k, v, self._mask_t
+
+    # -- sequence edits -------------------------------------------------------------------
+    def remove(self, seq: int, begin: int, end: int = MAX_POS) -> None:
+        bit = np.uint64(1) << np.uint64(seq)
+        mine = (self.cell_seqs & bit) != 0
+        gone = mine & (self.cell_pos >= begin) & (self.cell_pos < end)
+        later = mine & (self.cell_pos >= end)
+        if end != MAX_POS and later.any():
+            if (self.cell_seqs[later] != bit).any():
+                raise ShiftNotSupportedError("cannot shift positions shared with another sequence")
+            if self.shift_fn is None:
+                raise ShiftNotSupportedError()
+        self._drop(gone, bit)
+        if end != MAX_POS and later.any():
+            delta = np.zeros(self.cells, dtype=np.int32)
+            delta[later] = begin - end
+            self.cell_pos[later] += begin - end
+            self._shift(delta)
+
+    def _shift(self, delta: np.ndarray) -> None:
+        assert self._backend is not None and self.shift_fn is not None
+        if not self._keys:
+            return
+        ctx = self._backend.new_context()
+        try:
+            d = ctx.input(DType.I32, (self.cells,), delta)
+            outs = []
+            for layer, keys in self._keys.items():
+                shifted = self.shift_fn(ctx, layer, keys, d)
+                outs.append(ctx.copy(shifted, keys))
+            ctx.forward(*outs)
+            ctx.compute(*outs)
+        finally:
+            ctx.close()
+
+    def copy_prefix(self, src: int, dst: int, length: int) -> None:
+        dbit = np.uint64(1) << np.uint64(dst)
+        self._drop((self.cell_seqs & dbit) != 0, dbit)
+        sbit = np.uint64(1) << np.uint64(src)
+        share = ((self.cell_seqs & sbit) != 0) & (self.cell_pos < length)
+        self.cell_seqs[share] |= dbit
+
+    def can_resume(self, seq: int, pos: int) -> bool:
+        if not self.window:
+            return True
+        bit = np.uint64(1) << np.uint64(seq)
+        mine = (self.cell_seqs & bit) != 0
+        if not mine.any():
+            return pos == 0
+        first = int(self.cell_pos[mine].min())
+        last = int(self.cell_pos[mine].max())
+        return max(0, pos - self.window) >= first and pos <= last + 1
+
+    def positions(self, seq: int) -> np.ndarray:
+        """The positions `seq` holds, sorted (for tests and diagnostics)."""
+        bit = np.uint64(1) << np.uint64(seq)
+        return np.sort(self.cell_pos[(self.cell_seqs & bit) != 0])

@@ -1,0 +1,27 @@
+"""The tensor API (see api.py for the conventions) and its ggml implementation."""
+
+from .api import (
+    Backend,
+    CacheConfig,
+    Context,
+    DType,
+    OutOfMemoryError,
+    RopeOptions,
+    Tensor,
+)
+from .nn import attention, bind, linear, rms_norm, weight
+
+__all__ = [
+    "Backend",
+    "CacheConfig",
+    "Context",
+    "DType",
+    "OutOfMemoryError",
+    "RopeOptions",
+    "Tensor",
+    "attention",
+    "bind",
+    "linear",
+    "rms_norm",
+    "weight",
+]

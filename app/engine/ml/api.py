@@ -1,0 +1,343 @@
+"""The tensor API that model plugins and the engine core build graphs with.
+
+Conventions (the same as ggml, and as Ollama's `ml` package):
+
+* Shapes are in **ggml order**: dimension 0 is the fastest-varying (contiguous) one. A hidden
+  state is `[hidden, tokens]`; per-head projections are `[head_dim, heads, tokens]`. A numpy
+  array of the same data has the reversed shape (`Tensor.numpy()` returns it that way).
+* A `Context` holds one graph. Ops only *build* nodes; nothing runs until `Context.compute()`.
+  Model plugins build, they never compute: the engine decides when to run (and may run the
+  same built graph again for a later batch whose shapes are equal, after refilling its inputs).
+* Inputs are created with `Context.input()` (optionally with data). Their values are uploaded
+  when the graph computes, so a plugin can create them at any point while building.
+* Weights and cache tensors are *persistent*: they belong to the backend, live across
+  contexts and may be used by any graph.
+
+Threading: a Context is used by one thread at a time. Different contexts may be built on
+different threads while another graph computes; `compute()` calls are serialised by the
+backend. The native calls release the GIL.
+"""
+
+from __future__ import annotations
+
+import abc
+import enum
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+__all__ = [
+    "DType",
+    "Tensor",
+    "Context",
+    "Backend",
+    "CacheConfig",
+    "RopeOptions",
+    "OutOfMemoryError",
+]
+
+
+class DType(enum.IntEnum):
+    """Element types; the values are ggml's type ids."""
+
+    F32 = 0
+    F16 = 1
+    Q4_0 = 2
+    Q4_1 = 3
+    Q5_0 = 6
+    Q5_1 = 7
+    Q8_0 = 8
+    Q2_K = 10
+    Q3_K = 11
+    Q4_K = 12
+    Q5_K = 13
+    Q6_K = 14
+    I8 = 24
+    I16 = 25
+    I32 = 26
+    BF16 = 30
+
+    @property
+    def numpy(self) -> Any:
+        """The numpy dtype for element types that have one (float and integer types)."""
+        return _NUMPY[self]
+
+
+_NUMPY = {
+    DType.F32: np.float32,
+    DType.F16: np.float16,
+    DType.I8: np.int8,
+    DType.I16: np.int16,
+    DType.I32: np.int32,
+}
+
+
+class OutOfMemoryError(MemoryError):
+    """An allocation failed. `needed` and `available` are bytes where known (else 0)."""
+
+    def __init__(self, message: str, needed: int = 0, available: int = 0) -> None:
+        super().__init__(message)
+        self.needed = needed
+        self.available = available
+
+
+@dataclass(frozen=True)
+class CacheConfig:
+    """How the backend wants the KV cache laid out (Ollama's `ml.CacheConfig`).
+
+    padding: the visible cache length is rounded up to a multiple of this.
+    permuted_v: store V as `[cells, head_dim, kv_heads]` so `V·softmax` needs no copy.
+    mask_dtype: element type of attention masks (F16 is what flash attention wants).
+    """
+
+    padding: int = 256
+    permuted_v: bool = True
+    mask_dtype: DType = DType.F32
+
+
+@dataclass(frozen=True)
+class RopeOptions:
+    """Rotary position embedding parameters (ggml_rope_ext)."""
+
+    dims: int
+    base: float = 10000.0
+    scale: float = 1.0  # frequency scale = 1 / linear scaling factor
+    neox: bool = False  # GPT-NeoX layout (rotate halves) instead of interleaved pairs
+    original_context: int = 0
+    ext_factor: float = 0.0
+    attn_factor: float = 1.0
+    beta_fast: float = 32.0
+    beta_slow: float = 1.0
+
+
+class Tensor(abc.ABC):
+    """A node of a graph, or a persistent tensor (weight, cache), in ggml dimension order."""
+
+    __slots__ = ()
+
+    @property
+    @abc.abstractmethod
+    def shape(self) -> tuple[int, ...]:
+        """Sizes per dimension, ggml order, trailing 1s trimmed (at least one entry)."""
+
+    @property
+    @abc.abstractmethod
+    def dtype(self) -> DType: ...
+
+    @property
+    @abc.abstractmethod
+    def strides(self) -> tuple[int, int, int, int]:
+        """Byte strides of all four ggml dimensions (nb[0..3])."""
+
+    @abc.abstractmethod
+    def numpy(self) -> np.ndarray:
+        """The computed values as float32 (or int32) numpy, shape reversed to numpy order.
+
+        Valid after the graph holding this tensor has computed (or for persistent tensors).
+        """
+
+    @abc.abstractmethod
+    def set(self, values: np.ndarray) -> None:
+        """Give an input tensor new values (uploaded at the next compute)."""
+
+    def dim(self, i: int) -> int:
+        s = self.shape
+        return s[i] if i < len(s) else 1
+
+
+class Context(abc.ABC):
+    """Builds one graph. Every op returns a new Tensor; see the module docstring."""
+
+    @property
+    @abc.abstractmethod
+    def flash_attention_enabled(self) -> bool:
+        """Whether attention should use the fused flash-attention op (a backend switch)."""
+
+    # -- creation ---------------------------------------------------------------------------
+    @abc.abstractmethod
+    def input(
+        self,
+        dtype: DType,
+        shape: Sequence[int],
+        data: np.ndarray | None = None,
+        key: str | None = None,
+    ) -> Tensor:
+        """A graph input of `shape` (ggml order); `data` (numpy order) may be given now or
+        later with `Tensor.set()`, but before `compute()`.
+
+        With a `key`, asking again for the same key returns the existing input (given the new
+        `data`): that is how a graph built for one batch is refilled for the next. A different
+        dtype or shape under an existing key raises ValueError."""
+
+    @abc.abstractmethod
+    def has_input(self, key: str) -> bool: ...
+
+    def from_numpy(self, data: np.ndarray, dtype: DType | None = None) -> Tensor:
+        """An input holding `data`; its ggml shape is `data.shape` reversed."""
+        if dtype is None:
+            dtype = DType.I32 if np.issubdtype(data.dtype, np.integer) else DType.F32
+        return self.input(dtype, tuple(reversed(data.shape)) or (1,), data)
+
+    # -- arithmetic -------------------------------------------------------------------------
+    @abc.abstractmethod
+    def add(self, a: Tensor, b: Tensor) -> Tensor:
+        """a + b; b broadcasts (its dims must divide a's)."""
+
+    @abc.abstractmethod
+    def mul(self, a: Tensor, b: Tensor) -> Tensor:
+        """a * b elementwise; b broadcasts."""
+
+    @abc.abstractmethod
+    def scale(self, a: Tensor, s: float) -> Tensor: ...
+
+    @abc.abstractmethod
+    def mul_mat(self, a: Tensor, b: Tensor, full_precision: bool = False) -> Tensor:
+        """ggml_mul_mat: a `[k, m, ...]`, b `[k, n, ...]` -> `[m, n, ...]` (rows of a dotted
+        with rows of b). a's dims 2/3 broadcast over b's. `full_precision` asks for f32
+        accumulation (for K·Q)."""
+
+    @abc.abstractmethod
+    def get_rows(self, a: Tensor, rows: Tensor) -> Tensor:
+        """Rows of a `[n, rows...]` picked by the I32 indices `rows`; result is F32."""
+
+    @abc.abstractmethod
+    def set_rows(self, dst: Tensor, src: Tensor, rows: Tensor) -> Tensor:
+        """Write row i of `src` into row `rows[i]` of `dst` (converting type); returns dst's
+        view to depend on."""
+
+    # -- normalisation and activations -------------------------------------------------------
+    @abc.abstractmethod
+    def rms_norm(self, a: Tensor, eps: float) -> Tensor:
+        """Normalise along dimension 0 by the root mean square (no weight)."""
+
+    @abc.abstractmethod
+    def norm(self, a: Tensor, eps: float) -> Tensor:
+        """Normalise along dimension 0 to zero mean, unit variance (no weight)."""
+
+    @abc.abstractmethod
+    def soft_max(
+        self, a: Tensor, mask: Tensor | None = None, scale: float = 1.0
+    ) -> Tensor:
+        """softmax(a * scale + mask) along dimension 0. The mask is `[n, rows_padded]`."""
+
+    @abc.abstractmethod
+    def gelu(self, a: Tensor) -> Tensor:
+        """GELU, tanh approximation."""
+
+    @abc.abstractmethod
+    def silu(self, a: Tensor) -> Tensor: ...
+
+    @abc.abstractmethod
+    def tanh(self, a: Tensor) -> Tensor: ...
+
+    @abc.abstractmethod
+    def geglu(self, gate: Tensor, up: Tensor) -> Tensor:
+        """Fused gelu(gate) * up."""
+
+    @abc.abstractmethod
+    def swiglu(self, gate: Tensor, up: Tensor) -> Tensor:
+        """Fused silu(gate) * up."""
+
+    @abc.abstractmethod
+    def rope(
+        self,
+        a: Tensor,
+        positions: Tensor,
+        opts: RopeOptions,
+        factors: Tensor | None = None,
+    ) -> Tensor:
+        """Rotary embedding of a `[head_dim, heads, tokens]` by I32 `positions` `[tokens]`;
+        `factors` are per-frequency divisors (Llama 3.1 `rope_freqs`)."""
+
+    @abc.abstractmethod
+    def flash_attention(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        mask: Tensor | None,
+        scale: float,
+        softcap: float = 0.0,
+    ) -> Tensor:
+        """Fused attention. q `[d, tokens, heads]`, k `[d, n_kv, kv_heads]`, v likewise
+        (not permuted), mask `[n_kv, tokens_padded]` F16. Returns `[d_v, heads, tokens]`."""
+
+    # -- layout ------------------------------------------------------------------------------
+    @abc.abstractmethod
+    def reshape(self, a: Tensor, *shape: int) -> Tensor:
+        """Same data, new ggml shape (a must be contiguous)."""
+
+    @abc.abstractmethod
+    def view(
+        self,
+        a: Tensor,
+        shape: Sequence[int],
+        strides: Sequence[int] = (),
+        offset: int = 0,
+    ) -> Tensor:
+        """A strided view: `shape` (ggml order), `strides` the byte strides of dims 1.. (dim
+        0 is always contiguous), `offset` in bytes."""
+
+    @abc.abstractmethod
+    def permute(self, a: Tensor, *axes: int) -> Tensor:
+        """ggml_permute: axis i of `a` moves to position axes[i]."""
+
+    @abc.abstractmethod
+    def cont(self, a: Tensor) -> Tensor:
+        """A contiguous copy."""
+
+    @abc.abstractmethod
+    def copy(self, src: Tensor, dst: Tensor) -> Tensor:
+        """Copy (and convert) src into dst (a view); returns the node to depend on."""
+
+    @abc.abstractmethod
+    def cast(self, a: Tensor, dtype: DType) -> Tensor: ...
+
+    @abc.abstractmethod
+    def concat(self, a: Tensor, b: Tensor, dim: int) -> Tensor: ...
+
+    # -- running ----------------------------------------------------------------------------
+    @abc.abstractmethod
+    def forward(self, *tensors: Tensor) -> None:
+        """Add `tensors` (and what they depend on) to the graph without marking them as
+        outputs: used for side effects such as cache writes."""
+
+    @abc.abstractmethod
+    def compute(self, *outputs: Tensor) -> None:
+        """Run the graph; afterwards `outputs[i].numpy()` holds values. May be called again
+        after inputs were given new values: the built graph is reused."""
+
+    @abc.abstractmethod
+    def reserve(self, *outputs: Tensor) -> None:
+        """Plan the graph's memory without running it (raises OutOfMemoryError)."""
+
+    @abc.abstractmethod
+    def close(self) -> None: ...
+
+    def __enter__(self) -> Context:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Backend(abc.ABC):
+    """Devices, weights, persistent tensors, and the scheduler graphs compute on."""
+
+    num_threads: int
+    flash_attention: bool
+
+    @abc.abstractmethod
+    def new_context(self, max_nodes: int | None = None) -> Context: ...
+
+    @abc.abstractmethod
+    def persistent(self, dtype: DType, shape: Sequence[int], name: str = "") -> Tensor:
+        """A zero-filled tensor that outlives contexts (KV cache storage)."""
+
+    @property
+    @abc.abstractmethod
+    def cache_config(self) -> CacheConfig: ...
+
+    @abc.abstractmethod
+    def close(self) -> None: ...

@@ -1,0 +1,524 @@
+"""The ggml implementation of the tensor API (ggml-python ctypes bindings).
+
+Graphs run through one `ggml_backend_sched` per backend object, so a build with GPU support
+places each op on the device holding its weights, the CPU backend being the fallback.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+from typing import Sequence
+
+import ggml as g
+import numpy as np
+
+from .api import Backend, CacheConfig, Context, DType, OutOfMemoryError, RopeOptions, Tensor
+
+__all__ = ["GGMLBackend", "GGMLContext", "GGMLTensor", "physical_cores"]
+
+_c_void_p = ctypes.c_void_p
+
+
+def _fix_bindings() -> None:
+    """ggml-python 0.0.45 declares a few pointer-returning functions with an `int` restype,
+    which truncates the pointer to 32 bits; declare them as returning void*."""
+    for name in (
+        "ggml_backend_cpu_buffer_type",
+        "ggml_backend_alloc_buffer",
+        "ggml_backend_cpu_buffer_from_ptr",
+        "ggml_backend_sched_get_tensor_backend",
+    ):
+        fn = getattr(g, name, None)
+        if fn is not None and hasattr(fn, "restype"):
+            fn.restype = _c_void_p
+
+
+_fix_bindings()
+
+
+def _addr(p: object) -> int:
+    """The address a ctypes pointer holds (0 for NULL)."""
+    return ctypes.cast(p, _c_void_p).value or 0
+
+
+def physical_cores() -> int:
+    """Physical cores (hyper-threads not counted); the default thread count."""
+    try:
+        seen: set[tuple[str, str]] = set()
+        phys = core = ""
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("physical id"):
+                    phys = line.split(":", 1)[1].strip()
+                elif line.startswith("core id"):
+                    core = line.split(":", 1)[1].strip()
+                elif not line.strip() and core:
+                    seen.add((phys, core))
+                    core = ""
+        if core:
+            seen.add((phys, core))
+        if seen:
+            return len(seen)
+    except OSError:
+        pass
+    return max(1, (os.cpu_count() or 2) // 2 if os.cpu_count() and os.cpu_count() > 4 else 1)
+
+
+def _trim(shape: Sequence[int]) -> tuple[int, ...]:
+    s = list(shape)
+    while len(s) > 1 and s[-1] == 1:
+        s.pop()
+    return tuple(s)
+
+
+def _host_data(t: Tensor, values: np.ndarray) -> np.ndarray:
+    """Values as the tensor's element type; quantized tensors take their raw bytes."""
+    try:
+        np_type = t.dtype.numpy
+    except KeyError:
+        return np.ascontiguousarray(values).view(np.uint8)
+    return np.ascontiguousarray(values, dtype=np_type)
+
+
+class GGMLTensor(Tensor):
+    """A ggml tensor pointer plus the object that keeps its memory alive."""
+
+    __slots__ = ("_p", "_owner")
+
+    def __init__(self, p: object, owner: object) -> None:
+        self._p = p
+        self._owner = owner
+
+    @property
+    def ptr(self) -> object:
+        return self._p
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        ne = self._p.contents.ne  # type: ignore[attr-defined]
+        n = 4
+        while n > 1 and ne[n - 1] == 1:
+            n -= 1
+        return tuple(ne[:n])
+
+    @property
+    def ne(self) -> tuple[int, int, int, int]:
+        ne = self._p.contents.ne  # type: ignore[attr-defined]
+        return (ne[0], ne[1], ne[2], ne[3])
+
+    @property
+    def dtype(self) -> DType:
+        return DType(self._p.contents.type)  # type: ignore[attr-defined]
+
+    @property
+    def strides(self) -> tuple[int, int, int, int]:
+        nb = self._p.contents.nb  # type: ignore[attr-defined]
+        return (nb[0], nb[1], nb[2], nb[3])
+
+    @property
+    def nbytes(self) -> int:
+        return int(g.ggml_nbytes(self._p))
+
+    @property
+    def name(self) -> str:
+        return self._p.contents.name.decode("utf-8", "replace")  # type: ignore[attr-defined]
+
+    def numpy(self) -> np.ndarray:
+        dtype = self.dtype
+        if dtype not in (DType.F32, DType.F16, DType.I32):
+            raise TypeError(f"cannot read a {dtype.name} tensor as numpy")
+        if not g.ggml_is_contiguous(self._p):
+            raise ValueError("numpy() needs a contiguous tensor; add ctx.cont() before computing")
+        out = np.empty(tuple(reversed(self.ne)), dtype=dtype.numpy)
+        g.ggml_backend_tensor_get(self._p, out.ctypes.data, 0, out.nbytes)
+        out = out.reshape(tuple(reversed(self.shape)))
+        return out.astype(np.float32) if dtype == DType.F16 else out
+
+    def set(self, values: np.ndarray) -> None:
+        owner = self._owner
+        if isinstance(owner, GGMLContext):
+            owner._set_input(self, values)
+        else:  # persistent tensor: write through now
+            arr = _host_data(self, values)
+            if arr.nbytes != self.nbytes:
+                raise ValueError(f"set(): {arr.nbytes} bytes given, tensor has {self.nbytes}")
+            g.ggml_backend_tensor_set(self._p, arr.ctypes.data, 0, arr.nbytes)
+
+    def __repr__(self) -> str:
+        return f"GGMLTensor({self.dtype.name}, {list(self.shape)})"
+
+
+class GGMLContext(Context):
+    """One graph under construction (a no-alloc ggml context); see api.Context."""
+
+    def __init__(self, backend: GGMLBackend, max_nodes: int) -> None:
+        self._backend = backend
+        self._max_nodes = max_nodes
+        size = g.ggml_tensor_overhead() * max_nodes + g.ggml_graph_overhead_custom(max_nodes, False)
+        params = g.ggml_init_params(mem_size=size, mem_buffer=None, no_alloc=True)
+        self._ctx = g.ggml_init(params)
+        if not self._ctx:
+            raise OutOfMemoryError("could not create a ggml context")
+        self._inputs: dict[int, tuple[GGMLTensor, np.ndarray | None]] = {}
+        # The graph exists from the start so that forward() fixes the order of side effects
+        # (a cache write is expanded before the attention that reads the cache).
+        self._graph: object | None = g.ggml_new_graph_custom(self._ctx, max_nodes, False)
+        self._outputs: set[int] = set()
+        self._keyed: dict[str, GGMLTensor] = {}
+
+    @property
+    def flash_attention_enabled(self) -> bool:
+        return self._backend.flash_attention
+
+    # -- helpers ------------------------------------------------------------------------
+    def _t(self, p: object) -> GGMLTensor:
+        return GGMLTensor(p, self)
+
+    def _set_input(self, t: GGMLTensor, values: np.ndarray) -> None:
+        arr = _host_data(t, values)
+        if arr.nbytes != t.nbytes:
+            raise ValueError(
+                f"input {list(t.shape)} {t.dtype.name} needs {t.nbytes} bytes, got {arr.nbytes}"
+            )
+        self._inputs[_addr(t._p)] = (t, arr)
+
+    # -- creation -----------------------------------------------------------------------
+    def input(
+        self,
+        dtype: DType,
+        shape: Sequence[int],
+        data: np.ndarray | None = None,
+        key: str | None = None,
+    ) -> GGMLTensor:
+        if key is not None:
+            existing = self._keyed.get(key)
+            if existing is not None:
+                if existing.dtype != dtype or existing.shape != _trim(shape):
+                    raise ValueError(
+                        f"input '{key}' is {existing.dtype.name}{list(existing.shape)} in this "
+                        f"graph, not {dtype.name}{list(_trim(shape))}"
+                    )
+                if data is not None:
+                    self._set_input(existing, data)
+                return existing
+        ne = list(shape) + [1] * (4 - len(shape))
+        p = g.ggml_new_tensor_4d(self._ctx, int(dtype), ne[0], ne[1], ne[2], ne[3])
+        g.ggml_set_input(p)
+        t = self._t(p)
+        self._inputs[_addr(p)] = (t, None)
+        if data is not None:
+            self._set_input(t, data)
+        if key is not None:
+            self._keyed[key] = t
+        return t
+
+    def has_input(self, key: str) -> bool:
+        return key in self._keyed
+
+    # -- arithmetic ---------------------------------------------------------------------
+    def add(self, a: Tensor, b: Tensor) -> GGMLTensor:
+        return self._t(g.ggml_add(self._ctx, a.ptr, b.ptr))  # type: ignore[attr-defined]
+
+    def mul(self, a: Tensor, b: Tensor) -> GGMLTensor:
+        return self._t(g.ggml_mul(self._ctx, a.ptr, b.ptr))  # type: ignore[attr-defined]
+
+    def scale(self, a: Tensor, s: float) -> GGMLTensor:
+        return self._t(g.ggml_scale(self._ctx, a.ptr, s))  # type: ignore[attr-defined]
+
+    def mul_mat(self, a: Tensor, b: Tensor, full_precision: bool = False) -> GGMLTensor:
+        p = g.ggml_mul_mat(self._ctx, a.ptr, b.ptr)  # type: ignore[attr-defined]
+        if full_precision:
+            g.ggml_mul_mat_set_prec(p, g.GGML_PREC_F32)
+        return self._t(p)
+
+    def get_rows(self, a: Tensor, rows: Tensor) -> GGMLTensor:
+        return self._t(g.ggml_get_rows(self._ctx, a.ptr, rows.ptr))  # type: ignore[attr-defined]
+
+    def set_rows(self, dst: Tensor, src: Tensor, rows: Tensor) -> GGMLTensor:
+        return self._t(g.ggml_set_rows(self._ctx, dst.ptr, src.ptr, rows.ptr))  # type: ignore[attr-defined]
+
+    # -- normalisation and activations --------------------------------------------------
+    def rms_norm(self, a: Tensor, eps: float) -> GGMLTensor:
+        return self._t(g.ggml_rms_norm(self._ctx, a.ptr, eps))  # type: ignore[attr-defined]
+
+    def norm(self, a: Tensor, eps: float) -> GGMLTensor:
+        return self._t(g.ggml_norm(self._ctx, a.ptr, eps))  # type: ignore[attr-defined]
+
+    def soft_max(self, a: Tensor, mask: Tensor | None = None, scale: float = 1.0) -> GGMLTensor:
+        m = mask.ptr if mask is not None else None  # type: ignore[attr-defined]
+        return self._t(g.ggml_soft_max_ext(self._ctx, a.ptr, m, scale, 0.0))  # type: ignore[attr-defined]
+
+    def gelu(self, a: Tensor) -> GGMLTensor:
+        return self._t(g.ggml_gelu(self._ctx, a.ptr))  # type: ignore[attr-defined]
+
+    def silu(self, a: Tensor) -> GGMLTensor:
+        return self._t(g.ggml_silu(self._ctx, a.ptr))  # type: ignore[attr-defined]
+
+    def tanh(self, a: Tensor) -> GGMLTensor:
+        return self._t(g.ggml_tanh(self._ctx, a.ptr))  # type: ignore[attr-defined]
+
+    def geglu(self, gate: Tensor, up: Tensor) -> GGMLTensor:
+        return self._t(g.ggml_geglu_split(self._ctx, gate.ptr, up.ptr))  # type: ignore[attr-defined]
+
+    def swiglu(self, gate: Tensor, up: Tensor) -> GGMLTensor:
+        return self._t(g.ggml_swiglu_split(self._ctx, gate.ptr, up.ptr))  # type: ignore[attr-defined]
+
+    def rope(
+        self,
+        a: Tensor,
+        positions: Tensor,
+        opts: RopeOptions,
+        factors: Tensor | None = None,
+    ) -> GGMLTensor:
+        mode = g.GGML_ROPE_TYPE_NEOX if opts.neox else g.GGML_ROPE_TYPE_NORMAL
+        f = factors.ptr if factors is not None else None  # type: ignore[attr-defined]
+        p = g.ggml_rope_ext(
+            self._ctx,
+            a.ptr,  # type: ignore[attr-defined]
+            positions.ptr,  # type: ignore[attr-defined]
+            f,
+            opts.dims,
+            mode,
+            opts.original_context,
+            opts.base,
+            opts.scale,
+            opts.ext_factor,
+            opts.attn_factor,
+            opts.beta_fast,
+            opts.beta_slow,
+        )
+        return self._t(p)
+
+    def flash_attention(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        mask: Tensor | None,
+        scale: float,
+        softcap: float = 0.0,
+    ) -> GGMLTensor:
+        m = mask.ptr if mask is not None else None  # type: ignore[attr-defined]
+        p = g.ggml_flash_attn_ext(self._ctx, q.ptr, k.ptr, v.ptr, m, scale, 0.0, softcap)  # type: ignore[attr-defined]
+        g.ggml_flash_attn_ext_set_prec(p, g.GGML_PREC_F32)
+        # The result is [d_v, heads, tokens] already (ggml permutes internally).
+        return self._t(p)
+
+    # -- layout -------------------------------------------------------------------------
+    def reshape(self, a: Tensor, *shape: int) -> GGMLTensor:
+        ap = a.ptr  # type: ignore[attr-defined]
+        n = len(shape)
+        if n == 1:
+            p = g.ggml_reshape_1d(self._ctx, ap, shape[0])
+        elif n == 2:
+            p = g.ggml_reshape_2d(self._ctx, ap, shape[0], shape[1])
+        elif n == 3:
+            p = g.ggml_reshape_3d(self._ctx, ap, shape[0], shape[1], shape[2])
+        else:
+            p = g.ggml_reshape_4d(self._ctx, ap, shape[0], shape[1], shape[2], shape[3])
+        return self._t(p)
+
+    def view(
+        self,
+        a: Tensor,
+        shape: Sequence[int],
+        strides: Sequence[int] = (),
+        offset: int = 0,
+    ) -> GGMLTensor:
+        ap = a.ptr  # type: ignore[attr-defined]
+        n = len(shape)
+        if len(strides) != n - 1:
+            raise ValueError("view(): give one byte stride for each dimension after the first")
+        if n == 1:
+            p = g.ggml_view_1d(self._ctx, ap, shape[0], offset)
+        elif n == 2:
+            p = g.ggml_view_2d(self._ctx, ap, shape[0], shape[1], strides[0], offset)
+        elif n == 3:
+            p = g.ggml_view_3d(
+                self._ctx, ap, shape[0], shape[1], shape[2], strides[0], strides[1], offset
+            )
+        else:
+            p = g.ggml_view_4d(
+                self._ctx, ap, shape[0], shape[1], shape[2], shape[3],
+                strides[0], strides[1], strides[2], offset,
+            )  # fmt: skip
+        return self._t(p)
+
+    def permute(self, a: Tensor, *axes: int) -> GGMLTensor:
+        ax = list(axes) + list(range(len(axes), 4))
+        return self._t(g.ggml_permute(self._ctx, a.ptr, ax[0], ax[1], ax[2], ax[3]))  # type: ignore[attr-defined]
+
+    def cont(self, a: Tensor) -> GGMLTensor:
+        return self._t(g.ggml_cont(self._ctx, a.ptr))  # type: ignore[attr-defined]
+
+    def copy(self, src: Tensor, dst: Tensor) -> GGMLTensor:
+        return self._t(g.ggml_cpy(self._ctx, src.ptr, dst.ptr))  # type: ignore[attr-defined]
+
+    def cast(self, a: Tensor, dtype: DType) -> GGMLTensor:
+        return self._t(g.ggml_cast(self._ctx, a.ptr, int(dtype)))  # type: ignore[attr-defined]
+
+    def concat(self, a: Tensor, b: Tensor, dim: int) -> GGMLTensor:
+        return self._t(g.ggml_concat(self._ctx, a.ptr, b.ptr, dim))  # type: ignore[attr-defined]
+
+    # -- running ------------------------------------------------------------------------
+    def forward(self, *tensors: Tensor) -> None:
+        for t in tensors:
+            g.ggml_build_forward_expand(self._graph, t.ptr)  # type: ignore[attr-defined]
+
+    def _build(self, outputs: Sequence[Tensor]) -> object:
+        for t in outputs:
+            key = _addr(t.ptr)  # type: ignore[attr-defined]
+            if key not in self._outputs:
+                g.ggml_set_output(t.ptr)  # type: ignore[attr-defined]
+                g.ggml_build_forward_expand(self._graph, t.ptr)  # type: ignore[attr-defined]
+                self._outputs.add(key)
+                self._backend._forget_graph(self._graph)  # the graph changed: allocate anew
+        return self._graph
+
+    def compute(self, *outputs: Tensor) -> None:
+        gf = self._build(outputs)
+        missing = [t for t, arr in self._inputs.values() if arr is None]
+        if missing:
+            raise ValueError(f"{len(missing)} graph input(s) were never given values")
+        self._backend._compute(gf, [v for v in self._inputs.values()])  # type: ignore[misc]
+
+    def reserve(self, *outputs: Tensor) -> None:
+        self._backend._reserve(self._build(outputs))
+
+    @property
+    def n_nodes(self) -> int:
+        return 0 if self._graph is None else int(g.ggml_graph_n_nodes(self._graph))
+
+    def close(self) -> None:
+        if self._ctx:
+            self._backend._forget_graph(self._graph)
+            g.ggml_free(self._ctx)
+            self._ctx = None
+            self._graph = None
+            self._inputs.clear()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+
+
+class GGMLBackend(Backend):
+    """CPU (and, in GPU builds, accelerator) devices with one graph scheduler."""
+
+    def __init__(
+        self,
+        num_threads: int | None = None,
+        flash_attention: bool = False,
+        graph_nodes: int = 8192,
+    ) -> None:
+        self.num_threads = num_threads or physical_cores()
+        self.flash_attention = flash_attention
+        self.graph_nodes = graph_nodes
+        self._lock = threading.Lock()
+        self._cpu = g.ggml_backend_cpu_init()
+        if not self._cpu:
+            raise RuntimeError("ggml could not start its CPU backend")
+        g.ggml_backend_cpu_set_n_threads(self._cpu, self.num_threads)
+        self._backends = [self._cpu]
+        self._sched: object | None = None
+        self._sched_nodes = 0
+        self._allocated_graph = 0
+        self._persistent: list[tuple[object, object]] = []  # (ggml context, buffer)
+        self.cpu_buffer_type = g.ggml_backend_cpu_buffer_type()
+
+    # -- scheduler ----------------------------------------------------------------------
+    def _scheduler(self) -> object:
+        if self._sched is None or self._sched_nodes < self.graph_nodes:
+            if self._sched is not None:
+                g.ggml_backend_sched_free(self._sched)
+            arr = (_c_void_p * len(self._backends))(*self._backends)
+            self._sched = g.ggml_backend_sched_new(
+                arr, None, len(self._backends), self.graph_nodes, False, True
+            )
+            self._sched_nodes = self.graph_nodes
+            self._allocated_graph = 0
+        return self._sched
+
+    def _compute(self, gf: object, inputs: list[tuple[GGMLTensor, np.ndarray]]) -> None:
+        with self._lock:
+            sched = self._scheduler()
+            key = _addr(gf)
+            if self._allocated_graph != key:
+                g.ggml_backend_sched_reset(sched)
+                if not g.ggml_backend_sched_alloc_graph(sched, gf):
+                    self._allocated_graph = 0
+                    raise OutOfMemoryError("not enough memory to run this graph")
+                self._allocated_graph = key
+            for t, arr in inputs:
+                if t.ptr.contents.data:  # inputs the graph does not use get no memory
+                    g.ggml_backend_tensor_set(t.ptr, arr.ctypes.data, 0, arr.nbytes)
+            status = g.ggml_backend_sched_graph_compute(sched, gf)
+            if status != g.GGML_STATUS_SUCCESS:
+                self._allocated_graph = 0
+                raise RuntimeError(f"ggml graph compute failed (status {status})")
+
+    def _reserve(self, gf: object) -> None:
+        with self._lock:
+            sched = self._scheduler()
+            self._allocated_graph = 0
+            g.ggml_backend_sched_reset(sched)
+            if not g.ggml_backend_sched_reserve(sched, gf):
+                raise OutOfMemoryError("not enough memory for the worst-case graph")
+
+    def _forget_graph(self, gf: object | None) -> None:
+        if gf is not None and self._allocated_graph == _addr(gf):
+            self._allocated_graph = 0
+
+    def graph_memory(self) -> int:
+        """Bytes the scheduler's compute buffers hold now (after reserve or compute)."""
+        if self._sched is None:
+            return 0
+        return sum(int(g.ggml_backend_sched_get_buffer_size(self._sched, b)) for b in self._backends)
+
+    # -- tensors ------------------------------------------------------------------------
+    def new_context(self, max_nodes: int | None = None) -> GGMLContext:
+        return GGMLContext(self, max_nodes or self.graph_nodes)
+
+    def persistent(self, dtype: DType, shape: Sequence[int], name: str = "") -> GGMLTensor:
+        params = g.ggml_init_params(mem_size=g.ggml_tensor_overhead() * 2, mem_buffer=None, no_alloc=True)
+        ctx = g.ggml_init(params)
+        ne = list(shape) + [1] * (4 - len(shape))
+        p = g.ggml_new_tensor_4d(ctx, int(dtype), ne[0], ne[1], ne[2], ne[3])
+        if name:
+            g.ggml_set_name(p, name.encode()[:63])
+        buf = g.ggml_backend_alloc_ctx_tensors_from_buft(ctx, self.cpu_buffer_type)
+        if not buf:
+            g.ggml_free(ctx)
+            raise OutOfMemoryError(
+                f"could not allocate {g.ggml_nbytes(p)} bytes for {name or 'a cache tensor'}",
+                needed=int(g.ggml_nbytes(p)),
+            )
+        g.ggml_backend_buffer_clear(buf, 0)
+        self._persistent.append((ctx, buf))
+        return GGMLTensor(p, self)
+
+    def persistent_bytes(self) -> int:
+        return sum(int(g.ggml_backend_buffer_get_size(buf)) for _, buf in self._persistent)
+
+    @property
+    def cache_config(self) -> CacheConfig:
+        if self.flash_attention:
+            return CacheConfig(padding=256, permuted_v=False, mask_dtype=DType.F16)
+        return CacheConfig(padding=256, permuted_v=True, mask_dtype=DType.F32)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._sched is not None:
+                g.ggml_backend_sched_free(self._sched)
+                self._sched = None
+            for ctx, buf in self._persistent:
+                g.ggml_backend_buffer_free(buf)
+                g.ggml_free(ctx)
+            self._persistent.clear()
+            for b in self._backends:
+                g.ggml_backend_free(b)
+            self._backends = []

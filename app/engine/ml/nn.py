@@ -1,0 +1,141 @@
+"""Building blocks for model plugins: weight binding, linear layers, norms and attention.
+
+Weights are declared as dataclass fields and bound by GGUF name:
+
+    @dataclass
+    class Block:
+        attn_norm: Tensor = weight()                   # "<prefix>attn_norm.weight"
+        attn_q: Tensor = weight()
+        rope_freqs: Tensor | None = weight("rope_freqs.weight", absolute=True, optional=True)
+
+    block = bind(Block, weights, prefix="blk.3.")
+
+`weight()` with no name uses the field name plus ".weight". A missing required tensor raises
+an error naming the file and the tensor; an optional one binds None.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Protocol, TypeVar
+
+from .api import Context, DType, Tensor
+
+__all__ = ["weight", "bind", "linear", "rms_norm", "attention", "AttentionCache"]
+
+T = TypeVar("T")
+
+
+def weight(
+    name: str | None = None,
+    *,
+    alt: str | None = None,
+    optional: bool = False,
+    absolute: bool = False,
+    matmul: bool | None = None,
+) -> Any:
+    """Declare a weight field. `alt` is a fallback tensor name (absolute, e.g. a tied
+    embedding); `absolute` means `name` is not prefixed; `matmul` overrides whether the
+    tensor is laid out for matrix multiplication."""
+    return dataclasses.field(
+        default=None,
+        metadata={
+            "gguf": name,
+            "alt": alt,
+            "optional": optional,
+            "absolute": absolute,
+            "matmul": matmul,
+        },
+    )
+
+
+class _Store(Protocol):
+    def get(self, name: str, alt: str | None = None, matmul: bool | None = None) -> Any: ...
+
+    def require(self, name: str, alt: str | None = None, matmul: bool | None = None) -> Any: ...
+
+
+def bind(cls: type[T], store: _Store, prefix: str = "", **extra: Any) -> T:
+    """Instantiate the dataclass `cls` with its weight fields bound from `store`."""
+    kwargs: dict[str, Any] = dict(extra)
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        if "gguf" not in f.metadata or f.name in kwargs:
+            continue
+        md = f.metadata
+        base = md["gguf"] or f"{f.name}.weight"
+        name = base if md["absolute"] else prefix + base
+        if md["optional"]:
+            kwargs[f.name] = store.get(name, md["alt"], md["matmul"])
+        else:
+            kwargs[f.name] = store.require(name, md["alt"], md["matmul"])
+    return cls(**kwargs)
+
+
+def linear(ctx: Context, x: Tensor, w: Tensor, bias: Tensor | None = None) -> Tensor:
+    """x `[in, tokens]` times w `[in, out]` -> `[out, tokens]` (+ bias)."""
+    y = ctx.mul_mat(w, x)
+    return ctx.add(y, bias) if bias is not None else y
+
+
+def rms_norm(ctx: Context, x: Tensor, w: Tensor | None, eps: float) -> Tensor:
+    """RMS-normalise along dimension 0, then scale by `w` when given."""
+    y = ctx.rms_norm(x, eps)
+    return ctx.mul(y, w) if w is not None else y
+
+
+class AttentionCache(Protocol):
+    """What attention needs of a KV cache (kvcache.Cache satisfies it)."""
+
+    def put(self, ctx: Context, key: Tensor, value: Tensor) -> None: ...
+
+    def get(self, ctx: Context) -> tuple[Tensor, Tensor, Tensor]: ...
+
+    @property
+    def permuted_v(self) -> bool: ...
+
+
+def attention(
+    ctx: Context,
+    q: Tensor,
+    k: Tensor | None,
+    v: Tensor | None,
+    scale: float,
+    cache: AttentionCache,
+    softcap: float = 0.0,
+) -> Tensor:
+    """Scaled dot-product attention through a KV cache.
+
+    q `[head_dim, heads, tokens]`; k, v `[head_dim, kv_heads, tokens]` are stored in the cache
+    first (pass None to only read it). Heads share kv_heads in groups (GQA). Uses flash
+    attention when the backend's switch is on. Returns `[head_dim_v * heads, tokens]`.
+    """
+    if k is not None and v is not None:
+        cache.put(ctx, k, v)
+    keys, values, mask = cache.get(ctx)
+    heads, tokens = q.dim(1), q.dim(2)
+
+    q = ctx.permute(q, 0, 2, 1, 3)  # [head_dim, tokens, heads]
+    keys = ctx.permute(keys, 0, 2, 1, 3)  # [head_dim, n_kv, kv_heads]
+    if ctx.flash_attention_enabled:
+        if cache.permuted_v:
+            raise ValueError("flash attention needs an unpermuted V cache")
+        values = ctx.permute(values, 0, 2, 1, 3)  # [head_dim_v, n_kv, kv_heads]
+        if mask.dtype != DType.F16:
+            mask = ctx.cast(mask, DType.F16)
+        out = ctx.flash_attention(q, keys, values, mask, scale, softcap)  # [d_v, heads, tokens]
+        return ctx.reshape(out, out.dim(0) * heads, tokens)
+
+    kq = ctx.mul_mat(keys, q, full_precision=True)  # [n_kv, tokens, heads]
+    if softcap:
+        kq = ctx.scale(ctx.tanh(ctx.scale(kq, scale / softcap)), softcap)
+        kq = ctx.soft_max(kq, mask, 1.0)
+    else:
+        kq = ctx.soft_max(kq, mask, scale)
+    if cache.permuted_v:
+        vt = values  # [n_kv, head_dim_v, kv_heads]
+    else:
+        vt = ctx.cont(ctx.permute(values, 1, 2, 0, 3))  # [n_kv, head_dim_v, kv_heads]
+    kqv = ctx.mul_mat(vt, kq)  # [head_dim_v, tokens, heads]
+    kqv = ctx.permute(kqv, 0, 2, 1, 3)  # [head_dim_v, heads, tokens]
+    out = ctx.cont(kqv)
+    return ctx.reshape(out, out.dim(0) * out.dim(1), tokens)

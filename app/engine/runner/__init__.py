@@ -1,0 +1,1 @@
+"""The runner: forward passes, the batching loop, prompt-cache slots."""

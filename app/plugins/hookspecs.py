@@ -1,0 +1,36 @@
+"""Hook specifications: what a Hearth plugin may implement.
+
+A plugin is a module (or object) with functions decorated by `hookimpl`. It is found either as
+a built-in (registered by module name) or through the entry-point group `hearth.plugins`:
+
+    # pyproject.toml of a third-party plugin
+    [project.entry-points."hearth.plugins"]
+    mamba = "hearth_mamba"
+
+Hooks are called when the plugin manager is created and when the registry is built, never on
+the inference hot path: the engine calls the registered architecture classes directly.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable
+
+import pluggy
+
+if TYPE_CHECKING:
+    from .registry import ArchitectureSpec
+
+PROJECT = "hearth"
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+
+@hookspec
+def register_architectures(register: Callable[[ArchitectureSpec], None]) -> None:
+    """Register the model architectures this plugin provides (required to be useful).
+
+    Call `register(ArchitectureSpec(name=..., config=..., model=...))` once per architecture.
+    `name` is matched against a GGUF file's `general.architecture`. Registering a name that
+    another plugin already registered raises `DuplicateArchitectureError`, naming both
+    plugins. Called once per registry build, on the thread that builds it.
+    """

@@ -1,0 +1,1 @@
+"""The engine service: HTTP APIs, model store, scheduler, chat templates."""

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Create .venv in the repository root and install Hearth into it (editable), idempotently.
+# Usage: scripts/bootstrap.sh [extras]      e.g. scripts/bootstrap.sh test
+# The first run compiles ggml (ggml-python) and, for tests, llama.cpp (llama-cpp-python): a few
+# minutes on two cores. Later runs return at once unless pyproject.toml changed.
+# GPU builds: export CMAKE_ARGS="-DGGML_CUDA=on" before the first run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+extras="${1:-}"
+python="${PYTHON:-python3}"
+
+if [ ! -x .venv/bin/python ]; then
+    "$python" -m venv .venv
+fi
+stamp=.venv/.hearth-install-stamp
+want="$(cat pyproject.toml scripts/bootstrap.sh | sha256sum | cut -d' ' -f1) extras=${extras}"
+have="$(cat "$stamp" 2>/dev/null || true)"
+# An install with the test extras also satisfies a plain install.
+if [ "$have" = "$want" ] || { [ -z "$extras" ] && [ "$have" = "${want% extras=*} extras=test" ]; }; then
+    exit 0
+fi
+
+echo "hearth: setting up .venv (first run compiles ggml; this takes a few minutes)..." >&2
+.venv/bin/python -m pip install --quiet --upgrade pip setuptools wheel >&2
+target="."
+[ -n "$extras" ] && target=".[${extras}]"
+# llama.cpp enables its llamafile sgemm kernels by default; stock ggml does not. Turn them on so
+# Hearth's ggml runs the same CPU kernels as the llama.cpp it is compared with.
+CMAKE_ARGS="-DGGML_LLAMAFILE=ON ${CMAKE_ARGS:-}" \
+    .venv/bin/python -m pip install --quiet --no-cache-dir --editable "$target" >&2
+echo "$want" > "$stamp"

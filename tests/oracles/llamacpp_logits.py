@@ -1,0 +1,71 @@
+"""llama.cpp as an oracle, run in its own process (never import llama_cpp next to our ggml).
+
+Usage: python llamacpp_logits.py REQUEST.json RESULT.npz
+
+REQUEST: {"model": path, "n_ctx": int, "threads": int,
+          "prompts": [{"text": str} | {"ids": [int]}], "greedy": int, "sample_rows": int,
+          "top_k": int}
+RESULT (npz), per prompt i:
+  ids_i        the prompt's token ids (llama.cpp's tokenization when text was given)
+  argmax_i     teacher-forced top-1 token at every position
+  topk_ids_i / topk_vals_i   the top_k logits at every position
+  rows_i / rows_idx_i        full logit rows at `sample_rows` evenly spread positions (+ last)
+  greedy_i     `greedy` tokens of greedy continuation after the prompt
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import numpy as np
+
+
+def main() -> None:
+    req = json.load(open(sys.argv[1]))
+    from llama_cpp import Llama
+
+    n_ctx = int(req.get("n_ctx", 1024))
+    llm = Llama(
+        req["model"],
+        n_ctx=n_ctx,
+        n_batch=min(512, n_ctx),
+        n_threads=int(req.get("threads", 2)),
+        n_threads_batch=int(req.get("threads", 2)),
+        logits_all=True,
+        verbose=False,
+    )
+    top_k = int(req.get("top_k", 20))
+    out: dict[str, np.ndarray] = {}
+    for i, prompt in enumerate(req["prompts"]):
+        if "ids" in prompt:
+            ids = [int(t) for t in prompt["ids"]]
+        else:
+            ids = llm.tokenize(prompt["text"].encode(), add_bos=True, special=True)
+        llm.reset()
+        llm.eval(ids)
+        scores = np.asarray(llm.scores[: len(ids)], dtype=np.float32)
+        out[f"ids_{i}"] = np.array(ids, dtype=np.int32)
+        out[f"argmax_{i}"] = scores.argmax(-1).astype(np.int32)
+        part = np.argpartition(-scores, top_k, axis=-1)[:, :top_k]
+        vals = np.take_along_axis(scores, part, -1)
+        order = np.argsort(-vals, axis=-1)
+        out[f"topk_ids_{i}"] = np.take_along_axis(part, order, -1).astype(np.int32)
+        out[f"topk_vals_{i}"] = np.take_along_axis(vals, order, -1)
+        n_rows = int(req.get("sample_rows", 8))
+        idx = np.unique(np.r_[np.linspace(0, len(ids) - 1, n_rows).astype(int), len(ids) - 1])
+        out[f"rows_idx_{i}"] = idx.astype(np.int32)
+        out[f"rows_{i}"] = scores[idx]
+        greedy = []
+        last = scores[-1]
+        for _ in range(int(req.get("greedy", 0))):
+            tok = int(np.argmax(last))
+            greedy.append(tok)
+            llm.eval([tok])
+            last = np.asarray(llm.scores[llm.n_tokens - 1], dtype=np.float32)
+        out[f"greedy_{i}"] = np.array(greedy, dtype=np.int32)
+    np.savez(sys.argv[2], **out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,208 @@
+"""The plugin system: registry rules, autoloading, a third-party plugin, and import hygiene."""
+
+from __future__ import annotations
+
+import ast
+import textwrap
+from pathlib import Path
+
+import gguf
+import numpy as np
+import pytest
+
+from hearth.plugins import ArchitectureSpec, hookimpl
+from hearth.plugins.manager import BUILTIN_PLUGINS, create_plugin_manager
+from hearth.plugins.registry import (
+    ArchitectureRegistry,
+    DuplicateArchitectureError,
+    UnknownArchitectureError,
+    build_registry,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+
+FAKE_PLUGIN = '''
+"""A third-party architecture: a bigram model (logits = output @ embedding[token])."""
+from dataclasses import dataclass
+
+from hearth.engine.ml import Tensor, bind, weight
+from hearth.plugins import ArchitectureSpec, Causal, hookimpl
+
+
+@dataclass(frozen=True)
+class Config:
+    vocab: int
+
+    @classmethod
+    def from_gguf(cls, meta):
+        return cls(len(meta.strings("tokenizer.ggml.tokens")))
+
+
+@dataclass
+class Weights:
+    token_embd: Tensor = weight(matmul=False)
+    output: Tensor = weight()
+
+
+class Model:
+    default_chat_template = None
+    eos_tokens = ()
+
+    def __init__(self, config, weights):
+        self.w = bind(Weights, weights)
+
+    def make_cache(self):
+        return Causal()
+
+    def forward(self, ctx, batch, cache):
+        h = ctx.get_rows(self.w.token_embd, batch.tokens)
+        h = ctx.get_rows(h, batch.outputs)
+        return ctx.mul_mat(self.w.output, h)
+
+
+@hookimpl
+def register_architectures(register):
+    register(ArchitectureSpec(name="bigram", config=Config, model=Model))
+'''
+
+
+@pytest.fixture
+def fake_dist(tmp_path, monkeypatch):
+    """Install `hearth_bigram` as if by pip: a package plus a dist-info with an entry point."""
+    site = tmp_path / "site"
+    pkg = site / "hearth_bigram"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text(FAKE_PLUGIN)
+    info = site / "hearth_bigram-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: hearth-bigram\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[hearth.plugins]\nbigram = hearth_bigram\n")
+    monkeypatch.syspath_prepend(str(site))
+    return pkg
+
+
+def test_builtins_register_llama_and_gemma3():
+    registry = build_registry(create_plugin_manager(autoload=False))
+    assert {"llama", "gemma3"} <= set(registry.names())
+    assert registry.owner("gemma3") == "hearth_gemma3"
+
+
+def test_registry_refuses_a_duplicate_naming_both_plugins():
+    reg = ArchitectureRegistry()
+    reg.register(ArchitectureSpec("x", object, object), "first")
+    with pytest.raises(DuplicateArchitectureError, match="'first'.*'second'"):
+        reg.register(ArchitectureSpec("x", object, object), "second")
+
+
+def test_duplicate_across_plugins_fails_the_registry_build():
+    class Clash:
+        @hookimpl
+        def register_architectures(self, register):
+            register(ArchitectureSpec("llama", object, object))
+
+    pm = create_plugin_manager(autoload=False)
+    pm.register(Clash(), name="clash")
+    with pytest.raises(DuplicateArchitectureError, match="hearth_llama.*clash"):
+        build_registry(pm)
+
+
+def test_unknown_architecture_lists_what_is_installed():
+    registry = build_registry(create_plugin_manager(autoload=False))
+    with pytest.raises(UnknownArchitectureError, match="'rwkv9'.*gemma3.*llama"):
+        registry.get("rwkv9")
+
+
+def test_misspelled_hook_fails_loudly():
+    class Typo:
+        @hookimpl
+        def register_architecture(self, register):  # missing "s"
+            pass
+
+    pm = create_plugin_manager(autoload=False)
+    pm.register(Typo(), name="typo")
+    with pytest.raises(Exception, match="register_architecture"):
+        pm.check_pending()
+
+
+def test_third_party_plugin_is_autoloaded(fake_dist):
+    registry = build_registry(create_plugin_manager())
+    assert "bigram" in registry.names()
+    assert registry.owner("bigram") == "bigram"
+
+
+def test_disable_plugins_env_stops_autoloading(fake_dist, monkeypatch):
+    monkeypatch.setenv("HEARTH_DISABLE_PLUGINS", "1")
+    registry = build_registry(create_plugin_manager())
+    assert "bigram" not in registry.names()
+    assert "llama" in registry.names()  # built-ins stay
+
+
+def _write_bigram(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    from tiny_models import _vocab
+
+    rng = np.random.default_rng(4)
+    w = gguf.GGUFWriter(str(path), "bigram")
+    n_vocab = _vocab(w)
+    emb = rng.standard_normal((n_vocab, 32)).astype(np.float32)
+    out = rng.standard_normal((n_vocab, 32)).astype(np.float32)
+    w.add_tensor("token_embd.weight", emb)
+    w.add_tensor("output.weight", out)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return emb, out
+
+
+def test_a_model_loads_and_runs_through_the_third_party_plugin(fake_dist, tmp_path):
+    from hearth.engine.model import load_model
+    from hearth.engine.runner.forward import ForwardEngine
+
+    emb, out = _write_bigram(tmp_path / "bigram.gguf")
+    loaded = load_model(tmp_path / "bigram.gguf", num_threads=1)
+    assert loaded.architecture == "bigram"
+    engine = ForwardEngine(loaded, num_ctx=256, num_batch=16)
+    try:
+        tokens = np.array([5, 17, 42], dtype=np.int32)
+        logits = engine.forward(tokens, np.arange(3), np.zeros(3), np.array([0, 2]))
+    finally:
+        engine.close()
+        loaded.close()
+    expected = emb[[5, 42]] @ out.T
+    np.testing.assert_allclose(logits, expected, rtol=1e-4, atol=1e-4)
+
+
+ALLOWED = ("hearth.plugins", "hearth.engine.ml")
+
+
+def _hearth_imports(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text())
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.append(node.module)
+    return [m for m in found if m == "hearth" or m.startswith("hearth.")]
+
+
+def _forbidden(paths) -> list[str]:
+    bad = []
+    for path in paths:
+        for module in _hearth_imports(path):
+            if not any(module == a or module.startswith(a + ".") for a in ALLOWED):
+                bad.append(f"{path}: imports {module}")
+    return bad
+
+
+def test_plugins_import_only_the_public_api():
+    files = sorted((REPO / "plugins").rglob("*.py"))
+    assert files, "no plugin sources found"
+    assert _forbidden(files) == []
+    assert {Path(m).name for m in BUILTIN_PLUGINS} == {"hearth_llama", "hearth_gemma3"}
+
+
+def test_the_purity_check_catches_a_private_import(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text(textwrap.dedent("from hearth.engine.kvcache.causal import Causal\n"))
+    assert _forbidden([bad]) == [f"{bad}: imports hearth.engine.kvcache.causal"]
