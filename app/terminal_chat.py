@@ -12,8 +12,8 @@ from typing import Any, TextIO
 
 from .default_model import DEFAULT_MODEL, default_model_path
 from .engine.gguf import GGUFError
-from .engine.model import LoadedModel, ModelLoadError, load_model
 from .engine.ml.api import OutOfMemoryError
+from .engine.model import LoadedModel, ModelLoadError, load_model
 from .engine.runner.forward import ForwardEngine
 from .engine.runner.session import GenerateOptions, Session
 from .engine.sampling import SamplingOptions

@@ -118,7 +118,12 @@ def write_tiny_llama(path: str | Path, spec: TinyLlama | None = None) -> Path:
     def t(name: str, *shape: int, scale: float = 0.08) -> None:
         # numpy shape is the reverse of ggml's: weights are [out, in] here, [in, out] in ggml.
         data = rng.standard_normal(shape).astype(np.float32) * scale
-        _add(w, name, data, s.types.get(name.split(".", 2)[-1] if name.startswith("blk.") else name, QT.F32))
+        _add(
+            w,
+            name,
+            data,
+            s.types.get(name.split(".", 2)[-1] if name.startswith("blk.") else name, QT.F32),
+        )
 
     t("token_embd.weight", n_vocab, s.embd, scale=0.5)
     for i in range(s.layers):

@@ -10,12 +10,14 @@ user can act on (it names the file and the problem).
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 import struct
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 import numpy as np
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
@@ -356,11 +358,9 @@ class GGUFFile:
     def close(self) -> None:
         mm = getattr(self, "_mm", None)
         if mm is not None:
-            try:
+            # A numpy view of a tensor may still be alive; then the map closes when collected.
+            with contextlib.suppress(BufferError):
                 mm.close()
-            except BufferError:
-                # A numpy view of a tensor is still alive; the map closes when it is collected.
-                pass
             self._mm = None  # type: ignore[assignment]
         fh = getattr(self, "_fh", None)
         if fh is not None:

@@ -8,8 +8,8 @@ raw logits, then top-k, temperature, softmax, top-p, min-p, and a draw. Temperat
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 import numpy as np
 

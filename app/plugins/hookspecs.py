@@ -13,7 +13,8 @@ the inference hot path: the engine calls the registered architecture classes dir
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import pluggy
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 import os
-from typing import Iterable
+from collections.abc import Iterable
 
 import pluggy
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 import datetime
 import functools
 import json
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import jinja2
 from jinja2.sandbox import ImmutableSandboxedEnvironment
@@ -45,7 +46,9 @@ def compile_template(source: str) -> jinja2.Template:
     try:
         return env.from_string(source)
     except jinja2.TemplateSyntaxError as e:
-        raise TemplateError(f"the chat template has a syntax error on line {e.lineno}: {e.message}")
+        raise TemplateError(
+            f"the chat template has a syntax error on line {e.lineno}: {e.message}"
+        ) from None
 
 
 def render_chat(
@@ -71,7 +74,9 @@ def render_chat(
     except TemplateError:
         raise
     except jinja2.exceptions.SecurityError as e:
-        raise TemplateError(f"the chat template tried something unsafe and was stopped: {e}")
+        raise TemplateError(
+            f"the chat template tried something unsafe and was stopped: {e}"
+        ) from None
     except jinja2.TemplateError as e:
         raise TemplateError(f"the chat template failed: {e}") from e
     except (TypeError, ValueError, KeyError, AttributeError) as e:

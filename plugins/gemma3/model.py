@@ -68,9 +68,7 @@ class Config:
             rope_global, base=meta.float("rope.freq_base_swa", _LOCAL_ROPE_BASE), scale=1.0
         )
         # Gemma 3 27B scales queries by 1/sqrt(embd/heads); the others by 1/sqrt(head_dim).
-        query_scale = (
-            1.0 / math.sqrt(embd / heads) if blocks == 62 else 1.0 / math.sqrt(key_length)
-        )
+        query_scale = 1.0 / math.sqrt(embd / heads) if blocks == 62 else 1.0 / math.sqrt(key_length)
         return cls(
             block_count=blocks,
             embedding_length=embd,
@@ -197,7 +195,9 @@ class Model:
         if not any(cfg.sliding_layers):
             return Causal(shift=self.shift)
         local = Causal(shift=self.shift, window=cfg.sliding_window)
-        return Wrapper([local, Causal(shift=self.shift)], lambda i: 0 if cfg.sliding_layers[i] else 1)
+        return Wrapper(
+            [local, Causal(shift=self.shift)], lambda i: 0 if cfg.sliding_layers[i] else 1
+        )
 
     def shift(self, ctx: Context, layer: int, key: Tensor, delta: Tensor) -> Tensor:
         return ctx.rope(key, delta, self.config.rope(layer))

@@ -87,7 +87,9 @@ def test_mul_mat_broadcasts_heads(backend):
 def test_get_rows_and_set_rows(backend):
     table = f32(10, 6)
     idx = np.array([3, 0, 9, 3], dtype=np.int32)
-    np.testing.assert_array_equal(run(backend, lambda c, t, i: c.get_rows(t, i), table, idx), table[idx])
+    np.testing.assert_array_equal(
+        run(backend, lambda c, t, i: c.get_rows(t, i), table, idx), table[idx]
+    )
     src = f32(2, 6)
     rows = np.array([7, 1], dtype=np.int32)
     ctx = backend.new_context()
@@ -110,7 +112,9 @@ def test_norms(backend):
     np.testing.assert_allclose(run(backend, lambda c, a: c.rms_norm(a, 1e-6), x), rms, rtol=1e-5)
     mu = x - x.mean(-1, keepdims=True)
     ln = mu / np.sqrt((mu * mu).mean(-1, keepdims=True) + 1e-5)
-    np.testing.assert_allclose(run(backend, lambda c, a: c.norm(a, 1e-5), x), ln, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(
+        run(backend, lambda c, a: c.norm(a, 1e-5), x), ln, rtol=1e-4, atol=1e-5
+    )
 
 
 def test_soft_max_with_mask_and_scale(backend):
@@ -135,8 +139,12 @@ def silu(x):
 def test_activations(backend):
     x, y = f32(3, 40), f32(3, 40)
     np.testing.assert_allclose(run(backend, lambda c, a: c.gelu(a), x), gelu_tanh(x), atol=2e-3)
-    np.testing.assert_allclose(run(backend, lambda c, a: c.silu(a), x), silu(x), rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(run(backend, lambda c, a: c.tanh(a), x), np.tanh(x), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        run(backend, lambda c, a: c.silu(a), x), silu(x), rtol=1e-5, atol=1e-6
+    )
+    np.testing.assert_allclose(
+        run(backend, lambda c, a: c.tanh(a), x), np.tanh(x), rtol=1e-5, atol=1e-6
+    )
     np.testing.assert_allclose(
         run(backend, lambda c, a, b: c.geglu(a, b), x, y), gelu_tanh(x) * y, atol=3e-3
     )
@@ -182,7 +190,9 @@ def test_rope(backend, neox, with_factors):
 
 def test_layout_ops(backend):
     x = f32(2, 3, 4)  # ggml [4, 3, 2]
-    np.testing.assert_array_equal(run(backend, lambda c, a: c.reshape(a, 12, 2), x), x.reshape(2, 12))
+    np.testing.assert_array_equal(
+        run(backend, lambda c, a: c.reshape(a, 12, 2), x), x.reshape(2, 12)
+    )
     # permute(0, 2, 1, 3) swaps ggml dims 1 and 2 == numpy axes 0 and 1
     got = run(backend, lambda c, a: c.cont(c.permute(a, 0, 2, 1, 3)), x)
     np.testing.assert_array_equal(got, x.transpose(1, 0, 2))

@@ -22,7 +22,9 @@ import numpy as np
 
 
 def main() -> None:
-    req = json.load(open(sys.argv[1]))
+    with open(sys.argv[1]) as f:
+        req = json.load(f)
+    import llama_cpp
     from llama_cpp import Llama
 
     n_ctx = int(req.get("n_ctx", 1024))
@@ -43,6 +45,7 @@ def main() -> None:
         else:
             ids = llm.tokenize(prompt["text"].encode(), add_bos=True, special=True)
         llm.reset()
+        llama_cpp.llama_memory_clear(llama_cpp.llama_get_memory(llm.ctx), True)
         llm.eval(ids)
         scores = np.asarray(llm.scores[: len(ids)], dtype=np.float32)
         out[f"ids_{i}"] = np.array(ids, dtype=np.int32)

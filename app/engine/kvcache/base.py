@@ -22,7 +22,7 @@ re-RoPE but the model has no shift function.
 from __future__ import annotations
 
 import abc
-from typing import Callable
+from collections.abc import Callable
 
 from ..input import Batch
 from ..ml.api import Backend, CacheConfig, Context, DType, Tensor
@@ -43,12 +43,16 @@ position deltas `delta` ([cells]); returns the shifted keys (same shape)."""
 
 
 class CacheFullError(RuntimeError):
-    def __init__(self, message: str = "could not find a kv cache slot: the context is full") -> None:
+    def __init__(
+        self, message: str = "could not find a kv cache slot: the context is full"
+    ) -> None:
         super().__init__(message)
 
 
 class ShiftNotSupportedError(RuntimeError):
-    def __init__(self, message: str = "this model cannot shift its cache (no shift function)") -> None:
+    def __init__(
+        self, message: str = "this model cannot shift its cache (no shift function)"
+    ) -> None:
         super().__init__(message)
 
 

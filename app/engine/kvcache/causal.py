@@ -157,7 +157,9 @@ class Causal(Cache):
         rows = np.arange(dv, dtype=np.int64)[None, :] * self.cells + self._locs_host[:, None]
         self._v_row_dims.add(dv)
         n = self._batch_size * dv
-        return ctx.input(DType.I32, (n,), rows.astype(np.int32).ravel(), key=self._key + f"vrows{dv}")
+        return ctx.input(
+            DType.I32, (n,), rows.astype(np.int32).ravel(), key=self._key + f"vrows{dv}"
+        )
 
     def _mask(self, positions: np.ndarray, seqs: np.ndarray, n_kv: int) -> np.ndarray:
         cp = self.cell_pos[:n_kv][None, :]

@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import abc
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -216,9 +217,7 @@ class Context(abc.ABC):
         """Normalise along dimension 0 to zero mean, unit variance (no weight)."""
 
     @abc.abstractmethod
-    def soft_max(
-        self, a: Tensor, mask: Tensor | None = None, scale: float = 1.0
-    ) -> Tensor:
+    def soft_max(self, a: Tensor, mask: Tensor | None = None, scale: float = 1.0) -> Tensor:
         """softmax(a * scale + mask) along dimension 0. The mask is `[n, rows_padded]`."""
 
     @abc.abstractmethod
@@ -306,7 +305,12 @@ class Context(abc.ABC):
     @abc.abstractmethod
     def compute(self, *outputs: Tensor) -> None:
         """Run the graph; afterwards `outputs[i].numpy()` holds values. May be called again
-        after inputs were given new values: the built graph is reused."""
+        after inputs were given new values, as long as `is_current` (no other graph ran in
+        between): the built graph is then re-run without rebuilding."""
+
+    @property
+    @abc.abstractmethod
+    def is_current(self) -> bool: ...
 
     @abc.abstractmethod
     def reserve(self, *outputs: Tensor) -> None:

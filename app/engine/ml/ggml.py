@@ -6,10 +6,12 @@ places each op on the device holding its weights, the CPU backend being the fall
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import logging
 import os
 import threading
-from typing import Sequence
+from collections.abc import Sequence
 
 import ggml as g
 import numpy as np
@@ -36,6 +38,25 @@ def _fix_bindings() -> None:
 
 
 _fix_bindings()
+
+_log = logging.getLogger("hearth.ggml")
+_LEVELS = {
+    g.GGML_LOG_LEVEL_DEBUG: logging.DEBUG,
+    g.GGML_LOG_LEVEL_INFO: logging.DEBUG,  # ggml's info lines (repacking...) are chatter
+    g.GGML_LOG_LEVEL_WARN: logging.WARNING,
+    g.GGML_LOG_LEVEL_ERROR: logging.ERROR,
+}
+
+
+@g.ggml_log_callback
+def _ggml_log(level: int, text: bytes, _user: object) -> None:
+    msg = text.decode("utf-8", "replace").rstrip() if text else ""
+    if msg:
+        _log.log(_LEVELS.get(level, logging.DEBUG), "%s", msg)
+
+
+# ggml's log sink is process-wide; route it to Python logging (one constant callback).
+g.ggml_log_set(_ggml_log, None)
 
 
 def _addr(p: object) -> int:
@@ -167,6 +188,7 @@ class GGMLContext(Context):
         self._graph: object | None = g.ggml_new_graph_custom(self._ctx, max_nodes, False)
         self._outputs: set[int] = set()
         self._keyed: dict[str, GGMLTensor] = {}
+        self._was_allocated = False
 
     @property
     def flash_attention_enabled(self) -> bool:
@@ -374,7 +396,8 @@ class GGMLContext(Context):
                 g.ggml_set_output(t.ptr)  # type: ignore[attr-defined]
                 g.ggml_build_forward_expand(self._graph, t.ptr)  # type: ignore[attr-defined]
                 self._outputs.add(key)
-                self._backend._forget_graph(self._graph)  # the graph changed: allocate anew
+                if self._was_allocated:
+                    raise RuntimeError("outputs cannot be added to a graph that already ran")
         return self._graph
 
     def compute(self, *outputs: Tensor) -> None:
@@ -382,10 +405,16 @@ class GGMLContext(Context):
         missing = [t for t, arr in self._inputs.values() if arr is None]
         if missing:
             raise ValueError(f"{len(missing)} graph input(s) were never given values")
-        self._backend._compute(gf, [v for v in self._inputs.values()])  # type: ignore[misc]
+        self._backend._compute(self, gf, [v for v in self._inputs.values()])  # type: ignore[misc]
 
     def reserve(self, *outputs: Tensor) -> None:
         self._backend._reserve(self._build(outputs))
+
+    @property
+    def is_current(self) -> bool:
+        """Whether this graph is the one the scheduler holds now, so compute() can re-run it
+        (after inputs were refilled) without building anew."""
+        return self._graph is not None and self._backend._allocated_graph == _addr(self._graph)
 
     @property
     def n_nodes(self) -> int:
@@ -400,10 +429,8 @@ class GGMLContext(Context):
             self._inputs.clear()
 
     def __del__(self) -> None:
-        try:
+        with contextlib.suppress(Exception):  # interpreter shutdown
             self.close()
-        except Exception:  # noqa: BLE001 - interpreter shutdown
-            pass
 
 
 class GGMLBackend(Backend):
@@ -443,16 +470,26 @@ class GGMLBackend(Backend):
             self._allocated_graph = 0
         return self._sched
 
-    def _compute(self, gf: object, inputs: list[tuple[GGMLTensor, np.ndarray]]) -> None:
+    def _compute(
+        self, ctx: GGMLContext, gf: object, inputs: list[tuple[GGMLTensor, np.ndarray]]
+    ) -> None:
         with self._lock:
             sched = self._scheduler()
             key = _addr(gf)
             if self._allocated_graph != key:
+                if ctx._was_allocated:
+                    # ggml's allocator treats tensors that still hold the old addresses as
+                    # allocated; re-allocating such a graph would alias memory.
+                    raise RuntimeError(
+                        "this graph ran before and the scheduler has run another since; "
+                        "build it again (only the most recent graph can be re-run)"
+                    )
                 g.ggml_backend_sched_reset(sched)
                 if not g.ggml_backend_sched_alloc_graph(sched, gf):
                     self._allocated_graph = 0
                     raise OutOfMemoryError("not enough memory to run this graph")
                 self._allocated_graph = key
+                ctx._was_allocated = True
             for t, arr in inputs:
                 if t.ptr.contents.data:  # inputs the graph does not use get no memory
                     g.ggml_backend_tensor_set(t.ptr, arr.ctypes.data, 0, arr.nbytes)
@@ -477,14 +514,18 @@ class GGMLBackend(Backend):
         """Bytes the scheduler's compute buffers hold now (after reserve or compute)."""
         if self._sched is None:
             return 0
-        return sum(int(g.ggml_backend_sched_get_buffer_size(self._sched, b)) for b in self._backends)
+        return sum(
+            int(g.ggml_backend_sched_get_buffer_size(self._sched, b)) for b in self._backends
+        )
 
     # -- tensors ------------------------------------------------------------------------
     def new_context(self, max_nodes: int | None = None) -> GGMLContext:
         return GGMLContext(self, max_nodes or self.graph_nodes)
 
     def persistent(self, dtype: DType, shape: Sequence[int], name: str = "") -> GGMLTensor:
-        params = g.ggml_init_params(mem_size=g.ggml_tensor_overhead() * 2, mem_buffer=None, no_alloc=True)
+        params = g.ggml_init_params(
+            mem_size=g.ggml_tensor_overhead() * 2, mem_buffer=None, no_alloc=True
+        )
         ctx = g.ggml_init(params)
         ne = list(shape) + [1] * (4 - len(shape))
         p = g.ggml_new_tensor_4d(ctx, int(dtype), ne[0], ne[1], ne[2], ne[3])

@@ -15,8 +15,8 @@ therefore loaded twice: once for row lookups, once laid out for matmul, as llama
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import ggml as g
 import numpy as np
@@ -31,7 +31,20 @@ ProgressFn = Callable[[float], None]
 
 _SUPPORTED_TYPES = {int(t) for t in DType} | {
     # ggml knows these quantisations too; they are valid weight types.
-    9, 15, 16, 17, 18, 19, 20, 21, 22, 23, 29, 34, 35, 39,
+    9,
+    15,
+    16,
+    17,
+    18,
+    19,
+    20,
+    21,
+    22,
+    23,
+    29,
+    34,
+    35,
+    39,
 }
 
 
@@ -73,7 +86,9 @@ class WeightStore:
     def has(self, name: str) -> bool:
         return name in self.file.tensors
 
-    def get(self, name: str, alt: str | None = None, matmul: bool | None = None) -> GGMLTensor | None:
+    def get(
+        self, name: str, alt: str | None = None, matmul: bool | None = None
+    ) -> GGMLTensor | None:
         """The tensor `name` (else `alt`), or None if the file has neither.
 
         matmul: whether the tensor is the weight of a matrix multiplication; None infers it
@@ -212,7 +227,9 @@ def _extra_buffer_types() -> list[object]:
 
 def _supports_matmul(buft: object, weight: GGMLTensor) -> bool:
     """Whether ggml can multiply by `weight` when it lives in `buft` (llama.cpp's probe)."""
-    params = g.ggml_init_params(mem_size=g.ggml_tensor_overhead() * 4, mem_buffer=None, no_alloc=True)
+    params = g.ggml_init_params(
+        mem_size=g.ggml_tensor_overhead() * 4, mem_buffer=None, no_alloc=True
+    )
     ctx = g.ggml_init(params)
     try:
         w = g.ggml_dup_tensor(ctx, weight.ptr)

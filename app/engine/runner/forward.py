@@ -2,9 +2,9 @@
 
 `ForwardEngine` owns the cache and the core-side half of every pass: it builds the batch's
 input tensors, lets the cache assign cells (`prepare`), asks the plugin for the graph, and
-computes it. A built graph is kept and run again for a later pass of the same shape (same
-batch size, output rows and cache signature) after its inputs are refilled; that is what makes
-token-by-token generation cheap in Python.
+computes it. The most recent graph is kept and run again when the next pass has the same shape
+(same batch size, output rows and cache signature), after its inputs are refilled; that is
+what makes token-by-token generation cheap in Python (as llama.cpp's graph reuse does).
 
 At construction it reserves the worst-case graphs (a full batch whose mask spans the whole
 cache, and a batch of one), so that a model which does not fit fails here, not mid-inference.
@@ -12,7 +12,6 @@ cache, and a batch of one), so that a model which does not fit fails here, not m
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,8 +22,6 @@ from ..ml.api import Context, DType, OutOfMemoryError, Tensor
 from ..model import LoadedModel
 
 __all__ = ["ForwardEngine", "MemoryReport"]
-
-_GRAPH_CACHE_SIZE = 4
 
 
 @dataclass(frozen=True)
@@ -40,6 +37,7 @@ class MemoryReport:
 
 @dataclass
 class _Graph:
+    key: tuple
     ctx: Context
     batch: Batch
     logits: Tensor
@@ -69,7 +67,7 @@ class ForwardEngine:
             raise ValueError("models without a KV cache are not supported yet")
         self.cache: Cache = cache
         self.cache.init(self.backend, kv_dtype, parallel, num_ctx, self.num_batch)
-        self._graphs: OrderedDict[tuple, _Graph] = OrderedDict()
+        self._last: _Graph | None = None  # the most recent graph, re-run for equal shapes
         self.graphs_built = 0
         self.graphs_reused = 0
         self.memory = self._reserve()
@@ -141,31 +139,28 @@ class ForwardEngine:
         host = Batch(None, None, None, positions, sequences, outputs)  # type: ignore[arg-type]
         self.cache.prepare(host)
         key = (len(tokens), len(outputs), self.cache.signature())
-        graph = self._graphs.get(key)
-        if graph is not None:
-            self._graphs.move_to_end(key)
+        graph = self._last
+        if graph is not None and graph.key == key and graph.ctx.is_current:
             self.graphs_reused += 1
-            ctx = graph.ctx
-            self._batch(ctx, tokens, positions, sequences, outputs)  # refills keyed inputs
-            self.cache.bind(ctx)
+            self._batch(graph.ctx, tokens, positions, sequences, outputs)  # refill inputs
+            self.cache.bind(graph.ctx)
         else:
+            if graph is not None:
+                graph.ctx.close()
+                self._last = None
             ctx = self.backend.new_context()
             batch = self._batch(ctx, tokens, positions, sequences, outputs)
             self.cache.bind(ctx)
             logits = self.model.forward(ctx, batch, self.cache)
-            graph = _Graph(ctx, batch, logits)
+            graph = self._last = _Graph(key, ctx, batch, logits)
             self.graphs_built += 1
-            self._graphs[key] = graph
-            while len(self._graphs) > _GRAPH_CACHE_SIZE:
-                _, old = self._graphs.popitem(last=False)
-                old.ctx.close()
         graph.ctx.compute(graph.logits)
         return graph.logits.numpy().reshape(len(outputs), -1)
 
     def close(self) -> None:
-        for graph in self._graphs.values():
-            graph.ctx.close()
-        self._graphs.clear()
+        if self._last is not None:
+            self._last.ctx.close()
+            self._last = None
         self.cache.close()
 
 

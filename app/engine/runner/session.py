@@ -7,8 +7,8 @@ loop builds on the same pieces (prefix matching, stop strings, timing).
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Iterator, Sequence
 
 import numpy as np
 

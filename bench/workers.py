@@ -1,0 +1,93 @@
+"""Timing workers, each run in its own process: `python workers.py ours|llamacpp REQUEST.json`.
+
+Both sides get the same token ids, the same thread count and the same context size, and time
+the same work with the same clock: one prompt pass of `prompt` tokens, then `generate` greedy
+single-token passes. llama.cpp also reports its internal (compute-only) timers.
+Prints one JSON object to stdout.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import numpy as np
+
+
+def _ours(req: dict) -> dict:
+    sys.path.insert(0, req["repo"])
+    from hearth.engine.model import load_model
+    from hearth.engine.runner.forward import ForwardEngine
+
+    loaded = load_model(req["model"], num_threads=req["threads"])
+    engine = ForwardEngine(loaded, num_ctx=req["n_ctx"], num_batch=req["n_batch"])
+    ids = np.array(req["ids"], dtype=np.int32)
+    results = []
+    for _ in range(req["reps"] + 1):  # the first round warms up
+        engine.cache.remove(0, 0)
+        n = len(ids)
+        t0 = time.perf_counter()
+        logits = engine.forward(ids, np.arange(n), np.zeros(n), np.array([n - 1]))
+        t1 = time.perf_counter()
+        tok, pos = int(logits[0].argmax()), n
+        for _ in range(req["generate"]):
+            logits = engine.forward(np.array([tok]), np.array([pos]), np.array([0]), np.array([0]))
+            tok, pos = int(logits[0].argmax()), pos + 1
+        t2 = time.perf_counter()
+        results.append({"prompt_s": t1 - t0, "gen_s": t2 - t1})
+    engine.close()
+    loaded.close()
+    return {"runs": results[1:]}
+
+
+def _llamacpp(req: dict) -> dict:
+    import llama_cpp
+    from llama_cpp import Llama
+
+    llm = Llama(
+        req["model"],
+        n_ctx=req["n_ctx"],
+        n_batch=req["n_batch"],
+        n_ubatch=req["n_batch"],
+        n_threads=req["threads"],
+        n_threads_batch=req["threads"],
+        verbose=False,
+    )
+    n_vocab = llm.n_vocab()
+
+    def decode(tokens: list[int], n_past: int) -> np.ndarray:
+        # The binding's own eval() copies logits into a fixed-size array; go one level down.
+        llm._batch.set_batch(batch=tokens, n_past=n_past, logits_all=False)
+        llm._ctx.decode(llm._batch)
+        ptr = llama_cpp.llama_get_logits_ith(llm.ctx, -1)
+        return np.ctypeslib.as_array(ptr, shape=(n_vocab,))
+
+    ids = [int(t) for t in req["ids"]]
+    results = []
+    for _ in range(req["reps"] + 1):  # the first round warms up
+        llama_cpp.llama_memory_clear(llama_cpp.llama_get_memory(llm.ctx), True)
+        llama_cpp.llama_perf_context_reset(llm.ctx)
+        t0 = time.perf_counter()
+        tok, pos = int(decode(ids, 0).argmax()), len(ids)
+        t1 = time.perf_counter()
+        for _ in range(req["generate"]):
+            tok, pos = int(decode([tok], pos).argmax()), pos + 1
+        t2 = time.perf_counter()
+        perf = llama_cpp.llama_perf_context(llm.ctx)
+        results.append(
+            {
+                "prompt_s": t1 - t0,
+                "gen_s": t2 - t1,
+                "internal_prompt_s": perf.t_p_eval_ms / 1000,
+                "internal_gen_s": perf.t_eval_ms / 1000,
+            }
+        )
+    return {"runs": results[1:]}
+
+
+if __name__ == "__main__":
+    with open(sys.argv[2]) as f:
+        request = json.load(f)
+    fn = {"ours": _ours, "llamacpp": _llamacpp}[sys.argv[1]]
+    print(json.dumps(fn(request)))

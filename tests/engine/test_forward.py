@@ -1,0 +1,165 @@
+"""Forward passes: batch vs token-by-token, graph reuse, prefix reuse, failing at load."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hearth.engine.kvcache import CacheFullError
+from hearth.engine.ml.api import OutOfMemoryError
+from hearth.engine.model import load_model
+from hearth.engine.runner.forward import ForwardEngine
+from hearth.engine.runner.session import GenerateOptions, Session, StopMatcher, common_prefix
+from hearth.engine.sampling import SamplingOptions
+
+
+@pytest.fixture(scope="module")
+def gemma3(gemma3_path):
+    loaded = load_model(gemma3_path, num_threads=2)
+    yield loaded
+    loaded.close()
+
+
+def _one_by_one(engine: ForwardEngine, ids: np.ndarray, seq: int = 0) -> np.ndarray:
+    engine.cache.remove(seq, 0)
+    logits = None
+    for i, t in enumerate(ids):
+        logits = engine.forward(np.array([t]), np.array([i]), np.array([seq]), np.array([0]))
+    return logits[0]
+
+
+def _batched(engine: ForwardEngine, ids: np.ndarray, seq: int = 0) -> np.ndarray:
+    engine.cache.remove(seq, 0)
+    n = len(ids)
+    return engine.forward(ids, np.arange(n), np.full(n, seq), np.array([n - 1]))[0]
+
+
+@pytest.mark.slow
+def test_batch_and_token_by_token_agree_gemma3(gemma3):
+    ids = np.array(gemma3.tokenizer.encode("The quick brown fox jumps over the lazy dog. " * 4))
+    engine = ForwardEngine(gemma3, num_ctx=512, num_batch=128)
+    try:
+        a = _batched(engine, ids)
+        b = _one_by_one(engine, ids)
+        assert engine.graphs_reused >= len(ids) - 3  # token-by-token passes reuse one graph
+    finally:
+        engine.close()
+    # Quantized matmuls round activations differently for a batch than for one row; llama.cpp
+    # itself differs by about 1.06 (max |logit| 23.5) between the two on this prompt.
+    assert a.argmax() == b.argmax()
+    assert len(set(np.argsort(-a)[:10]) & set(np.argsort(-b)[:10])) >= 8
+    assert np.abs(a - b).max() < 0.07 * np.abs(a).max()
+
+
+def test_batch_and_token_by_token_agree_tiny_llama(tiny_llama_path):
+    loaded = load_model(tiny_llama_path, num_threads=2)
+    engine = ForwardEngine(loaded, num_ctx=256, num_batch=64)
+    try:
+        ids = np.random.default_rng(1).integers(3, 500, 60)
+        a = _batched(engine, ids)
+        b = _one_by_one(engine, ids)
+    finally:
+        engine.close()
+        loaded.close()
+    np.testing.assert_allclose(a, b, atol=0.02 * np.abs(a).max())
+
+
+def test_two_sequences_in_one_batch_equal_each_alone(tiny_llama_path):
+    loaded = load_model(tiny_llama_path, num_threads=2)
+    engine = ForwardEngine(loaded, num_ctx=128, num_batch=64, parallel=2)
+    try:
+        rng = np.random.default_rng(2)
+        x, y = rng.integers(3, 500, 20), rng.integers(3, 500, 13)
+        alone_x = _batched(engine, x, seq=0)
+        alone_y = _batched(engine, y, seq=1)
+        engine.cache.remove(0, 0)
+        engine.cache.remove(1, 0)
+        both = engine.forward(
+            np.r_[x, y],
+            np.r_[np.arange(20), np.arange(13)],
+            np.r_[np.zeros(20), np.ones(13)],
+            np.array([19, 32]),
+        )
+    finally:
+        engine.close()
+        loaded.close()
+    np.testing.assert_allclose(both[0], alone_x, atol=1e-3 * np.abs(alone_x).max())
+    np.testing.assert_allclose(both[1], alone_y, atol=1e-3 * np.abs(alone_y).max())
+
+
+@pytest.mark.slow
+def test_follow_up_turn_evaluates_only_new_tokens(gemma3):
+    engine = ForwardEngine(gemma3, num_ctx=1024, num_batch=256)
+    session = Session(engine, gemma3.tokenizer)
+    opts = GenerateOptions(num_predict=8, sampling=SamplingOptions(temperature=0))
+    try:
+        first = gemma3.tokenizer.encode(
+            "<start_of_turn>user\nHello!<end_of_turn>\n<start_of_turn>model\n"
+        )
+        reply = "".join(session.generate(first, opts))
+        assert session.stats.prompt_cached == 0
+        history = session.tokens[:]  # prompt + reply tokens now in the cache
+        follow = history + gemma3.tokenizer.encode(
+            "<end_of_turn>\n<start_of_turn>user\nAnd again?<end_of_turn>\n<start_of_turn>model\n",
+            add_special=False,
+        )
+        list(session.generate(follow, opts))
+        assert session.stats.prompt_cached == len(history)
+        assert session.stats.prompt_evaluated == len(follow) - len(history)
+    finally:
+        engine.close()
+    assert reply
+
+
+def test_model_too_large_for_the_budget_fails_at_load(tiny_llama_path):
+    loaded = load_model(tiny_llama_path, num_threads=1)
+    try:
+        with pytest.raises(OutOfMemoryError, match=r"needs .* MiB .* but only .* is available"):
+            ForwardEngine(loaded, num_ctx=2048, num_batch=512, memory_limit=1 << 20)
+    finally:
+        loaded.close()
+
+
+def test_full_cache_is_an_error_not_a_crash(tiny_llama_path):
+    loaded = load_model(tiny_llama_path, num_threads=1)
+    engine = ForwardEngine(loaded, num_ctx=256, num_batch=64)
+    try:
+        cells = engine.cache.cells
+        ids = np.arange(3, 3 + 64)
+        for start in range(0, cells, 64):
+            engine.forward(ids, np.arange(start, start + 64), np.zeros(64), np.array([63]))
+        with pytest.raises(CacheFullError):
+            engine.forward(ids[:1], np.array([cells]), np.zeros(1), np.array([0]))
+        # the engine still works after the error
+        engine.cache.remove(0, 0)
+        out = engine.forward(ids[:4], np.arange(4), np.zeros(4), np.array([3]))
+        assert np.isfinite(out).all()
+    finally:
+        engine.close()
+        loaded.close()
+
+
+def test_prompt_longer_than_context_is_refused_with_a_sentence(tiny_llama_path):
+    loaded = load_model(tiny_llama_path, num_threads=1)
+    engine = ForwardEngine(loaded, num_ctx=64, num_batch=32)
+    try:
+        with pytest.raises(ValueError, match="context holds 64"):
+            list(Session(engine, loaded.tokenizer).generate(list(range(3, 103))))
+    finally:
+        engine.close()
+        loaded.close()
+
+
+def test_stop_matcher_holds_back_partial_matches():
+    m = StopMatcher(["</end>"])
+    assert m.feed("Hello </") == ("Hello ", False)
+    assert m.feed("e") == ("", False)
+    assert m.feed("nd> tail") == ("", True)
+    m = StopMatcher(["</end>"])
+    assert m.feed("a </b") == ("a </b", False)
+
+
+def test_common_prefix():
+    assert common_prefix([1, 2, 3], [1, 2, 4, 5]) == 2
+    assert common_prefix([], [1]) == 0
+    assert common_prefix([1, 2], [1, 2]) == 2
