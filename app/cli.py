@@ -22,6 +22,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--temperature", type=float, default=0.8)
     run.add_argument("--top-k", type=int, default=40)
     run.add_argument("--top-p", type=float, default=0.9)
+    run.add_argument("--min-p", type=float, default=0.0)
+    run.add_argument("--repeat-penalty", type=float, default=1.1, help="1 turns it off")
     run.add_argument("--seed", type=int, default=-1, help="same seed, same text (-1: random)")
     run.add_argument("--num-ctx", type=int, default=4096, help="context length in tokens")
     run.add_argument("--num-batch", type=int, default=512, help="prompt tokens per pass")

@@ -113,7 +113,12 @@ def run(args: Any, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
     opts = GenerateOptions(
         num_predict=args.num_predict,
         sampling=SamplingOptions(
-            temperature=args.temperature, seed=args.seed, top_k=args.top_k, top_p=args.top_p
+            temperature=args.temperature,
+            seed=args.seed,
+            top_k=args.top_k,
+            top_p=args.top_p,
+            min_p=args.min_p,
+            repeat_penalty=args.repeat_penalty,
         ),
     )
     try:

@@ -20,12 +20,19 @@ if [ "$have" = "$want" ] || { [ -z "$extras" ] && [ "$have" = "${want% extras=*}
     exit 0
 fi
 
-echo "hearth: setting up .venv (first run compiles ggml; this takes a few minutes)..." >&2
-.venv/bin/python -m pip install --quiet --upgrade pip setuptools wheel >&2
+echo "hearth: setting up .venv (the first run compiles ggml; this takes a few minutes)..." >&2
+log=.venv/install.log
 target="."
 [ -n "$extras" ] && target=".[${extras}]"
 # llama.cpp enables its llamafile sgemm kernels by default; stock ggml does not. Turn them on so
-# Hearth's ggml runs the same CPU kernels as the llama.cpp it is compared with.
-CMAKE_ARGS="-DGGML_LLAMAFILE=ON ${CMAKE_ARGS:-}" \
-    .venv/bin/python -m pip install --quiet --no-cache-dir --editable "$target" >&2
+# Hearth's ggml runs the same CPU kernels as the llama.cpp it is compared with. No wheel cache:
+# pip's cache ignores CMAKE_ARGS, so a cached CPU build would hide a later GPU build.
+if ! { .venv/bin/python -m pip install --upgrade pip setuptools wheel &&
+       CMAKE_ARGS="-DGGML_LLAMAFILE=ON ${CMAKE_ARGS:-}" \
+           .venv/bin/python -m pip install --no-cache-dir --editable "$target"; } >"$log" 2>&1; then
+    tail -n 40 "$log" >&2
+    echo "hearth: set-up failed; the whole log is in $log" >&2
+    exit 1
+fi
 echo "$want" > "$stamp"
+echo "hearth: set-up done" >&2

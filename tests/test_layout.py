@@ -32,10 +32,21 @@ def test_every_package_is_listed_in_pyproject():
     assert found - listed == set(), "add these to [tool.setuptools] packages"
 
 
+def _tool(name: str) -> str:
+    path = shutil.which(name, path=str(Path(sys.executable).parent)) or shutil.which(name)
+    if path is None:
+        pytest.fail(f"{name} is not installed (it is a test dependency)")
+    return path
+
+
 @pytest.mark.parametrize("args", [["check", "."], ["format", "--check", "."]])
 def test_ruff_is_clean(args):
-    ruff = shutil.which("ruff", path=str(Path(sys.executable).parent)) or shutil.which("ruff")
-    if ruff is None:
-        pytest.skip("ruff is not installed")
-    proc = subprocess.run([ruff, *args], cwd=REPO, capture_output=True, text=True)
+    proc = subprocess.run([_tool("ruff"), *args], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_mypy_is_clean_on_the_engine_and_plugin_api():
+    proc = subprocess.run(
+        [_tool("mypy"), "app/engine", "app/plugins"], cwd=REPO, capture_output=True, text=True
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -17,7 +17,7 @@ import struct
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 import numpy as np
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
@@ -173,6 +173,12 @@ class _Cursor:
         return out
 
 
+# The typed getters below are named after the builtins; keep handles on the builtins themselves.
+_int: TypeAlias = int
+_float: TypeAlias = float
+_bool: TypeAlias = bool
+
+
 class Metadata(Mapping[str, Any]):
     """Key/value metadata with typed getters.
 
@@ -192,7 +198,7 @@ class Metadata(Mapping[str, Any]):
     def __iter__(self) -> Iterator[str]:
         return iter(self._values)
 
-    def __len__(self) -> int:
+    def __len__(self) -> _int:
         return len(self._values)
 
     def key(self, name: str) -> str:
@@ -200,26 +206,26 @@ class Metadata(Mapping[str, Any]):
             return name
         return f"{self.architecture}.{name}"
 
-    def has(self, name: str) -> bool:
+    def has(self, name: str) -> _bool:
         return self.key(name) in self._values
 
     def raw(self, name: str, default: Any = None) -> Any:
         return self._values.get(self.key(name), default)
 
-    def uint(self, name: str, default: int = 0) -> int:
+    def uint(self, name: str, default: _int = 0) -> _int:
         v = self.raw(name)
-        return default if v is None else int(v)
+        return default if v is None else _int(v)
 
-    def int(self, name: str, default: int = 0) -> int:
+    def int(self, name: str, default: _int = 0) -> _int:
         return self.uint(name, default)
 
-    def float(self, name: str, default: float = 0.0) -> float:
+    def float(self, name: str, default: _float = 0.0) -> _float:
         v = self.raw(name)
-        return default if v is None else float(v)
+        return default if v is None else _float(v)
 
-    def bool(self, name: str, default: bool = False) -> bool:
+    def bool(self, name: str, default: _bool = False) -> _bool:
         v = self.raw(name)
-        return default if v is None else bool(v)
+        return default if v is None else _bool(v)
 
     def string(self, name: str, default: str = "") -> str:
         v = self.raw(name)
@@ -229,34 +235,34 @@ class Metadata(Mapping[str, Any]):
         v = self.raw(name)
         return list(default or []) if v is None else list(v)
 
-    def ints(self, name: str, default: list[int] | None = None) -> list[int]:
+    def ints(self, name: str, default: list[_int] | None = None) -> list[_int]:
         v = self.raw(name)
         if v is None:
             return list(default or [])
-        if np.isscalar(v):  # some converters write a scalar where a per-layer array is allowed
-            return [int(v)]
-        return [int(x) for x in v]
+        if not isinstance(v, list | np.ndarray):  # a scalar where a per-layer array is allowed
+            return [_int(v)]
+        return [_int(x) for x in v]
 
-    def floats(self, name: str, default: list[float] | None = None) -> list[float]:
+    def floats(self, name: str, default: list[_float] | None = None) -> list[_float]:
         v = self.raw(name)
         if v is None:
             return list(default or [])
-        if np.isscalar(v):
-            return [float(v)]
-        return [float(x) for x in v]
+        if not isinstance(v, list | np.ndarray):
+            return [_float(v)]
+        return [_float(x) for x in v]
 
     def array(self, name: str) -> np.ndarray | None:
         """A numeric array as numpy, or None when absent."""
         v = self.raw(name)
         return None if v is None else np.asarray(v)
 
-    def bools(self, name: str, default: list[bool] | None = None) -> list[bool]:
+    def bools(self, name: str, default: list[_bool] | None = None) -> list[_bool]:
         v = self.raw(name)
         if v is None:
             return list(default or [])
-        if np.isscalar(v):
-            return [bool(v)]
-        return [bool(x) for x in v]
+        if not isinstance(v, list | np.ndarray):
+            return [_bool(v)]
+        return [_bool(x) for x in v]
 
 
 class GGUFFile:

@@ -4,13 +4,14 @@ Usage: python llamacpp_logits.py REQUEST.json RESULT.npz
 
 REQUEST: {"model": path, "n_ctx": int, "threads": int,
           "prompts": [{"text": str} | {"ids": [int]}], "greedy": int, "sample_rows": int,
-          "top_k": int}
+          "top_k": int, "stop_at_eog": bool}
 RESULT (npz), per prompt i:
   ids_i        the prompt's token ids (llama.cpp's tokenization when text was given)
   argmax_i     teacher-forced top-1 token at every position
   topk_ids_i / topk_vals_i   the top_k logits at every position
   rows_i / rows_idx_i        full logit rows at `sample_rows` evenly spread positions (+ last)
   greedy_i     `greedy` tokens of greedy continuation after the prompt
+  greedy_text_i  their text as llama.cpp detokenizes it (UTF-8 bytes)
 """
 
 from __future__ import annotations
@@ -63,10 +64,13 @@ def main() -> None:
         last = scores[-1]
         for _ in range(int(req.get("greedy", 0))):
             tok = int(np.argmax(last))
+            if req.get("stop_at_eog") and llama_cpp.llama_vocab_is_eog(llm._model.vocab, tok):
+                break
             greedy.append(tok)
             llm.eval([tok])
             last = np.asarray(llm.scores[llm.n_tokens - 1], dtype=np.float32)
         out[f"greedy_{i}"] = np.array(greedy, dtype=np.int32)
+        out[f"greedy_text_{i}"] = np.frombuffer(llm.detokenize(greedy) or b" ", dtype=np.uint8)
     np.savez(sys.argv[2], **out)
 
 

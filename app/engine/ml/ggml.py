@@ -12,6 +12,7 @@ import logging
 import os
 import threading
 from collections.abc import Sequence
+from typing import Any
 
 import ggml as g
 import numpy as np
@@ -59,7 +60,7 @@ def _ggml_log(level: int, text: bytes, _user: object) -> None:
 g.ggml_log_set(_ggml_log, None)
 
 
-def _addr(p: object) -> int:
+def _addr(p: Any) -> int:
     """The address a ctypes pointer holds (0 for NULL)."""
     return ctypes.cast(p, _c_void_p).value or 0
 
@@ -84,7 +85,8 @@ def physical_cores() -> int:
             return len(seen)
     except OSError:
         pass
-    return max(1, (os.cpu_count() or 2) // 2 if os.cpu_count() and os.cpu_count() > 4 else 1)
+    logical = os.cpu_count() or 1
+    return max(1, logical // 2 if logical > 4 else logical)
 
 
 def _trim(shape: Sequence[int]) -> tuple[int, ...]:
@@ -491,7 +493,7 @@ class GGMLBackend(Backend):
                 self._allocated_graph = key
                 ctx._was_allocated = True
             for t, arr in inputs:
-                if t.ptr.contents.data:  # inputs the graph does not use get no memory
+                if t._p.contents.data:  # type: ignore[attr-defined]  # unused inputs: no memory
                     g.ggml_backend_tensor_set(t.ptr, arr.ctypes.data, 0, arr.nbytes)
             status = g.ggml_backend_sched_graph_compute(sched, gf)
             if status != g.GGML_STATUS_SUCCESS:

@@ -140,7 +140,7 @@ class WeightStore:
         extra = _extra_buffer_types()
         for slot in self._slots.values():
             slot.buft = self._choose_buffer_type(slot, extra)
-            key = int(ctypes.cast(slot.buft, ctypes.c_void_p).value or 0)
+            key = int(ctypes.cast(slot.buft, ctypes.c_void_p).value or 0)  # type: ignore[arg-type]
             groups.setdefault(key, []).append(slot)
             bufts[key] = slot.buft
 

@@ -92,7 +92,8 @@ class Session:
         self.tokens: list[int] = []
         self.stats = GenerationStats()
 
-    def _forward(self, tokens: Sequence[int], want_logits: bool) -> np.ndarray | None:
+    def _forward(self, tokens: Sequence[int]) -> np.ndarray:
+        """Evaluate `tokens` after what the cache holds; the logits after the last one."""
         n = len(tokens)
         start = len(self.tokens)
         positions = np.arange(start, start + n, dtype=np.int32)
@@ -100,7 +101,7 @@ class Session:
         outputs = np.array([n - 1], dtype=np.int32)  # a pass always yields at least one row
         logits = self.engine.forward(np.asarray(tokens, np.int32), positions, seqs, outputs)
         self.tokens.extend(int(t) for t in tokens)
-        return logits[0] if want_logits else None
+        return logits[0]
 
     def evaluate(self, prompt: Sequence[int]) -> np.ndarray:
         """Bring the cache to `prompt` (reusing the common prefix) and return the logits that
@@ -123,11 +124,8 @@ class Session:
         self.stats = GenerationStats(prompt_tokens=len(prompt), prompt_cached=keep)
         rest = list(prompt[keep:])
         step = self.engine.num_batch
-        logits = None
         for i in range(0, len(rest), step):
-            chunk = rest[i : i + step]
-            logits = self._forward(chunk, want_logits=i + step >= len(rest))
-        assert logits is not None
+            logits = self._forward(rest[i : i + step])
         return logits
 
     def generate(self, prompt: Sequence[int], opts: GenerateOptions | None = None) -> Iterator[str]:
@@ -160,7 +158,7 @@ class Session:
             if len(self.tokens) + 1 > self.engine.num_ctx:
                 reason = "length"
                 break
-            logits = self._forward([token], want_logits=True)
+            logits = self._forward([token])
         if not matched:
             tail, matched = stops.feed(decoder.flush())
             if not matched:

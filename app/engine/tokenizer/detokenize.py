@@ -131,7 +131,7 @@ class StreamDecoder:
             self._held_eos += 1
             return ""
         data = b""
-        if self._held_eos:
+        if self._held_eos and tok.eos_id is not None:
             data = b"".join(self._render(tok.eos_id) for _ in range(self._held_eos))
             self._held_eos = 0
         data += self._render(id)
@@ -140,8 +140,8 @@ class StreamDecoder:
     def flush(self) -> str:
         """Return whatever is left (incomplete UTF-8 becomes U+FFFD) and reset the stream."""
         data = b""
-        if self._held_eos > 1:  # decode() drops only the last EOS
-            eos = self.tokenizer.eos_id
+        eos = self.tokenizer.eos_id
+        if self._held_eos > 1 and eos is not None:  # decode() drops only the last EOS
             data = b"".join(self._render(eos) for _ in range(self._held_eos - 1))
         text = self._emit(self._utf8.decode(data, final=True), final=True)
         self._reset()

@@ -14,6 +14,7 @@ characters assigned in later Unicode versions may split differently.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import regex
@@ -154,8 +155,8 @@ def _compile(patterns: tuple[str, ...]) -> list[regex.Pattern[str]]:
     return out
 
 
-def _p(name: str, patterns: str | tuple[str, ...], **kw: bool) -> PreTokenizer:
-    return PreTokenizer(name, (patterns,) if isinstance(patterns, str) else patterns, **kw)
+def _p(name: str, patterns: str | Sequence[str], **kw: bool) -> PreTokenizer:
+    return PreTokenizer(name, (patterns,) if isinstance(patterns, str) else tuple(patterns), **kw)
 
 
 _L3 = {"ignore_merges": True, "add_bos": True}

@@ -1,0 +1,80 @@
+"""`hearth run` as a user runs it: a subprocess, the default model, real output."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import run_oracle
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def hearth(*args: str, home: Path, stdin: str | None = None) -> subprocess.CompletedProcess:
+    env = dict(os.environ, HEARTH_HOME=str(home))
+    return subprocess.run(
+        [sys.executable, "-m", "hearth", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+        cwd=REPO,
+    )
+
+
+@pytest.mark.slow
+def test_run_raw_greedy_prints_what_llama_cpp_generates(gemma3_path, tmp_path):
+    prompt = "The capital of France is"
+    oracle = run_oracle(
+        "llamacpp_logits",
+        {
+            "model": str(gemma3_path),
+            "n_ctx": 256,
+            "prompts": [{"text": prompt}],
+            "greedy": 24,
+            "stop_at_eog": True,
+        },
+        tmp_path,
+    )
+    n = len(oracle["greedy_0"])
+    expected = bytes(oracle["greedy_text_0"]).decode("utf-8", "replace") if n else ""
+    args = ["run", "gemma3:270m", prompt, "--raw", "--num-predict", "24", "--temperature", "0"]
+    args += ["--repeat-penalty", "1"]  # plain greedy, as the oracle does
+    proc = hearth(*args, home=tmp_path / "home")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.rstrip("\n") == expected.rstrip("\n")
+    assert len(expected.strip()) > 10
+
+
+@pytest.mark.slow
+def test_interactive_chat_reuses_the_conversation(tmp_path):
+    proc = hearth(
+        "run", "gemma3:270m", "--temperature", "0", "--num-predict", "12", "--verbose",
+        home=tmp_path / "home",
+        stdin="Hello there!\nTell me about the sea.\n/bye\n",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    cached = [int(m) for m in re.findall(r"\((\d+) from cache\)", proc.stderr)]
+    assert len(cached) == 2, proc.stderr
+    assert cached[0] == 0 and cached[1] > 10  # the second turn starts from the first
+    assert len(proc.stdout.strip()) > 0
+
+
+def test_unknown_model_is_a_sentence_not_a_traceback(tmp_path):
+    proc = hearth("run", "no-such-model:7b", "hi", home=tmp_path / "home")
+    assert proc.returncode == 1
+    assert "not found" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_broken_file_is_a_sentence_not_a_traceback(tiny_llama_path, tmp_path):
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(tiny_llama_path.read_bytes()[:50_000])
+    proc = hearth("run", str(cut), "hi", home=tmp_path / "home")
+    assert proc.returncode == 1
+    assert "truncated" in proc.stderr and "Traceback" not in proc.stderr
