@@ -14,7 +14,13 @@ import numpy as np
 
 from .ml.api import Tensor
 
-__all__ = ["Input", "Multimodal", "Batch"]
+__all__ = ["Input", "Multimodal", "Batch", "sequence_runs"]
+
+
+def sequence_runs(ids: np.ndarray) -> list[tuple[int, int]]:
+    """(start, count) of each run of equal sequence ids in a batch."""
+    cuts = [0, *(np.flatnonzero(np.diff(ids)) + 1).tolist(), len(ids)]
+    return [(a, b - a) for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
 
 
 @dataclass
@@ -45,6 +51,8 @@ class Batch:
     sequences: the sequence id of each input (host).
     outputs: I32 `[n_outputs]` indices of the rows whose logits are wanted.
     multimodal: (input index, items) pairs for inputs that carry embeddings.
+    hidden: the model returns `[embd, n_outputs]` hidden states (after the output norm)
+        instead of logits; used for embeddings.
     """
 
     tokens: Tensor
@@ -54,6 +62,7 @@ class Batch:
     sequences: np.ndarray
     outputs_host: np.ndarray
     multimodal: list[tuple[int, list[Multimodal]]] = field(default_factory=list)
+    hidden: bool = False  # return the final (normed) hidden states instead of logits
 
     @property
     def size(self) -> int:

@@ -8,8 +8,9 @@ An architecture is two classes, registered together in an `ArchitectureSpec`:
   `weight()`/`bind()`); then:
   - `make_cache() -> Cache | None` — the KV cache layout (Causal, sliding window, Wrapper...);
   - `forward(ctx, batch, cache) -> Tensor` builds the graph and returns logits
-    `[vocab, batch.n_outputs]` for the batch's output rows only. Build only, never compute;
-    per-batch data must come from `batch` tensors (the engine reuses graphs);
+    `[vocab, batch.n_outputs]` for the batch's output rows only, or, when `batch.hidden` is
+    set, the final normed hidden states `[embd, batch.n_outputs]` (for embeddings). Build
+    only, never compute; per-batch data must come from `batch` tensors (graphs are reused);
   - optional `shift(ctx, layer, key, delta) -> Tensor`: re-RoPE cached keys by per-cell
     position deltas (absent: the cache cannot shift, prompts are reprocessed instead);
   - optional `encode_multimodal(ctx, data: bytes) -> list[Multimodal]` (builds, never computes)

@@ -220,6 +220,8 @@ class Model:
             f = block.mlp.forward(ctx, x)  # type: ignore[union-attr]
             h = ctx.add(rms_norm(ctx, f, block.post_ffw_norm, cfg.rms_eps), h)
         h = rms_norm(ctx, h, self.output_norm, cfg.rms_eps)
+        if batch.hidden:
+            return h  # [embd, outputs]
         logits = ctx.mul_mat(self.output, h)  # [vocab, outputs]
         if cfg.final_softcap:
             logits = ctx.tanh(ctx.scale(logits, 1.0 / cfg.final_softcap))

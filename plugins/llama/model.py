@@ -156,4 +156,6 @@ class Model:
             x = rms_norm(ctx, h, block.ffn_norm, cfg.rms_eps)
             h = ctx.add(block.mlp.forward(ctx, x), h)  # type: ignore[union-attr]
         h = rms_norm(ctx, h, self.output_norm, cfg.rms_eps)
+        if batch.hidden:
+            return h  # [embd, outputs]
         return ctx.mul_mat(self.output, h)  # [vocab, outputs]

@@ -76,14 +76,17 @@ def test_gemma3_270m_matches_llama_cpp(gemma3_path, tmp_path) -> None:
         assert r["top1"] >= 0.99
         assert r["greedy_equal"] >= 4
         assert r["max_abs_diff"] < 0.05
-        # llama.cpp's default build adds tiled K-quant kernels that round differently; there
-        # the only disagreements allowed are near-ties (llama.cpp's own batch-vs-sequential
-        # top-1 agreement on these prompts is about 98%).
-        tiled = run_oracle("llamacpp_logits", dict(request, greedy=0), tmp_path, tiled=True)
+        # llama.cpp's default build adds tiled and repacked K-quant kernels that round
+        # differently; there the only disagreements allowed are near-ties (llama.cpp's own
+        # batch-vs-sequential top-1 agreement on these prompts is about 98%).
+        tiled = run_oracle(
+            "llamacpp_logits", dict(request, greedy=0, repack=True), tmp_path, tiled=True
+        )
         r = compare(engine, tiled, len(GEMMA_PROMPTS), 0)
         _report("gemma3 270M vs llama.cpp (its default tiled kernels)", r, len(GEMMA_PROMPTS))
         assert r["top1"] >= 0.98
-        assert all(gap < 0.3 for gap in r["mismatch_gaps"])
+        # every disagreement is a near-tie, closer than the two kernel sets' logits differ
+        assert all(gap < r["max_abs_diff"] for gap in r["mismatch_gaps"])
     finally:
         engine.close()
         loaded.close()

@@ -4,7 +4,7 @@ Usage: python llamacpp_logits.py REQUEST.json RESULT.npz
 
 REQUEST: {"model": path, "n_ctx": int, "threads": int,
           "prompts": [{"text": str} | {"ids": [int]}], "greedy": int, "sample_rows": int,
-          "top_k": int, "stop_at_eog": bool}
+          "top_k": int, "stop_at_eog": bool, "repack": bool (default false)}
 RESULT (npz), per prompt i:
   ids_i        the prompt's token ids (llama.cpp's tokenization when text was given)
   argmax_i     teacher-forced top-1 token at every position
@@ -27,6 +27,18 @@ def main() -> None:
         req = json.load(f)
     import llama_cpp
     from llama_cpp import Llama
+
+    if not req.get("repack", False):
+        # Plain weight layouts: llama.cpp's repacked Q4_K kernels round a row differently in
+        # a batch than alone, so Hearth does not use them (see hearth.engine.ml.weights).
+        default_params = llama_cpp.llama_cpp.llama_model_default_params
+
+        def plain_params():  # type: ignore[no-untyped-def]
+            params = default_params()
+            params.use_extra_bufts = False
+            return params
+
+        llama_cpp.llama_cpp.llama_model_default_params = plain_params
 
     n_ctx = int(req.get("n_ctx", 1024))
     llm = Llama(

@@ -26,6 +26,7 @@ from collections.abc import Callable
 
 from ..input import Batch
 from ..ml.api import Backend, CacheConfig, Context, DType, Tensor
+from ..ml.nn import KVView
 
 __all__ = [
     "Cache",
@@ -108,9 +109,10 @@ class Cache(abc.ABC):
         """Store the batch's `[head_dim, kv_heads, batch]` keys and values for this layer."""
 
     @abc.abstractmethod
-    def get(self, ctx: Context) -> tuple[Tensor, Tensor, Tensor]:
-        """Keys `[head_dim, kv_heads, n_kv]`, values (same, or `[n_kv, head_dim, kv_heads]`
-        when `permuted_v`), and the mask `[n_kv, batch_padded]` for this layer."""
+    def get(self, ctx: Context) -> list[KVView]:
+        """For this layer, one view per run of a sequence's rows in the batch: its keys
+        `[head_dim, kv_heads, n_kv]`, values (same, or `[n_kv, head_dim, kv_heads]` when
+        `permuted_v`) and mask `[n_kv, rows_padded]`."""
 
     @property
     @abc.abstractmethod

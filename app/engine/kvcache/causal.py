@@ -11,14 +11,22 @@ Bookkeeping is numpy: `cell_pos[c]` (-1 = free) and `cell_seqs[c]`, a bit set of
 Visibility (matching llama.cpp): a token at position p of sequence s sees cell c when c holds
 s, cell_pos <= p (causal), p - cell_pos < window (sliding window), and cell_pos lies in p's
 chunk (chunked attention).
+
+Batch invariance: each sequence allocates cells in its own region (aligned to the padding),
+and attention is computed per run of a sequence's rows over that sequence's cells only
+(`get()` returns one view per run). A sequence's numbers are then the same whether it runs
+alone or beside others, and the same as llama.cpp's for one sequence.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
-from ..input import Batch
+from ..input import Batch, sequence_runs
 from ..ml.api import Backend, CacheConfig, Context, DType, Tensor
+from ..ml.nn import KVView
 from .base import MAX_POS, Cache, CacheFullError, ShiftFn, ShiftNotSupportedError
 
 __all__ = ["Causal", "MASK_ROW_PADDING"]
@@ -31,12 +39,23 @@ def _round_up(n: int, m: int) -> int:
     return (n + m - 1) // m * m
 
 
+@dataclass(frozen=True)
+class _Group:
+    """One run of a sequence's rows in the batch and the cache cells it attends to."""
+
+    start: int
+    count: int
+    first_cell: int
+    n_kv: int
+    mask: np.ndarray  # [rows padded, n_kv]
+
+
 class Causal(Cache):
     """See the module docstring.
 
     window: sliding-window size in positions (0 = attend to everything).
     memory: positions kept per sequence for a sliding window (>= window); more memory lets a
-        follow-up prompt resume instead of reprocessing. None = just the window.
+        follow-up prompt resume instead of reprocessing. None = the window plus one batch.
     chunk: chunked attention (llama4 style) chunk size (0 = off).
     shift: re-RoPE function used by remove(); None = the cache cannot shift.
     """
@@ -87,22 +106,25 @@ class Causal(Cache):
         self.capacity = capacity
         self.max_batch = max_batch
         if self.window:
-            mem = self.memory or self.window
+            # By default keep a batch's worth beyond the window: a follow-up prompt that
+            # diverges up to that far back from the end can still resume instead of being
+            # evaluated from the start (Ollama's gemma3 pain point).
+            mem = self.memory or self.window + max_batch
             if max_sequences > 1:
                 # The stop token is stored but is not part of the next prompt: keep one more.
                 mem = max(mem, self.window + 1)
             self.swa_memory = mem
-            if mem >= capacity:
-                cells = max_sequences * capacity
-            else:
-                cells = max_sequences * mem + max_batch
+            per_sequence = min(capacity, mem + max_batch)
         else:
             self.swa_memory = 0
-            cells = max_sequences * capacity
-        self.cells = _round_up(cells, self._config.padding)
+            per_sequence = capacity
+        # Each sequence allocates in its own region, aligned to the padding: a sequence's
+        # cells then sit at the same offsets whatever else shares the batch, so its numbers
+        # do not depend on the others (SIMD sums group cells by their index).
+        self.region = _round_up(per_sequence, self._config.padding)
+        self.cells = self.region * max_sequences
         self.cell_pos = np.full(self.cells, -1, dtype=np.int64)
         self.cell_seqs = np.zeros(self.cells, dtype=np.uint64)
-        self._n_kv = self.cells
 
     @property
     def permuted_v(self) -> bool:
@@ -119,35 +141,57 @@ class Causal(Cache):
         positions = batch.positions_host.astype(np.int64)
         seqs = batch.sequences.astype(np.int64)
         if reserve:
+            # The worst case: one sequence's whole region seen by a full batch.
             locs = np.arange(n, dtype=np.int64) % self.cells
-            self._n_kv = self.cells
-            mask = np.zeros((_round_up(n, MASK_ROW_PADDING), self.cells), dtype=np.float32)
+            rows = _round_up(n, MASK_ROW_PADDING)
+            groups = [_Group(0, n, 0, self.region, np.zeros((rows, self.region), np.float32))]
         else:
             if self.window:
                 self._slide_window(positions, seqs)
-            free = np.flatnonzero(self.cell_seqs == 0)
-            if len(free) < n:
-                raise CacheFullError()
-            locs = free[:n]
+            locs = np.empty(n, dtype=np.int64)
+            for s in np.unique(seqs):
+                rows_of_s = np.flatnonzero(seqs == s)
+                base = int(s) * self.region
+                free = np.flatnonzero(self.cell_seqs[base : base + self.region] == 0)
+                if len(free) < len(rows_of_s):
+                    raise CacheFullError()
+                locs[rows_of_s] = free[: len(rows_of_s)] + base
             self.cell_pos[locs] = positions
             self.cell_seqs[locs] = np.left_shift(np.uint64(1), seqs.astype(np.uint64))
-            used = np.flatnonzero(self.cell_seqs)
-            n_kv = _round_up(int(used[-1]) + 1, self._config.padding)  # type: ignore[union-attr]
-            self._n_kv = min(self.cells, n_kv)
-            mask = self._mask(positions, seqs, self._n_kv)
+            groups = [
+                self._group(start, start + count, positions, int(seqs[start]))
+                for start, count in sequence_runs(seqs)
+            ]
         self._locs_host = locs.astype(np.int32)
-        self._mask_host = mask
+        self._groups = groups
         self._batch_size = n
 
+    def _group(self, start: int, stop: int, positions: np.ndarray, seq: int) -> _Group:
+        """The cells a run of one sequence's rows attends to, from the padding boundary below
+        its first cell to the one above its last, with the run's mask."""
+        pad = self._config.padding  # type: ignore[union-attr]
+        bit = np.uint64(1) << np.uint64(seq)
+        mine = np.flatnonzero(self.cell_seqs & bit)
+        lo = int(mine[0]) // pad * pad
+        hi = min(self.cells, _round_up(int(mine[-1]) + 1, pad))
+        return _Group(
+            start, stop - start, lo, hi - lo, self._mask(positions[start:stop], bit, lo, hi)
+        )
+
     def signature(self) -> tuple[int, ...]:
-        return (self._batch_size, self._n_kv, self._mask_host.shape[0])
+        shape = [self._batch_size]
+        for g in self._groups:
+            shape += [g.start, g.count, g.first_cell, g.n_kv]
+        return tuple(shape)
 
     def bind(self, ctx: Context) -> None:
         key = self._key
         self._locs = ctx.input(DType.I32, (self._batch_size,), self._locs_host, key=key + "locs")
         mask_dtype = self._config.mask_dtype  # type: ignore[union-attr]
-        shape = (self._n_kv, self._mask_host.shape[0])
-        self._mask_t = ctx.input(mask_dtype, shape, self._mask_host, key=key + "mask")
+        self._masks = [
+            ctx.input(mask_dtype, (g.n_kv, g.mask.shape[0]), g.mask, key=f"{key}mask{i}")
+            for i, g in enumerate(self._groups)
+        ]
         for dv in self._v_row_dims:
             if ctx.has_input(key + f"vrows{dv}"):
                 self._v_rows_input(ctx, dv)
@@ -161,18 +205,17 @@ class Causal(Cache):
             DType.I32, (n,), rows.astype(np.int32).ravel(), key=self._key + f"vrows{dv}"
         )
 
-    def _mask(self, positions: np.ndarray, seqs: np.ndarray, n_kv: int) -> np.ndarray:
-        cp = self.cell_pos[:n_kv][None, :]
-        cs = self.cell_seqs[:n_kv][None, :]
+    def _mask(self, positions: np.ndarray, bit: np.uint64, lo: int, hi: int) -> np.ndarray:
+        cp = self.cell_pos[lo:hi][None, :]
+        mine = ((self.cell_seqs[lo:hi] & bit) != 0)[None, :]
         tp = positions[:, None]
-        ts = np.left_shift(np.uint64(1), seqs.astype(np.uint64))[:, None]
-        visible = ((cs & ts) != 0) & (cp <= tp) & (cp >= 0)
+        visible = mine & (cp <= tp) & (cp >= 0)
         if self.window:
             visible &= (tp - cp) < self.window
         if self.chunk:
             visible &= cp >= tp - tp % self.chunk
         rows = _round_up(len(positions), MASK_ROW_PADDING)
-        mask = np.full((rows, n_kv), -np.inf, dtype=np.float32)
+        mask = np.full((rows, hi - lo), -np.inf, dtype=np.float32)
         mask[: len(positions)][visible] = 0.0
         return mask
 
@@ -231,16 +274,26 @@ class Causal(Cache):
             v_rows = ctx.reshape(values, dv, self.cells)
             ctx.forward(ctx.set_rows(v_rows, ctx.reshape(value, dv, n), self._locs))
 
-    def get(self, ctx: Context) -> tuple[Tensor, Tensor, Tensor]:
+    def get(self, ctx: Context) -> list[KVView]:
         keys = self._keys[self._layer]
         values = self._values[self._layer]
-        n_kv = self._n_kv
-        k = ctx.view(keys, (keys.dim(0), keys.dim(1), n_kv), keys.strides[1:3], 0)
-        if self.permuted_v:
-            v = ctx.view(values, (n_kv, values.dim(1), values.dim(2)), values.strides[1:3], 0)
-        else:
-            v = ctx.view(values, (values.dim(0), values.dim(1), n_kv), values.strides[1:3], 0)
-        return k, v, self._mask_t
+        views = []
+        for g, mask in zip(self._groups, self._masks, strict=True):
+            k = ctx.view(
+                keys,
+                (keys.dim(0), keys.dim(1), g.n_kv),
+                keys.strides[1:3],
+                g.first_cell * keys.strides[2],
+            )
+            if self.permuted_v:
+                shape = (g.n_kv, values.dim(1), values.dim(2))
+                offset = g.first_cell * values.strides[0]
+            else:
+                shape = (values.dim(0), values.dim(1), g.n_kv)
+                offset = g.first_cell * values.strides[2]
+            v = ctx.view(values, shape, values.strides[1:3], offset)
+            views.append(KVView(g.start, g.count, k, v, mask))
+        return views
 
     # -- sequence edits -------------------------------------------------------------------
     def remove(self, seq: int, begin: int, end: int = MAX_POS) -> None:

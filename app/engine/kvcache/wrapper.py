@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 
 from ..input import Batch
 from ..ml.api import Backend, CacheConfig, Context, DType, Tensor
+from ..ml.nn import KVView
 from .base import MAX_POS, Cache
 
 __all__ = ["Wrapper"]
@@ -63,7 +64,7 @@ class Wrapper(Cache):
     def put(self, ctx: Context, key: Tensor, value: Tensor) -> None:
         self._current.put(ctx, key, value)
 
-    def get(self, ctx: Context) -> tuple[Tensor, Tensor, Tensor]:
+    def get(self, ctx: Context) -> list[KVView]:
         return self._current.get(ctx)
 
     @property

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import abc
 import enum
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -148,7 +148,14 @@ class Tensor(abc.ABC):
 
 
 class Context(abc.ABC):
-    """Builds one graph. Every op returns a new Tensor; see the module docstring."""
+    """Builds one graph. Every op returns a new Tensor; see the module docstring.
+
+    `row_groups` (set by the engine for each pass): for operands with that many rows, the
+    (start, count) runs belonging to one sequence each. Implementations use it to keep a
+    sequence's numbers independent of the rest of the batch where kernels would not.
+    """
+
+    row_groups: dict[int, list[tuple[int, int]]]
 
     @property
     @abc.abstractmethod
@@ -303,10 +310,13 @@ class Context(abc.ABC):
         outputs: used for side effects such as cache writes."""
 
     @abc.abstractmethod
-    def compute(self, *outputs: Tensor) -> None:
+    def compute(self, *outputs: Tensor, on_started: Callable[[], None] | None = None) -> None:
         """Run the graph; afterwards `outputs[i].numpy()` holds values. May be called again
-        after inputs were given new values, as long as `is_current` (no other graph ran in
-        between): the built graph is then re-run without rebuilding."""
+        after inputs were given new values: the built graph is re-run without rebuilding
+        (cheapest while `is_current`, i.e. no other graph ran in between).
+
+        `on_started` is called once the inputs have been uploaded and computing begins: from
+        then on the inputs may be refilled for the next run (pipelining)."""
 
     @property
     @abc.abstractmethod

@@ -11,7 +11,7 @@ import ctypes
 import logging
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import ggml as g
@@ -87,6 +87,20 @@ def physical_cores() -> int:
         pass
     logical = os.cpu_count() or 1
     return max(1, logical // 2 if logical > 4 else logical)
+
+
+_FLOAT_TYPES = frozenset({DType.F32, DType.F16, DType.BF16})
+
+
+def metadata_context(n_tensors: int) -> Any:
+    """A ggml context holding only tensor descriptions (their memory comes from buffers)."""
+    params = g.ggml_init_params(
+        mem_size=g.ggml_tensor_overhead() * n_tensors, mem_buffer=None, no_alloc=True
+    )
+    ctx = g.ggml_init(params)
+    if not ctx:
+        raise OutOfMemoryError("could not create a ggml context")
+    return ctx
 
 
 def _trim(shape: Sequence[int]) -> tuple[int, ...]:
@@ -191,6 +205,9 @@ class GGMLContext(Context):
         self._outputs: set[int] = set()
         self._keyed: dict[str, GGMLTensor] = {}
         self._was_allocated = False
+        # Set by the engine per pass: for operands with this many rows, the [start, count)
+        # runs that belong to one sequence each (see mul_mat).
+        self.row_groups: dict[int, list[tuple[int, int]]] = {}
 
     @property
     def flash_attention_enabled(self) -> bool:
@@ -252,10 +269,27 @@ class GGMLContext(Context):
         return self._t(g.ggml_scale(self._ctx, a.ptr, s))  # type: ignore[attr-defined]
 
     def mul_mat(self, a: Tensor, b: Tensor, full_precision: bool = False) -> GGMLTensor:
-        p = g.ggml_mul_mat(self._ctx, a.ptr, b.ptr)  # type: ignore[attr-defined]
+        ne = b.ptr.contents.ne  # type: ignore[attr-defined]
+        groups = self.row_groups.get(ne[1]) if a.dtype in _FLOAT_TYPES else None
+        if groups is not None and len(groups) > 1 and ne[2] == 1 and ne[3] == 1:
+            # ggml multiplies float matrices by one row with another kernel than by several
+            # (llamafile's sgemm needs n >= 2), rounding differently: multiply each sequence's
+            # rows on their own so its numbers do not depend on the rest of the batch.
+            # (Quantized weights give identical rows either way.)
+            nb1 = b.strides[1]
+            out = None
+            for start, count in groups:
+                part = g.ggml_view_2d(self._ctx, b.ptr, ne[0], count, nb1, start * nb1)  # type: ignore[attr-defined]
+                y = self._mul_mat(a, part, full_precision)
+                out = y if out is None else g.ggml_concat(self._ctx, out, y, 1)
+            return self._t(out)
+        return self._t(self._mul_mat(a, b.ptr, full_precision))  # type: ignore[attr-defined]
+
+    def _mul_mat(self, a: Tensor, bp: Any, full_precision: bool) -> Any:
+        p = g.ggml_mul_mat(self._ctx, a.ptr, bp)  # type: ignore[attr-defined]
         if full_precision:
             g.ggml_mul_mat_set_prec(p, g.GGML_PREC_F32)
-        return self._t(p)
+        return p
 
     def get_rows(self, a: Tensor, rows: Tensor) -> GGMLTensor:
         return self._t(g.ggml_get_rows(self._ctx, a.ptr, rows.ptr))  # type: ignore[attr-defined]
@@ -402,12 +436,22 @@ class GGMLContext(Context):
                     raise RuntimeError("outputs cannot be added to a graph that already ran")
         return self._graph
 
-    def compute(self, *outputs: Tensor) -> None:
+    def compute(self, *outputs: Tensor, on_started: Callable[[], None] | None = None) -> None:
         gf = self._build(outputs)
         missing = [t for t, arr in self._inputs.values() if arr is None]
         if missing:
             raise ValueError(f"{len(missing)} graph input(s) were never given values")
-        self._backend._compute(self, gf, [v for v in self._inputs.values()])  # type: ignore[misc]
+        inputs = list(self._inputs.values())
+        self._backend._compute(self, gf, inputs, on_started)  # type: ignore[arg-type]
+
+    def _release_allocation(self) -> None:
+        """Forget every graph tensor's address so the allocator places them anew."""
+        t = g.ggml_get_first_tensor(self._ctx)
+        while t:
+            c = t.contents
+            c.data = None
+            c.buffer = None
+            t = g.ggml_get_next_tensor(self._ctx, t)
 
     def reserve(self, *outputs: Tensor) -> None:
         self._backend._reserve(self._build(outputs))
@@ -473,19 +517,20 @@ class GGMLBackend(Backend):
         return self._sched
 
     def _compute(
-        self, ctx: GGMLContext, gf: object, inputs: list[tuple[GGMLTensor, np.ndarray]]
+        self,
+        ctx: GGMLContext,
+        gf: object,
+        inputs: list[tuple[GGMLTensor, np.ndarray]],
+        on_started: Callable[[], None] | None = None,
     ) -> None:
         with self._lock:
             sched = self._scheduler()
             key = _addr(gf)
             if self._allocated_graph != key:
                 if ctx._was_allocated:
-                    # ggml's allocator treats tensors that still hold the old addresses as
-                    # allocated; re-allocating such a graph would alias memory.
-                    raise RuntimeError(
-                        "this graph ran before and the scheduler has run another since; "
-                        "build it again (only the most recent graph can be re-run)"
-                    )
+                    # ggml's allocator takes tensors that still hold addresses for allocated;
+                    # forget the old ones or the new allocation would alias memory.
+                    ctx._release_allocation()
                 g.ggml_backend_sched_reset(sched)
                 if not g.ggml_backend_sched_alloc_graph(sched, gf):
                     self._allocated_graph = 0
@@ -495,6 +540,8 @@ class GGMLBackend(Backend):
             for t, arr in inputs:
                 if t._p.contents.data:  # type: ignore[attr-defined]  # unused inputs: no memory
                     g.ggml_backend_tensor_set(t.ptr, arr.ctypes.data, 0, arr.nbytes)
+            if on_started is not None:
+                on_started()
             status = g.ggml_backend_sched_graph_compute(sched, gf)
             if status != g.GGML_STATUS_SUCCESS:
                 self._allocated_graph = 0
@@ -525,10 +572,7 @@ class GGMLBackend(Backend):
         return GGMLContext(self, max_nodes or self.graph_nodes)
 
     def persistent(self, dtype: DType, shape: Sequence[int], name: str = "") -> GGMLTensor:
-        params = g.ggml_init_params(
-            mem_size=g.ggml_tensor_overhead() * 2, mem_buffer=None, no_alloc=True
-        )
-        ctx = g.ggml_init(params)
+        ctx = metadata_context(2)
         ne = list(shape) + [1] * (4 - len(shape))
         p = g.ggml_new_tensor_4d(ctx, int(dtype), ne[0], ne[1], ne[2], ne[3])
         if name:

@@ -17,11 +17,12 @@ an error naming the file and the tensor; an optional one binds None.
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from .api import Context, DType, Tensor
 
-__all__ = ["weight", "bind", "linear", "rms_norm", "attention", "AttentionCache"]
+__all__ = ["weight", "bind", "linear", "rms_norm", "attention", "AttentionCache", "KVView"]
 
 T = TypeVar("T")
 
@@ -83,12 +84,27 @@ def rms_norm(ctx: Context, x: Tensor, w: Tensor | None, eps: float) -> Tensor:
     return ctx.mul(y, w) if w is not None else y
 
 
+@dataclass(frozen=True)
+class KVView:
+    """What one run of a sequence's batch rows attends to (see `AttentionCache.get`).
+
+    start, count: the rows (tokens) of the batch; keys `[head_dim, kv_heads, n_kv]`; values
+    the same or, permuted, `[n_kv, head_dim, kv_heads]`; mask `[n_kv, count_padded]`.
+    """
+
+    start: int
+    count: int
+    keys: Tensor
+    values: Tensor
+    mask: Tensor
+
+
 class AttentionCache(Protocol):
     """What attention needs of a KV cache (kvcache.Cache satisfies it)."""
 
     def put(self, ctx: Context, key: Tensor, value: Tensor) -> None: ...
 
-    def get(self, ctx: Context) -> tuple[Tensor, Tensor, Tensor]: ...
+    def get(self, ctx: Context) -> list[KVView]: ...
 
     @property
     def permuted_v(self) -> bool: ...
@@ -105,21 +121,40 @@ def attention(
 ) -> Tensor:
     """Scaled dot-product attention through a KV cache.
 
-    q `[head_dim, heads, tokens]`; k, v `[head_dim, kv_heads, tokens]` are stored in the cache
-    first (pass None to only read it). Heads share kv_heads in groups (GQA). Uses flash
-    attention when the backend's switch is on. Returns `[head_dim_v * heads, tokens]`.
+    q `[head_dim, heads, tokens]` (contiguous); k, v `[head_dim, kv_heads, tokens]` are stored
+    in the cache first (pass None to only read it). Heads share kv_heads in groups (GQA). Each
+    sequence's rows attend to that sequence's cells only, so results do not depend on what
+    else shares the batch. Uses flash attention when the backend's switch is on. Returns
+    `[head_dim_v * heads, tokens]`.
     """
     if k is not None and v is not None:
         cache.put(ctx, k, v)
-    keys, values, mask = cache.get(ctx)
-    heads, tokens = q.dim(1), q.dim(2)
+    views = cache.get(ctx)
+    if len(views) == 1 and views[0].count == q.dim(2):
+        return _sdpa(ctx, q, views[0], scale, cache.permuted_v, softcap)
+    out = None
+    for view in views:
+        # q rows of this run: [head_dim, heads, count]
+        qv = ctx.view(
+            q, (q.dim(0), q.dim(1), view.count), q.strides[1:3], view.start * q.strides[2]
+        )
+        part = _sdpa(ctx, qv, view, scale, cache.permuted_v, softcap)
+        out = part if out is None else ctx.concat(out, part, 1)
+    assert out is not None
+    return out
 
+
+def _sdpa(
+    ctx: Context, q: Tensor, view: KVView, scale: float, permuted_v: bool, softcap: float
+) -> Tensor:
+    heads, tokens = q.dim(1), q.dim(2)
     q = ctx.permute(q, 0, 2, 1, 3)  # [head_dim, tokens, heads]
-    keys = ctx.permute(keys, 0, 2, 1, 3)  # [head_dim, n_kv, kv_heads]
+    keys = ctx.permute(view.keys, 0, 2, 1, 3)  # [head_dim, n_kv, kv_heads]
+    mask = view.mask
     if ctx.flash_attention_enabled:
-        if cache.permuted_v:
+        if permuted_v:
             raise ValueError("flash attention needs an unpermuted V cache")
-        values = ctx.permute(values, 0, 2, 1, 3)  # [head_dim_v, n_kv, kv_heads]
+        values = ctx.permute(view.values, 0, 2, 1, 3)  # [head_dim_v, n_kv, kv_heads]
         if mask.dtype != DType.F16:
             mask = ctx.cast(mask, DType.F16)
         out = ctx.flash_attention(q, keys, values, mask, scale, softcap)  # [d_v, heads, tokens]
@@ -131,10 +166,10 @@ def attention(
         kq = ctx.soft_max(kq, mask, 1.0)
     else:
         kq = ctx.soft_max(kq, mask, scale)
-    if cache.permuted_v:
-        vt = values  # [n_kv, head_dim_v, kv_heads]
+    if permuted_v:
+        vt = view.values  # [n_kv, head_dim_v, kv_heads]
     else:
-        vt = ctx.cont(ctx.permute(values, 1, 2, 0, 3))  # [n_kv, head_dim_v, kv_heads]
+        vt = ctx.cont(ctx.permute(view.values, 1, 2, 0, 3))  # [n_kv, head_dim_v, kv_heads]
     kqv = ctx.mul_mat(vt, kq)  # [head_dim_v, tokens, heads]
     kqv = ctx.permute(kqv, 0, 2, 1, 3)  # [head_dim_v, heads, tokens]
     out = ctx.cont(kqv)

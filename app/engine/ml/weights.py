@@ -10,6 +10,12 @@ multiplication goes to the CPU "repack" buffer type when ggml supports it for th
 (its interleaved layout makes quantized matmuls faster); everything else goes to the plain CPU
 buffer. A tied output matrix (`output.weight` missing, `token_embd.weight` used instead) is
 therefore loaded twice: once for row lookups, once laid out for matmul, as llama.cpp does.
+
+One condition is ours: a repacked layout is used only if it is batch-invariant, i.e. a row's
+result is bit-identical whether it is multiplied alone or among others (checked at load on one
+real tensor of each type). Some repacked kernels (e.g. Q4_K's on AVX2) round a row differently
+in a 4-row block than alone, which would make a sequence's output depend on which other
+requests share its batch; with the check, the same seed gives the same text under any load.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ import numpy as np
 
 from ..gguf import GGUFError, GGUFFile, TensorInfo
 from .api import DType, OutOfMemoryError
-from .ggml import GGMLBackend, GGMLTensor
+from .ggml import GGMLBackend, GGMLTensor, metadata_context
 
 __all__ = ["WeightStore", "MissingTensorError", "ProgressFn"]
 
@@ -70,16 +76,13 @@ class WeightStore:
     def __init__(self, backend: GGMLBackend, file: GGUFFile) -> None:
         self.backend = backend
         self.file = file
-        n = len(file.tensors) * 2 + 8
-        params = g.ggml_init_params(
-            mem_size=g.ggml_tensor_overhead() * n, mem_buffer=None, no_alloc=True
-        )
-        self._meta = g.ggml_init(params)
+        self._meta = metadata_context(len(file.tensors) * 2 + 8)
         self._slots: dict[tuple[str, bool], _Slot] = {}
         self._buffers: list[object] = []
         self._contexts: list[object] = []
         self.loaded = False
         self.bytes_by_buffer_type: dict[str, int] = {}
+        self._invariance: dict[tuple[int, int], bool] = {}
         # Graphs need room for every op of every layer: scale the scheduler's node budget.
         backend.graph_nodes = max(backend.graph_nodes, 16 * len(file.tensors) + 1024)
 
@@ -140,15 +143,12 @@ class WeightStore:
         extra = _extra_buffer_types()
         for slot in self._slots.values():
             slot.buft = self._choose_buffer_type(slot, extra)
-            key = int(ctypes.cast(slot.buft, ctypes.c_void_p).value or 0)  # type: ignore[arg-type]
+            key = _address(slot.buft)
             groups.setdefault(key, []).append(slot)
             bufts[key] = slot.buft
 
         for key, slots in groups.items():
-            params = g.ggml_init_params(
-                mem_size=g.ggml_tensor_overhead() * (len(slots) + 1), mem_buffer=None, no_alloc=True
-            )
-            ctx = g.ggml_init(params)
+            ctx = metadata_context(len(slots) + 1)
             self._contexts.append(ctx)
             for slot in slots:
                 # Move the handle's tensor into a context owned by this buffer type.
@@ -184,9 +184,17 @@ class WeightStore:
     def _choose_buffer_type(self, slot: _Slot, extra: list[object]) -> object:
         if slot.matmul and extra and len(slot.info.shape) == 2:
             for buft in extra:
-                if _supports_matmul(buft, slot.tensor):
+                if _supports_matmul(buft, slot.tensor) and self._batch_invariant(buft, slot):
                     return buft
         return self.backend.cpu_buffer_type
+
+    def _batch_invariant(self, buft: object, slot: _Slot) -> bool:
+        key = (_address(buft), slot.info.type_id)
+        if key not in self._invariance:
+            self._invariance[key] = _probe_batch_invariance(
+                self.backend, buft, slot.tensor, self.file.tensor_bytes(slot.info.name)
+            )
+        return self._invariance[key]
 
     @property
     def nbytes(self) -> int:
@@ -202,6 +210,45 @@ class WeightStore:
         if self._meta:
             g.ggml_free(self._meta)
             self._meta = None
+
+
+def _address(ptr: object) -> int:
+    return int(ctypes.cast(ptr, ctypes.c_void_p).value or 0)  # type: ignore[arg-type]
+
+
+def _probe_batch_invariance(
+    backend: GGMLBackend, buft: object, weight: GGMLTensor, data: memoryview
+) -> bool:
+    """Whether multiplying by `weight` laid out in `buft` gives each row the same bits alone
+    as within batches of several sizes."""
+    ctx = metadata_context(2)
+    buf = None
+    try:
+        w = g.ggml_dup_tensor(ctx, weight.ptr)
+        buf = g.ggml_backend_alloc_ctx_tensors_from_buft(ctx, buft)
+        if not buf:
+            return False
+        raw = np.frombuffer(data, dtype=np.uint8)
+        g.ggml_backend_tensor_set(w, raw.ctypes.data, 0, raw.nbytes)
+        handle = GGMLTensor(w, ctx)
+        x = np.random.default_rng(0).standard_normal((9, weight.ne[0])).astype(np.float32)
+        alone = np.concatenate([_multiply(backend, handle, x[i : i + 1]) for i in range(9)])
+        return all(np.array_equal(_multiply(backend, handle, x[:n]), alone[:n]) for n in (2, 4, 9))
+    finally:
+        if buf:
+            g.ggml_backend_buffer_free(buf)
+        g.ggml_free(ctx)
+
+
+def _multiply(backend: GGMLBackend, weight: GGMLTensor, x: np.ndarray) -> np.ndarray:
+    """weight · rows of x, computed on their own: `[len(x), out]`."""
+    c = backend.new_context()
+    try:
+        out = c.mul_mat(weight, c.from_numpy(x))
+        c.compute(out)
+        return out.numpy().reshape(len(x), -1)
+    finally:
+        c.close()
 
 
 _ExtraBuftsFn = ctypes.CFUNCTYPE(ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p)
@@ -227,10 +274,7 @@ def _extra_buffer_types() -> list[object]:
 
 def _supports_matmul(buft: object, weight: GGMLTensor) -> bool:
     """Whether ggml can multiply by `weight` when it lives in `buft` (llama.cpp's probe)."""
-    params = g.ggml_init_params(
-        mem_size=g.ggml_tensor_overhead() * 4, mem_buffer=None, no_alloc=True
-    )
-    ctx = g.ggml_init(params)
+    ctx = metadata_context(4)
     try:
         w = g.ggml_dup_tensor(ctx, weight.ptr)
         ne = weight.ne

@@ -2,9 +2,9 @@
 
 `ForwardEngine` owns the cache and the core-side half of every pass: it builds the batch's
 input tensors, lets the cache assign cells (`prepare`), asks the plugin for the graph, and
-computes it. The most recent graph is kept and run again when the next pass has the same shape
-(same batch size, output rows and cache signature), after its inputs are refilled; that is
-what makes token-by-token generation cheap in Python (as llama.cpp's graph reuse does).
+computes it. Built graphs are kept and run again when a later pass has the same shape (same
+batch size, output rows and cache signature), after their inputs are refilled; that is what
+makes token-by-token generation cheap in Python (as llama.cpp's graph reuse does).
 
 At construction it reserves the worst-case graphs (a full batch whose mask spans the whole
 cache, and a batch of one), so that a model which does not fit fails here, not mid-inference.
@@ -12,16 +12,20 @@ cache, and a batch of one), so that a model which does not fit fails here, not m
 
 from __future__ import annotations
 
+from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
-from ..input import Batch
+from ..input import Batch, sequence_runs
 from ..kvcache import Cache
 from ..ml.api import Context, DType, OutOfMemoryError, Tensor
 from ..model import LoadedModel
 
-__all__ = ["ForwardEngine", "MemoryReport"]
+__all__ = ["ForwardEngine", "MemoryReport", "Pass"]
+
+_GRAPH_CACHE_SIZE = 4  # graphs kept for reuse (decode shapes, a prompt chunk shape, ...)
 
 
 @dataclass(frozen=True)
@@ -37,10 +41,17 @@ class MemoryReport:
 
 @dataclass
 class _Graph:
-    key: tuple
     ctx: Context
     batch: Batch
-    logits: Tensor
+    output: Tensor
+
+
+@dataclass
+class Pass:
+    """A planned forward pass: cells assigned, graph ready, token values still changeable."""
+
+    graph: _Graph
+    tokens: np.ndarray
 
 
 class ForwardEngine:
@@ -62,12 +73,14 @@ class ForwardEngine:
         self.num_batch = min(num_batch, num_ctx)
         self.parallel = parallel
         self.vocab_size = loaded.tokenizer.vocab_size
+        pooling = loaded.file.metadata.uint("pooling_type", 0)
+        self.pooling = {1: "mean", 2: "first"}.get(pooling, "last")  # embeddings
         cache = self.model.make_cache()
         if cache is None:
             raise ValueError("models without a KV cache are not supported yet")
         self.cache: Cache = cache
         self.cache.init(self.backend, kv_dtype, parallel, num_ctx, self.num_batch)
-        self._last: _Graph | None = None  # the most recent graph, re-run for equal shapes
+        self._graphs: OrderedDict[tuple, _Graph] = OrderedDict()  # built graphs, by shape
         self.graphs_built = 0
         self.graphs_reused = 0
         self.memory = self._reserve()
@@ -112,6 +125,7 @@ class ForwardEngine:
         positions: np.ndarray,
         sequences: np.ndarray,
         outputs: np.ndarray,
+        hidden: bool = False,
     ) -> Batch:
         n = len(tokens)
         return Batch(
@@ -121,7 +135,54 @@ class ForwardEngine:
             positions_host=positions,
             sequences=sequences,
             outputs_host=outputs,
+            hidden=hidden,
         )
+
+    def plan(
+        self,
+        tokens: np.ndarray,
+        positions: np.ndarray,
+        sequences: np.ndarray,
+        outputs: np.ndarray,
+        hidden: bool = False,
+    ) -> Pass:
+        """Assign cache cells and get the graph for one pass (reusing a built one when the
+        shapes match). Raises CacheFullError. `Pass.tokens` may be changed before `run()`
+        (tokens still being sampled). If the graph may be computing for an earlier pass, call
+        this only after that compute has started (its inputs are refilled here)."""
+        tokens = np.array(tokens, dtype=np.int32)
+        positions = np.ascontiguousarray(positions, dtype=np.int32)
+        sequences = np.ascontiguousarray(sequences, dtype=np.int32)
+        outputs = np.ascontiguousarray(outputs, dtype=np.int32)
+        host = Batch(None, None, None, positions, sequences, outputs, hidden=hidden)  # type: ignore[arg-type]
+        self.cache.prepare(host)
+        out_runs = sequence_runs(sequences[outputs])
+        key = (len(tokens), len(outputs), hidden, self.cache.signature(), tuple(out_runs))
+        graph = self._graphs.get(key)
+        if graph is not None:
+            self._graphs.move_to_end(key)
+            self.graphs_reused += 1
+            self._batch(graph.ctx, tokens, positions, sequences, outputs, hidden)
+            self.cache.bind(graph.ctx)
+        else:
+            ctx = self.backend.new_context()
+            ctx.row_groups = {len(tokens): sequence_runs(sequences), len(outputs): out_runs}
+            batch = self._batch(ctx, tokens, positions, sequences, outputs, hidden)
+            self.cache.bind(ctx)
+            out = self.model.forward(ctx, batch, self.cache)
+            graph = self._graphs[key] = _Graph(ctx, batch, out)
+            self.graphs_built += 1
+            while len(self._graphs) > _GRAPH_CACHE_SIZE:
+                _, old = self._graphs.popitem(last=False)
+                old.ctx.close()
+        return Pass(graph, tokens)
+
+    def run(self, p: Pass, on_started: Callable[[], None] | None = None) -> np.ndarray:
+        """Compute a planned pass; returns `[n_outputs, vocab]` logits (or hidden states)."""
+        g = p.graph
+        g.ctx.input(DType.I32, (len(p.tokens),), p.tokens, key="batch.tokens")
+        g.ctx.compute(g.output, on_started=on_started)
+        return g.output.numpy().reshape(p.graph.batch.n_outputs, -1)
 
     def forward(
         self,
@@ -129,38 +190,15 @@ class ForwardEngine:
         positions: np.ndarray,
         sequences: np.ndarray,
         outputs: np.ndarray,
+        hidden: bool = False,
     ) -> np.ndarray:
-        """Run one pass; returns logits `[len(outputs), vocab]` (numpy order) for the rows
-        `outputs` (indices into this batch). Raises CacheFullError when no cells are free."""
-        tokens = np.ascontiguousarray(tokens, dtype=np.int32)
-        positions = np.ascontiguousarray(positions, dtype=np.int32)
-        sequences = np.ascontiguousarray(sequences, dtype=np.int32)
-        outputs = np.ascontiguousarray(outputs, dtype=np.int32)
-        host = Batch(None, None, None, positions, sequences, outputs)  # type: ignore[arg-type]
-        self.cache.prepare(host)
-        key = (len(tokens), len(outputs), self.cache.signature())
-        graph = self._last
-        if graph is not None and graph.key == key and graph.ctx.is_current:
-            self.graphs_reused += 1
-            self._batch(graph.ctx, tokens, positions, sequences, outputs)  # refill inputs
-            self.cache.bind(graph.ctx)
-        else:
-            if graph is not None:
-                graph.ctx.close()
-                self._last = None
-            ctx = self.backend.new_context()
-            batch = self._batch(ctx, tokens, positions, sequences, outputs)
-            self.cache.bind(ctx)
-            logits = self.model.forward(ctx, batch, self.cache)
-            graph = self._last = _Graph(key, ctx, batch, logits)
-            self.graphs_built += 1
-        graph.ctx.compute(graph.logits)
-        return graph.logits.numpy().reshape(len(outputs), -1)
+        """plan() and run() in one go; `outputs` are row indices into this batch."""
+        return self.run(self.plan(tokens, positions, sequences, outputs, hidden))
 
     def close(self) -> None:
-        if self._last is not None:
-            self._last.ctx.close()
-            self._last = None
+        for graph in self._graphs.values():
+            graph.ctx.close()
+        self._graphs.clear()
         self.cache.close()
 
 

@@ -1,0 +1,300 @@
+"""One request's generation state: its prompt, sampler, stop strings, output stream and stats.
+
+The batching loop owns the order of work; a Sequence decides what each sampled token means:
+end of turn, a stop string, the token limit, text to stream (never half a UTF-8 character and
+never the start of a stop string that may still complete), logprobs.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..sampling import Sampler, SamplingOptions, log_softmax
+from ..tokenizer import StreamDecoder, Tokenizer
+from .protocol import CompletionRequest
+from .slots import Slot
+
+__all__ = ["Sequence", "SequenceSettings", "PromptTooLongError", "settings_from_request"]
+
+_SAMPLING_KEYS = {
+    "temperature",
+    "top_k",
+    "top_p",
+    "min_p",
+    "seed",
+    "repeat_penalty",
+    "repeat_last_n",
+    "presence_penalty",
+    "frequency_penalty",
+}
+
+
+class PromptTooLongError(ValueError):
+    pass
+
+
+@dataclass
+class SequenceSettings:
+    sampling: SamplingOptions = field(default_factory=SamplingOptions)
+    num_predict: int = -1
+    num_keep: int = 4
+    stop: tuple[str, ...] = ()
+    logprobs: bool = False
+    top_logprobs: int = 0
+    truncate: bool = True
+    shift: bool = True
+
+
+def settings_from_request(req: CompletionRequest) -> SequenceSettings:
+    """Validate a request's options (Ollama names); ValueError says what is wrong."""
+    opts = dict(req.options or {})
+    sampling_args: dict[str, Any] = {}
+    for key in _SAMPLING_KEYS & opts.keys():
+        value = opts[key]
+        if value is None:
+            continue
+        caster = int if key in ("top_k", "seed", "repeat_last_n") else float
+        try:
+            sampling_args[key] = caster(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"option {key} must be a number, not {value!r}") from None
+    stop = opts.get("stop") or ()
+    if isinstance(stop, str):
+        stop = (stop,)
+    if not all(isinstance(s, str) for s in stop):
+        raise ValueError("option stop must be a string or a list of strings")
+    top = int(req.top_logprobs or 0)
+    if not 0 <= top <= 20:
+        raise ValueError("top_logprobs must be between 0 and 20")
+    return SequenceSettings(
+        sampling=SamplingOptions(**sampling_args),
+        num_predict=int(opts.get("num_predict", -1) if opts.get("num_predict") is not None else -1),
+        num_keep=int(opts.get("num_keep", 4) if opts.get("num_keep") is not None else 4),
+        stop=tuple(stop),
+        logprobs=bool(req.logprobs or top > 0),
+        top_logprobs=top,
+        truncate=bool(req.truncate),
+        shift=bool(req.shift),
+    )
+
+
+class Sequence:
+    """See the module docstring. Created on a request thread, then driven by the loop."""
+
+    def __init__(
+        self,
+        prompt: list[int],
+        settings: SequenceSettings,
+        tokenizer: Tokenizer,
+        num_ctx: int,
+        constraint: Any = None,
+        embedding: bool = False,
+    ) -> None:
+        if not prompt:
+            raise ValueError("the prompt is empty")
+        self.settings = settings
+        self.tokenizer = tokenizer
+        self.num_ctx = num_ctx
+        self.embedding = embedding
+        self.constraint = constraint
+        keep = settings.num_keep
+        self.num_keep = len(prompt) if keep < 0 else max(0, keep)
+        self.num_keep = min(self.num_keep, num_ctx - 1)
+        self.truncated = False
+        if len(prompt) > num_ctx and not embedding:
+            prompt = self._truncate(prompt)
+        self.prompt = prompt
+        cap = 10 * num_ctx  # a runaway generation through repeated shifts ends here
+        n = settings.num_predict
+        self.num_predict = cap if n < 0 or n > cap else n
+        self.events: queue.Queue[dict[str, Any] | None] = queue.Queue()
+        self.cancelled = threading.Event()
+        self.slot: Slot | None = None
+        self.pending: list[int] = []  # inputs still to evaluate (prompt rest, or the last token)
+        self.done = False
+        self.shifted = False
+        self.sampler = Sampler(settings.sampling, history=prompt)
+        self._decoder = StreamDecoder(tokenizer)
+        self._stops = [s for s in settings.stop if s]
+        self._held = ""  # text withheld because it may begin a stop string
+        self._held_logprobs: list[dict[str, Any]] = []
+        self.generated: list[int] = []  # sampled tokens, in order
+        self.fed = 0  # generated tokens evaluated into the cache (set by the loop)
+        self.placeholder_planned = False  # the next token has a planned input (loop)
+        self.limit_reached = False  # the context is full and may not shift: end after sampling
+        self._sent_tokens = 0  # generated tokens whose text has been fully sent
+        self._text_ends: list[int] = []  # cumulative text length after each generated token
+        self._text_len = 0
+        self._sent_len = 0
+        self.prompt_cached = 0
+        self.prompt_evaluated = 0
+        self.t_start = time.perf_counter()
+        self.t_first: float | None = None
+        self.t_sampling = 0.0
+
+    def _truncate(self, prompt: list[int]) -> list[int]:
+        if not self.settings.truncate:
+            raise PromptTooLongError(
+                f"the prompt is {len(prompt)} tokens but the context holds {self.num_ctx}; "
+                "raise num_ctx, shorten the prompt, or allow truncation"
+            )
+        room = self.num_ctx - max(1, min(self.num_ctx // 4, 256))
+        head = prompt[: min(self.num_keep, room)]
+        tail = prompt[len(prompt) - (room - len(head)) :]
+        self.truncated = True
+        return head + tail
+
+    # -- the loop drives these -----------------------------------------------------------
+    def start(self, slot: Slot, cached: int) -> None:
+        self.slot = slot
+        self.prompt_cached = cached
+        self.pending = list(self.prompt[cached:])
+        self.prompt_evaluated = len(self.pending)
+
+    def accept_logits(self, logits: np.ndarray) -> int | None:
+        """Sample from the logits that follow the last evaluated input. Returns the token to
+        evaluate next, or None when the sequence has finished."""
+        t0 = time.perf_counter()
+        if self.t_first is None:
+            self.t_first = t0
+        token = self._sample(logits)
+        self.t_sampling += time.perf_counter() - t0
+        if token is None:
+            return None
+        if self.tokenizer.is_eos(token):
+            self.finish("stop")
+            return None
+        self.sampler.accept(token)
+        self.generated.append(token)
+        text = self._decoder.feed(token)
+        self._text_len += len(text)
+        self._text_ends.append(self._text_len)
+        lp = self._logprob(logits, token) if self.settings.logprobs else None
+        if lp is not None:
+            self._held_logprobs.append(lp)
+        if self._emit(text):
+            self.finish("stop")
+            return None
+        if self.constraint is not None and self.constraint.complete:
+            self.finish("stop")
+            return None
+        if len(self.generated) >= self.num_predict:
+            self.finish("length")
+            return None
+        return token
+
+    def _sample(self, logits: np.ndarray) -> int | None:
+        c = self.constraint
+        if c is None:
+            return self.sampler.sample(logits)
+        token = self.sampler.sample(logits)
+        if not c.accepts(token):
+            masked = np.where(c.mask(), logits, -np.inf).astype(np.float32)
+            if not np.isfinite(masked).any():
+                self.fail("structured output reached a state with no valid continuation")
+                return None
+            token = self.sampler.sample(masked)
+        if not self.tokenizer.is_eos(token):
+            c.advance(token)
+        return token
+
+    def _logprob(self, logits: np.ndarray, token: int) -> dict[str, Any]:
+        lp = log_softmax(logits)
+        entry = self._token_entry(token, float(lp[token]))
+        k = self.settings.top_logprobs
+        if k:
+            idx = np.argpartition(lp, lp.shape[0] - k)[lp.shape[0] - k :]
+            idx = idx[np.argsort(-lp[idx], kind="stable")]
+            entry["top_logprobs"] = [self._token_entry(int(i), float(lp[i])) for i in idx]
+        return entry
+
+    def _token_entry(self, token: int, logprob: float) -> dict[str, Any]:
+        raw = self.tokenizer.token_bytes(token)
+        return {
+            "token": raw.decode("utf-8", "replace"),
+            "logprob": logprob,
+            "bytes": list(raw),
+        }
+
+    def _emit(self, text: str) -> bool:
+        """Send what is safe to send; True when a stop string matched."""
+        self._held += text
+        if self._stops:
+            cut = min((i for i in (self._held.find(s) for s in self._stops) if i >= 0), default=-1)
+            if cut >= 0:
+                self._send(self._held[:cut])
+                self._held = ""
+                return True
+            hold = 0
+            for s in self._stops:
+                for k in range(min(len(s) - 1, len(self._held)), 0, -1):
+                    if self._held.endswith(s[:k]):
+                        hold = max(hold, k)
+                        break
+            out = self._held[: len(self._held) - hold]
+            self._held = self._held[len(out) :]
+        else:
+            out, self._held = self._held, ""
+        if out:
+            self._send(out)
+        return False
+
+    def _send(self, text: str) -> None:
+        self._sent_len += len(text)
+        n = 0
+        while n < len(self._text_ends) and self._text_ends[n] <= self._sent_len:
+            n += 1
+        self._sent_tokens = n
+        chunk: dict[str, Any] = {"content": text}
+        if self.settings.logprobs:
+            done = len(self._held_logprobs) - (len(self._text_ends) - n)
+            chunk["logprobs"] = self._held_logprobs[: max(done, 0)]
+            self._held_logprobs = self._held_logprobs[max(done, 0) :]
+        if text or chunk.get("logprobs"):
+            self.events.put(chunk)
+
+    def finish(self, reason: str) -> None:
+        if self.done:
+            return
+        if reason != "stop" or not self._stops:
+            tail = self._held + self._decoder.flush()
+            self._held = ""
+            if tail:
+                self._send(tail)
+        self.done = True
+        now = time.perf_counter()
+        first = self.t_first or now
+        self.events.put(
+            {
+                "done": True,
+                "done_reason": reason,
+                "prompt_eval_count": self.prompt_evaluated,
+                "prompt_cached": self.prompt_cached,
+                "prompt_eval_duration": int((first - self.t_start) * 1e9),
+                "eval_count": len(self.generated),
+                "eval_duration": int((now - first) * 1e9),
+                "truncated": self.truncated,
+                "shifted": self.shifted,
+            }
+        )
+        self.events.put(None)
+
+    def fail(self, message: str) -> None:
+        if self.done:
+            return
+        self.done = True
+        self.events.put({"error": message})
+        self.events.put(None)
+
+    def tokens_to_keep(self) -> int:
+        """How many of the slot's tokens the cache should keep after this request: all but
+        the generated tokens whose text was never sent (a stop string trims those)."""
+        assert self.slot is not None
+        unsent = self.fed - min(self.fed, self._sent_tokens)
+        return max(0, len(self.slot.tokens) - unsent)

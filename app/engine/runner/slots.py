@@ -1,0 +1,158 @@
+"""Prompt-cache slots: which KV-cache sequence a request uses, and how much of it is reusable.
+
+There is one slot per parallel sequence of the KV cache (slot id == cache sequence id). A slot
+remembers the tokens its sequence holds in the cache, so a follow-up request that starts with
+the same tokens (the chat so far) only evaluates what is new.
+
+* Single-user mode (default): a request takes the free slot sharing the longest prefix with
+  its prompt (least recently used on ties).
+* Multi-user mode: a request takes a free slot whose whole content is a prefix of its prompt;
+  otherwise the least recently used free slot, and if any slot (even a busy one) shares a
+  longer prefix, those cells are shared into the new slot with `copy_prefix` (no data copied).
+
+Sliding-window caches can only resume where the window still holds what is needed
+(`can_resume`); otherwise the prompt is evaluated from the start.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..kvcache import Cache, ShiftNotSupportedError
+
+__all__ = [
+    "Slot",
+    "InputCache",
+    "NoFreeSlotError",
+    "ReprocessInputs",
+    "common_prefix",
+    "shift_discard",
+]
+
+
+class NoFreeSlotError(RuntimeError):
+    pass
+
+
+class ReprocessInputs(Exception):  # noqa: N818 - a signal, not an error
+    """A shift was impossible: the slot was cleared; evaluate `kept` again from position 0."""
+
+    def __init__(self, kept: list[int]) -> None:
+        super().__init__("the model cannot shift its cache; the kept context is re-evaluated")
+        self.kept = kept
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """Length of the longest common prefix of two token sequences."""
+    n = min(len(a), len(b))
+    if n == 0:
+        return 0
+    diff = np.flatnonzero(np.asarray(a[:n]) != np.asarray(b[:n]))
+    return int(diff[0]) if len(diff) else n
+
+
+def shift_discard(same_batch: Sequence[int], num_ctx: int, num_keep: int) -> int:
+    """How many inputs after `num_keep` a context shift discards.
+
+    `same_batch[i]` says the next N inputs must stay in input i's batch (images); the cut
+    never lands inside such a run. The target leaves half of the room after `num_keep` free.
+    """
+    target = max((num_ctx - num_keep) // 2, 1)
+    needed = target - (num_ctx - len(same_batch))
+    if needed <= 0:
+        return 0
+    discard = 0
+    run_end = -1
+    for i in range(num_keep, len(same_batch)):
+        run_end = max(run_end, i + same_batch[i])
+        discard += 1
+        if discard >= needed and i >= run_end:
+            break
+    return discard
+
+
+@dataclass
+class Slot:
+    id: int
+    tokens: list[int] = field(default_factory=list)  # what the cache holds for this sequence
+    in_use: bool = False
+    last_used: float = 0.0
+
+
+class InputCache:
+    """The slots of one KV cache (see the module docstring). Used by the runner thread only."""
+
+    def __init__(self, cache: Cache, parallel: int, num_ctx: int, multi_user: bool = False):
+        self.cache = cache
+        self.num_ctx = num_ctx
+        self.multi_user = multi_user
+        self.slots = [Slot(i) for i in range(parallel)]
+
+    def acquire(self, prompt: Sequence[int]) -> tuple[Slot, int]:
+        """Take a slot for `prompt`; returns it and how many prompt tokens it already holds.
+        At least one token is always left to evaluate (its logits are needed)."""
+        free = [s for s in self.slots if not s.in_use]
+        if not free:
+            raise NoFreeSlotError("all sequences are busy")
+        if self.multi_user:
+            slot, keep = self._pick_multi_user(prompt, free)
+        else:
+            slot = max(free, key=lambda s: (common_prefix(s.tokens, prompt), -s.last_used))
+            keep = common_prefix(slot.tokens, prompt)
+        if keep >= len(prompt):
+            keep = len(prompt) - 1
+        if keep > 0 and not self.cache.can_resume(slot.id, keep):
+            keep = 0
+        try:
+            self.cache.remove(slot.id, keep)
+        except ShiftNotSupportedError:
+            self.cache.remove(slot.id, 0)
+            keep = 0
+        slot.tokens = list(prompt[:keep])
+        slot.in_use = True
+        slot.last_used = time.monotonic()
+        return slot, keep
+
+    def _pick_multi_user(self, prompt: Sequence[int], free: list[Slot]) -> tuple[Slot, int]:
+        best = max(self.slots, key=lambda s: common_prefix(s.tokens, prompt))
+        best_len = common_prefix(best.tokens, prompt)
+        if not best.in_use and best_len == len(best.tokens) and best_len > 0:
+            return best, best_len
+        slot = min(free, key=lambda s: s.last_used)
+        if best is not slot and best_len > common_prefix(slot.tokens, prompt):
+            self.cache.copy_prefix(best.id, slot.id, best_len)
+            slot.tokens = list(best.tokens[:best_len])
+            return slot, best_len
+        return slot, common_prefix(slot.tokens, prompt)
+
+    def release(self, slot: Slot, keep: int | None = None) -> None:
+        """Give the slot back; the cache keeps its first `keep` tokens (all by default) for the
+        next request to reuse."""
+        if keep is not None and keep < len(slot.tokens):
+            slot.tokens = slot.tokens[:keep]
+        self.cache.remove(slot.id, len(slot.tokens))  # drops any cell beyond what is recorded
+        slot.in_use = False
+        slot.last_used = time.monotonic()
+
+    def shift(self, slot: Slot, num_keep: int) -> int:
+        """Make room by discarding tokens after `num_keep` (re-RoPEing later keys).
+
+        Returns how many were discarded. When the model cannot shift, the slot is cleared and
+        ReprocessInputs carries the tokens to evaluate again instead.
+        """
+        discard = shift_discard([0] * len(slot.tokens), self.num_ctx, num_keep)
+        if discard <= 0:
+            return 0
+        kept = slot.tokens[:num_keep] + slot.tokens[num_keep + discard :]
+        try:
+            self.cache.remove(slot.id, num_keep, num_keep + discard)
+        except ShiftNotSupportedError:
+            self.cache.remove(slot.id, 0)
+            slot.tokens = []
+            raise ReprocessInputs(kept) from None
+        slot.tokens = kept
+        return discard
