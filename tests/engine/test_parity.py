@@ -12,7 +12,7 @@ import pytest
 from hearth.engine.model import load_model
 from hearth.engine.runner.forward import ForwardEngine
 
-from conftest import run_oracle
+from oracle import run_oracle
 from parity import compare
 
 pytestmark = pytest.mark.slow

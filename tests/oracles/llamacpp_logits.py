@@ -20,6 +20,7 @@ import json
 import sys
 
 import numpy as np
+from plain_layouts import use_plain_layouts
 
 
 def main() -> None:
@@ -29,16 +30,7 @@ def main() -> None:
     from llama_cpp import Llama
 
     if not req.get("repack", False):
-        # Plain weight layouts: llama.cpp's repacked Q4_K kernels round a row differently in
-        # a batch than alone, so Hearth does not use them (see hearth.engine.ml.weights).
-        default_params = llama_cpp.llama_cpp.llama_model_default_params
-
-        def plain_params():  # type: ignore[no-untyped-def]
-            params = default_params()
-            params.use_extra_bufts = False
-            return params
-
-        llama_cpp.llama_cpp.llama_model_default_params = plain_params
+        use_plain_layouts()
 
     n_ctx = int(req.get("n_ctx", 1024))
     llm = Llama(

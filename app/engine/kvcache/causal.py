@@ -111,8 +111,9 @@ class Causal(Cache):
             # evaluated from the start (Ollama's gemma3 pain point).
             mem = self.memory or self.window + max_batch
             if max_sequences > 1:
-                # The stop token is stored but is not part of the next prompt: keep one more.
-                mem = max(mem, self.window + 1)
+                # The stop token is stored but is not part of the next prompt: keep one more
+                # than the window - 1 positions a token needs before it.
+                mem = max(mem, self.window)
             self.swa_memory = mem
             per_sequence = min(capacity, mem + max_batch)
         else:
@@ -345,7 +346,8 @@ class Causal(Cache):
             return pos == 0
         first = int(self.cell_pos[mine].min())
         last = int(self.cell_pos[mine].max())
-        return max(0, pos - self.window) >= first and pos <= last + 1
+        # The token at `pos` sees positions > pos - window (see the module docstring).
+        return max(0, pos - self.window + 1) >= first and pos <= last + 1
 
     def positions(self, seq: int) -> np.ndarray:
         """The positions `seq` holds, sorted (for tests and diagnostics)."""

@@ -205,7 +205,7 @@ class GGMLContext(Context):
         self._outputs: set[int] = set()
         self._keyed: dict[str, GGMLTensor] = {}
         self._was_allocated = False
-        # Set by the engine per pass: for operands with this many rows, the [start, count)
+        # Set by the engine per pass: for operands with this many rows, the (start, count)
         # runs that belong to one sequence each (see mul_mat).
         self.row_groups: dict[int, list[tuple[int, int]]] = {}
 
@@ -272,7 +272,7 @@ class GGMLContext(Context):
         ne = b.ptr.contents.ne  # type: ignore[attr-defined]
         groups = self.row_groups.get(ne[1]) if a.dtype in _FLOAT_TYPES else None
         if groups is not None and len(groups) > 1 and ne[2] == 1 and ne[3] == 1:
-            # ggml multiplies float matrices by one row with another kernel than by several
+            # ggml multiplies a float matrix by one row with another kernel than by several
             # (llamafile's sgemm needs n >= 2), rounding differently: multiply each sequence's
             # rows on their own so its numbers do not depend on the rest of the batch.
             # (Quantized weights give identical rows either way.)

@@ -83,6 +83,7 @@ class WeightStore:
         self.loaded = False
         self.bytes_by_buffer_type: dict[str, int] = {}
         self._invariance: dict[tuple[int, int], bool] = {}
+        self._raw: np.ndarray | None = None
         # Graphs need room for every op of every layer: scale the scheduler's node budget.
         backend.graph_nodes = max(backend.graph_nodes, 16 * len(file.tensors) + 1024)
 
@@ -135,51 +136,86 @@ class WeightStore:
 
     # -- loading ------------------------------------------------------------------------
     def load(self, progress: ProgressFn | None = None) -> None:
-        """Allocate buffers for every requested tensor and copy the data in."""
+        """Give every requested tensor its memory: plain CPU tensors point straight into the
+        memory-mapped file (no copy; the page cache holds them once however many handles
+        share a tensor), repacked ones are copied into their own buffers."""
         if self.loaded:
             return
-        groups: dict[int, list[_Slot]] = {}
-        bufts: dict[int, object] = {}
+        raw = np.frombuffer(self.file._mm, dtype=np.uint8)  # read-only view of the map
+        self._raw = raw  # keeps the view (and the map) alive while weights point into it
+        base = raw.ctypes.data
         extra = _extra_buffer_types()
+        mapped: list[_Slot] = []
+        copied: dict[int, list[_Slot]] = {}
+        bufts: dict[int, object] = {}
         for slot in self._slots.values():
             slot.buft = self._choose_buffer_type(slot, extra)
-            key = _address(slot.buft)
-            groups.setdefault(key, []).append(slot)
-            bufts[key] = slot.buft
-
-        for key, slots in groups.items():
-            ctx = metadata_context(len(slots) + 1)
-            self._contexts.append(ctx)
-            for slot in slots:
-                # Move the handle's tensor into a context owned by this buffer type.
-                src = slot.tensor.ptr
-                p = g.ggml_dup_tensor(ctx, src)
-                g.ggml_set_name(p, src.contents.name)  # type: ignore[attr-defined]
-                slot.tensor._p = p
-            buf = g.ggml_backend_alloc_ctx_tensors_from_buft(ctx, bufts[key])
-            if not buf:
-                need = sum(s.info.nbytes for s in slots)
-                raise OutOfMemoryError(
-                    f"not enough memory for the model weights ({need / 2**20:.0f} MiB)", needed=need
-                )
-            g.ggml_backend_buffer_set_usage(buf, g.GGML_BACKEND_BUFFER_USAGE_WEIGHTS)
-            self._buffers.append(buf)
-            name = g.ggml_backend_buft_name(bufts[key]).decode()
-            self.bytes_by_buffer_type[name] = self.bytes_by_buffer_type.get(name, 0) + int(
-                g.ggml_backend_buffer_get_size(buf)
-            )
-
-        raw = np.frombuffer(self.file._mm, dtype=np.uint8)  # read-only view of the map
-        base = raw.ctypes.data
+            if slot.buft is self.backend.cpu_buffer_type:
+                mapped.append(slot)
+            else:
+                copied.setdefault(_address(slot.buft), []).append(slot)
+                bufts[_address(slot.buft)] = slot.buft
+        if mapped:
+            self._map(mapped, base)
+        for key, slots in copied.items():
+            self._allocate(slots, bufts[key])
+        # Bring the file in now (with progress) rather than on the first token.
         total = sum(s.info.nbytes for s in self._slots.values()) or 1
         done = 0
         for slot in sorted(self._slots.values(), key=lambda s: s.info.offset):
-            g.ggml_backend_tensor_set(slot.tensor.ptr, base + slot.info.offset, 0, slot.info.nbytes)
+            if slot in mapped:
+                _touch(raw, slot.info.offset, slot.info.nbytes)
+            else:
+                g.ggml_backend_tensor_set(
+                    slot.tensor.ptr, base + slot.info.offset, 0, slot.info.nbytes
+                )
             done += slot.info.nbytes
             if progress is not None:
                 progress(done / total)
-        del raw
         self.loaded = True
+
+    def _rehome(self, slots: list[_Slot]) -> object:
+        """Move the handles' tensors into a fresh context (one per buffer)."""
+        ctx = metadata_context(len(slots) + 1)
+        self._contexts.append(ctx)
+        for slot in slots:
+            src = slot.tensor.ptr
+            p = g.ggml_dup_tensor(ctx, src)
+            g.ggml_set_name(p, src.contents.name)  # type: ignore[attr-defined]
+            slot.tensor._p = p
+        return ctx
+
+    def _map(self, slots: list[_Slot], base: int) -> None:
+        self._rehome(slots)
+        start = self.file.data_offset
+        buf = g.ggml_backend_cpu_buffer_from_ptr(base + start, self.file.size - start)
+        if not buf:
+            raise OutOfMemoryError("could not map the model file")
+        g.ggml_backend_buffer_set_usage(buf, g.GGML_BACKEND_BUFFER_USAGE_WEIGHTS)
+        self._buffers.append(buf)
+        for slot in slots:
+            status = g.ggml_backend_tensor_alloc(buf, slot.tensor.ptr, base + slot.info.offset)
+            if status != g.GGML_STATUS_SUCCESS:
+                raise GGUFError(f"{self.file.path.name}: tensor '{slot.info.name}' is misaligned")
+        unique = {s.info.name: s.info.nbytes for s in slots}
+        self._count("CPU (mapped)", sum(unique.values()))
+
+    def _allocate(self, slots: list[_Slot], buft: object) -> None:
+        ctx = self._rehome(slots)
+        buf = g.ggml_backend_alloc_ctx_tensors_from_buft(ctx, buft)
+        if not buf:
+            need = sum(s.info.nbytes for s in slots)
+            raise OutOfMemoryError(
+                f"not enough memory for the model weights ({need / 2**20:.0f} MiB)", needed=need
+            )
+        g.ggml_backend_buffer_set_usage(buf, g.GGML_BACKEND_BUFFER_USAGE_WEIGHTS)
+        self._buffers.append(buf)
+        self._count(
+            g.ggml_backend_buft_name(buft).decode(), int(g.ggml_backend_buffer_get_size(buf))
+        )
+
+    def _count(self, name: str, nbytes: int) -> None:
+        self.bytes_by_buffer_type[name] = self.bytes_by_buffer_type.get(name, 0) + nbytes
 
     def _choose_buffer_type(self, slot: _Slot, extra: list[object]) -> object:
         if slot.matmul and extra and len(slot.info.shape) == 2:
@@ -198,6 +234,7 @@ class WeightStore:
 
     @property
     def nbytes(self) -> int:
+        """Bytes the weights occupy: mapped file data (counted once) plus repacked copies."""
         return sum(self.bytes_by_buffer_type.values())
 
     def close(self) -> None:
@@ -210,6 +247,12 @@ class WeightStore:
         if self._meta:
             g.ggml_free(self._meta)
             self._meta = None
+        self._raw = None  # releases the file map for closing
+
+
+def _touch(raw: np.ndarray, offset: int, nbytes: int, page: int = 4096) -> None:
+    """Read one byte per page so the mapped tensor is resident before the first token."""
+    int(raw[offset : offset + nbytes : page].sum())
 
 
 def _address(ptr: object) -> int:

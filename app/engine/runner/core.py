@@ -3,6 +3,7 @@ request operations the HTTP layer exposes (see protocol.py)."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -69,6 +70,7 @@ class Runner:
         self.loop = BatchLoop(self.engine, multi_user=config.multi_user_cache)
         self.loop.start()
         self.constraints: Any = None  # grammar TokenTable, built on first structured request
+        self._constraints_lock = threading.Lock()
 
     # -- requests ---------------------------------------------------------------------------
     def encode(self, text: str, add_special: bool = True) -> list[int]:
@@ -113,18 +115,22 @@ class Runner:
         from ..grammar import JsonConstraint, TokenTable, schema_from_format
 
         schema = schema_from_format(fmt)
-        if self.constraints is None:
-            self.constraints = TokenTable.from_tokenizer(self.tokenizer)
+        with self._constraints_lock:  # built once per model, on first use (about a second)
+            if self.constraints is None:
+                self.constraints = TokenTable.from_tokenizer(self.tokenizer)
         return JsonConstraint(self.constraints, schema)
 
     def embedding(self, text: str | list[int], truncate: bool = True) -> Sequence:
         ids = list(text) if isinstance(text, list) else self.encode(text)
         if not ids:
             raise RequestError("the input is empty")
-        limit = min(self.engine.num_ctx, self.engine.num_batch * 8)
+        limit = self.engine.num_ctx
         if len(ids) > limit:
             if not truncate:
-                raise RequestError(f"the input is {len(ids)} tokens; at most {limit} fit")
+                raise RequestError(
+                    f"the input is {len(ids)} tokens but the context holds {limit}; "
+                    "shorten it or allow truncation"
+                )
             ids = ids[:limit]
         seq = Sequence(ids, SequenceSettings(), self.tokenizer, self.engine.num_ctx, embedding=True)
         self.loop.submit(seq)

@@ -5,6 +5,10 @@ robin: a sequence's prompt is split across steps when it does not fit, and the f
 left out entirely becomes the resume point of the next step, so a long prompt cannot starve a
 short one. Logits are computed only for the rows that need sampling (a sequence's last input).
 
+Determinism: a sequence's numbers never depend on what shares its batch or on how its prompt
+was split (per-sequence attention, prompt pieces of at least two rows, see slots.py), so the
+same request gives the same tokens alone, under load, or from the prompt cache.
+
 Pipelining: while batch N computes on the worker thread (ggml releases the GIL), the loop
 builds batch N+1. Sequences sampling from N get a placeholder input in N+1 whose value is
 filled in once N is sampled. A sequence that finished at N leaves its placeholder unused; its
@@ -172,15 +176,11 @@ class BatchLoop:
                     seq.fail("cancelled")
                     continue
                 try:
-                    slot, cached = self.slots.acquire(seq.prompt)
+                    slot, cached = self.slots.acquire(seq.prompt, reuse=not seq.embedding)
                 except NoFreeSlotError:
                     return
                 self._incoming.popleft()
-            seq.start(slot, 0 if seq.embedding else cached)
-            if seq.embedding and cached:
-                self.slots.release(slot, keep=0)
-                slot, _ = self.slots.acquire(seq.prompt)
-                seq.start(slot, 0)
+            seq.start(slot, cached)
             self._active.append(seq)
 
     # -- building a batch -----------------------------------------------------------------
@@ -213,6 +213,14 @@ class BatchLoop:
             if placeholder and seq.pending:  # reprocessing after a failed shift
                 continue
             take = min(room, want, self.num_ctx - len(slot.tokens))
+            if want >= 2:
+                # Prompt rows go in runs of two or more: ggml computes a lone row with other
+                # kernels, which would make the numbers depend on how the prompt was split.
+                if want - take == 1:
+                    take -= 1
+                if take < 2:
+                    resume = resume or seq
+                    continue
             if take <= 0:
                 continue
             items = [0] if placeholder else seq.pending[:take]
@@ -323,19 +331,37 @@ class BatchLoop:
 
     # -- embeddings -----------------------------------------------------------------------
     def _embed(self, seq: Sequence) -> None:
+        """Pooled, L2-normalised hidden states of the whole input, evaluated in batches."""
         assert seq.slot is not None
         tokens = seq.pending
         n = len(tokens)
         pooling = self.engine.pooling
-        rows = {"mean": np.arange(n), "first": np.array([0])}.get(pooling, np.array([n - 1]))
+        total = np.zeros(0, dtype=np.float32)
+        vec = None
         try:
-            hidden = self.engine.forward(
-                np.array(tokens), np.arange(n), np.full(n, seq.slot.id), rows, hidden=True
-            )
+            for start in range(0, n, self.num_batch):
+                part = tokens[start : start + self.num_batch]
+                m = len(part)
+                rows = np.arange(m) if pooling == "mean" else np.array([m - 1])
+                hidden = self.engine.forward(
+                    np.array(part),
+                    np.arange(start, start + m),
+                    np.full(m, seq.slot.id),
+                    rows,
+                    hidden=True,
+                )
+                if pooling == "mean":
+                    total = hidden.sum(axis=0) if not len(total) else total + hidden.sum(axis=0)
+                elif pooling == "first" and start == 0:
+                    vec = hidden[0]
+                elif pooling == "last":
+                    vec = hidden[-1]
         except CacheFullError as e:
             self._end(seq, error=str(e))
             return
-        vec = hidden.mean(axis=0) if pooling == "mean" else hidden[-1]
+        if pooling == "mean":
+            vec = total / n
+        assert vec is not None
         norm = float(np.linalg.norm(vec)) or 1.0
         seq.events.put({"embedding": (vec / norm).tolist(), "prompt_eval_count": n})
         seq.events.put(None)

@@ -111,7 +111,7 @@ class CompletionDone:
     eval_duration: int = 0  # nanoseconds
     truncated: bool = False  # the prompt was cut to fit num_ctx
     shifted: bool = False  # the context was shifted (old tokens discarded) while generating
-    content: str = ""  # any text flushed at the end
+    context: list[int] = field(default_factory=list)  # prompt + generated ids (Ollama's)
 
 
 def to_dict(obj: Any) -> dict[str, Any]:

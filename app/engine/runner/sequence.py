@@ -163,6 +163,9 @@ class Sequence:
         t0 = time.perf_counter()
         if self.t_first is None:
             self.t_first = t0
+        if len(self.generated) >= self.num_predict:  # num_predict 0: the prompt only
+            self.finish("length")
+            return None
         token = self._sample(logits)
         self.t_sampling += time.perf_counter() - t0
         if token is None:
@@ -281,6 +284,7 @@ class Sequence:
                 "eval_duration": int((now - first) * 1e9),
                 "truncated": self.truncated,
                 "shifted": self.shifted,
+                "context": self.prompt + self.generated[: self._sent_tokens],
             }
         )
         self.events.put(None)

@@ -92,19 +92,30 @@ class InputCache:
         self.multi_user = multi_user
         self.slots = [Slot(i) for i in range(parallel)]
 
-    def acquire(self, prompt: Sequence[int]) -> tuple[Slot, int]:
+    def acquire(self, prompt: Sequence[int], reuse: bool = True) -> tuple[Slot, int]:
         """Take a slot for `prompt`; returns it and how many prompt tokens it already holds.
-        At least one token is always left to evaluate (its logits are needed)."""
+        At least two tokens (all of a shorter prompt) are left to evaluate. With
+        `reuse=False` (embeddings) the least recently used slot is emptied and taken, so the
+        prefixes other slots hold for chats stay cached."""
         free = [s for s in self.slots if not s.in_use]
         if not free:
             raise NoFreeSlotError("all sequences are busy")
+        if not reuse:
+            slot = min(free, key=lambda s: s.last_used)
+            self.cache.remove(slot.id, 0)
+            slot.tokens = []
+            slot.in_use = True
+            slot.last_used = time.monotonic()
+            return slot, 0
         if self.multi_user:
             slot, keep = self._pick_multi_user(prompt, free)
         else:
             slot = max(free, key=lambda s: (common_prefix(s.tokens, prompt), -s.last_used))
             keep = common_prefix(slot.tokens, prompt)
-        if keep >= len(prompt):
-            keep = len(prompt) - 1
+        # Evaluate at least two prompt tokens (one if the prompt is one token): ggml computes
+        # a lone row with other kernels than a batch of rows, so the prompt's last token would
+        # get slightly different numbers from a cached prompt than from a fresh one.
+        keep = min(keep, len(prompt) - min(2, len(prompt)))
         if keep > 0 and not self.cache.can_resume(slot.id, keep):
             keep = 0
         try:

@@ -1,0 +1,92 @@
+"""The FastAPI application factory: `create_app(config)` wires store, scheduler and routes.
+
+Nothing is module-level state: each call builds a fresh app with its own scheduler, so tests
+can run several side by side (with a fake runner launcher).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+from fastapi import FastAPI
+
+from ..plugins.registry import ArchitectureRegistry
+from . import create, ollama, ollama_models, openai
+from .config import ServerConfig
+from .errors import install_error_handlers
+from .modelinfo import ModelInfoCache
+from .scheduler import Launcher, Scheduler, process_launcher, system_available_memory
+from .security import install_security
+from .service import Service
+from .store import ModelStore
+
+__all__ = ["create_app", "register_default_model"]
+
+log = logging.getLogger("hearth.server")
+
+
+def register_default_model(store: ModelStore) -> None:
+    """Register the built-in gemma3:270m on first start (assembling its file once)."""
+    from ..default_model import DEFAULT_MODEL, default_model_path, default_model_sha256
+
+    try:
+        sha = default_model_sha256()
+    except FileNotFoundError as e:
+        log.warning("%s", e)
+        return
+    if store.register_default(DEFAULT_MODEL, default_model_path, sha):
+        log.info("registered the built-in model %s", DEFAULT_MODEL)
+
+
+def create_app(
+    config: ServerConfig,
+    models_dir: Path | None = None,
+    launcher: Launcher = process_launcher,
+    registry: ArchitectureRegistry | None = None,
+    register_default: bool = True,
+    available_memory: Callable[[], int | None] = system_available_memory,
+    on_ready: Callable[[], None] | None = None,
+) -> FastAPI:
+    """Build the service. `models_dir` defaults to `hearth.paths.models_dir()`; `on_ready`
+    runs once start-up (default model registration) is done."""
+    if models_dir is None:
+        from ..paths import models_dir as default_models_dir
+
+        models_dir = default_models_dir()
+    if registry is None:
+        from ..engine.model import default_registry
+
+        registry = default_registry()
+    store = ModelStore(models_dir)
+    scheduler = Scheduler(config, launcher, available_memory)
+    service = Service(config, store, scheduler, ModelInfoCache(registry))
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if register_default:
+            await asyncio.to_thread(register_default_model, store)
+        if on_ready is not None:
+            on_ready()
+        try:
+            yield
+        finally:
+            await scheduler.close()
+
+    from .ollama_models import hearth_version
+
+    app = FastAPI(
+        title="Hearth",
+        version=hearth_version(),
+        summary="Ollama- and OpenAI-compatible API for local GGUF models",
+        lifespan=lifespan,
+    )
+    app.state.service = service
+    install_error_handlers(app)
+    install_security(app, config)
+    for module in (ollama_models, ollama, create, openai):
+        app.include_router(module.router)
+    return app

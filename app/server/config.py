@@ -1,0 +1,195 @@
+"""Service settings: environment variables (Ollama's names with a HEARTH_ prefix) and flags.
+
+Everything is read once into a frozen `ServerConfig`; a malformed value is a `ConfigError`
+whose message names the variable, so `hearth serve` can refuse to start with one sentence.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import math
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+__all__ = [
+    "ConfigError",
+    "ServerConfig",
+    "DEFAULT_HOST",
+    "DEFAULT_PORT",
+    "FOREVER",
+    "parse_duration",
+    "parse_host",
+    "is_loopback",
+]
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 11434
+FOREVER = math.inf  # keep_alive < 0: never unload
+
+_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
+
+
+class ConfigError(ValueError):
+    """A setting is malformed; the message names it."""
+
+
+def parse_duration(value: object, what: str = "keep_alive") -> float:
+    """Seconds from Ollama's duration forms: a number of seconds, or a Go duration string
+    ("5m", "1h30m", "300ms", "-1"). Negative means forever (returns `FOREVER`)."""
+    if isinstance(value, bool):
+        raise ConfigError(f'{what} must be a duration like "5m" or a number of seconds')
+    if isinstance(value, int | float):
+        seconds = float(value)
+    elif isinstance(value, str):
+        text = value.strip()
+        sign = -1.0 if text.startswith("-") else 1.0
+        body = text.lstrip("+-")
+        try:
+            seconds = sign * float(body)
+        except ValueError:
+            parts = _DURATION_PART.findall(body)
+            if not body or "".join(n + u for n, u in parts) != body:
+                raise ConfigError(
+                    f'{what} {value!r} is not a duration (use e.g. "5m", "1h", "30s", '
+                    "a number of seconds, or a negative value to keep the model loaded)"
+                ) from None
+            seconds = sign * sum(float(n) * _UNITS[u] for n, u in parts)
+    else:
+        raise ConfigError(f'{what} must be a duration like "5m" or a number of seconds')
+    if math.isnan(seconds):
+        raise ConfigError(f"{what} is not a number")
+    return FOREVER if seconds < 0 else seconds
+
+
+def parse_host(value: str, default_port: int = DEFAULT_PORT) -> tuple[str, int]:
+    """`host`, `host:port`, `:port`, `[v6]:port` or `http://host:port` -> (host, port)."""
+    text = value.strip()
+    text = re.sub(r"^[a-zA-Z][a-zA-Z0-9+.-]*://", "", text).rstrip("/")
+    host, port_text = text, ""
+    if text.startswith("["):
+        end = text.find("]")
+        if end < 0:
+            raise ConfigError(f"HEARTH_HOST {value!r} has an unclosed '['")
+        host, rest = text[1:end], text[end + 1 :]
+        port_text = rest[1:] if rest.startswith(":") else ""
+    elif text.count(":") == 1:
+        host, port_text = text.split(":")
+    host = host or DEFAULT_HOST
+    if not port_text:
+        return host, default_port
+    try:
+        port = int(port_text)
+    except ValueError:
+        raise ConfigError(f"HEARTH_HOST {value!r} has a port that is not a number") from None
+    if not 0 <= port <= 65535:
+        raise ConfigError(f"HEARTH_HOST {value!r}: the port must be between 0 and 65535")
+    return host, port
+
+
+def is_loopback(host: str) -> bool:
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _int(env: Mapping[str, str], name: str, default: int, minimum: int = 0) -> int:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not a whole number") from None
+    if value < minimum:
+        raise ConfigError(f"{name}={raw!r} must be at least {minimum}")
+    return value
+
+
+def _bool(env: Mapping[str, str], name: str) -> bool:
+    return env.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    host: str = DEFAULT_HOST
+    port: int = DEFAULT_PORT
+    api_key: str | None = None  # bearer token; required when not bound to loopback
+    origins: tuple[str, ...] = ()  # extra CORS origins (HEARTH_ORIGINS), `*` wildcards allowed
+    max_loaded_models: int = 3
+    num_parallel: int = 1
+    context_length: int = 4096
+    keep_alive: float = 300.0
+    max_queue: int = 512
+    load_timeout: float = 300.0
+    flash_attention: bool = False
+    kv_cache_type: str = "f16"
+    max_body_bytes: int = 64 * 1024 * 1024  # JSON bodies; blob uploads are streamed to disk
+    max_image_bytes: int = 20 * 1024 * 1024  # one decoded image
+    max_image_pixels: int = 50_000_000  # width x height of one image
+
+    @property
+    def loopback(self) -> bool:
+        return is_loopback(self.host)
+
+    @property
+    def base_url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    @classmethod
+    def from_env(
+        cls,
+        env: Mapping[str, str] | None = None,
+        host: str | None = None,
+        port: int | None = None,
+    ) -> ServerConfig:
+        """Settings from the environment; `host` (may include a port) and `port` override."""
+        env = os.environ if env is None else env
+        h, p = parse_host(env.get("HEARTH_HOST", "") or DEFAULT_HOST)
+        if host:
+            h, p = parse_host(host, default_port=p)
+        if port is not None:
+            if not 0 <= port <= 65535:
+                raise ConfigError("--port must be between 0 and 65535")
+            p = port
+        kv = env.get("HEARTH_KV_CACHE_TYPE", "").strip() or "f16"
+        if kv not in ("f16", "q8_0", "q4_0"):
+            raise ConfigError(f"HEARTH_KV_CACHE_TYPE={kv!r} must be f16, q8_0 or q4_0")
+        keep_alive = parse_duration(env.get("HEARTH_KEEP_ALIVE", "") or "5m", "HEARTH_KEEP_ALIVE")
+        load_timeout = parse_duration(
+            env.get("HEARTH_LOAD_TIMEOUT", "") or "5m", "HEARTH_LOAD_TIMEOUT"
+        )
+        origins = tuple(o.strip() for o in env.get("HEARTH_ORIGINS", "").split(",") if o.strip())
+        max_loaded = _int(env, "HEARTH_MAX_LOADED_MODELS", 0)
+        return cls(
+            host=h,
+            port=p,
+            api_key=env.get("HEARTH_API_KEY", "").strip() or None,
+            origins=origins,
+            max_loaded_models=max_loaded or 3,  # 0 = automatic: 3 on CPU, as Ollama
+            num_parallel=_int(env, "HEARTH_NUM_PARALLEL", 1, minimum=1),
+            context_length=_int(env, "HEARTH_CONTEXT_LENGTH", 4096, minimum=4),
+            keep_alive=keep_alive,
+            max_queue=_int(env, "HEARTH_MAX_QUEUE", 512),
+            load_timeout=300.0 if load_timeout == FOREVER else load_timeout,
+            flash_attention=_bool(env, "HEARTH_FLASH_ATTENTION"),
+            kv_cache_type=kv,
+            max_body_bytes=_int(env, "HEARTH_MAX_BODY_BYTES", 64 * 1024 * 1024, minimum=1024),
+            max_image_bytes=_int(env, "HEARTH_MAX_IMAGE_BYTES", 20 * 1024 * 1024, minimum=1024),
+            max_image_pixels=_int(env, "HEARTH_MAX_IMAGE_PIXELS", 50_000_000, minimum=1),
+        )
+
+    def check_exposure(self) -> None:
+        """Refuse to listen beyond this machine without an API key."""
+        if not self.loopback and not self.api_key:
+            raise ConfigError(
+                f"refusing to listen on {self.host}: binding anywhere but loopback exposes your "
+                "models to the network, so set HEARTH_API_KEY to a secret first (clients then "
+                "send 'Authorization: Bearer <key>')"
+            )

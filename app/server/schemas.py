@@ -1,0 +1,222 @@
+"""Request bodies of the native (Ollama) API, as pydantic models.
+
+They are the validation layer (a wrong type or range is a 400 with the field named) and the
+OpenAPI spec the fuzz tests run against. Unknown fields are ignored, as Ollama does; the field
+names and defaults are Ollama's. Responses are plain dicts built by the routes, so the
+Ollama-compatible keys stay exactly as clients expect.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
+
+__all__ = [
+    "Options",
+    "ToolCall",
+    "ChatMessage",
+    "GenerateRequest",
+    "ChatRequest",
+    "EmbedRequest",
+    "EmbeddingsRequest",
+    "ShowRequest",
+    "CopyRequest",
+    "DeleteRequest",
+    "PullRequest",
+    "CreateRequest",
+    "ModelField",
+    "KeepAlive",
+    "Format",
+    "RUNTIME_OPTIONS",
+]
+
+_EXAMPLE_MODEL = "gemma3:270m"
+ModelField = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=250,
+        validation_alias=AliasChoices("model", "name"),
+        examples=[_EXAMPLE_MODEL],
+    ),
+]
+KeepAlive = float | str | None
+Format = Literal["", "json"] | dict[str, Any] | None
+_I64 = 2**63 - 1
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="ignore", allow_inf_nan=False, populate_by_name=True)
+
+
+class Options(_Body):
+    """Ollama's `options`: sampling settings reach the runner, runtime ones pick the runner."""
+
+    # runtime (choose or reload the runner)
+    num_ctx: int | None = Field(None, ge=1, le=1 << 24)
+    num_batch: int | None = Field(None, ge=1, le=1 << 16)
+    num_thread: int | None = Field(None, ge=0, le=1024)
+    num_gpu: int | None = Field(None, ge=-1, le=1 << 16)
+    main_gpu: int | None = Field(None, ge=0, le=1024)
+    use_mmap: bool | None = None
+    numa: bool | None = None
+    flash_attention: bool | None = None  # Hearth extension
+    # sampling (passed to the runner)
+    num_keep: int | None = Field(None, ge=-1, le=1 << 24)
+    seed: int | None = Field(None, ge=-1, le=_I64)
+    num_predict: int | None = Field(None, ge=-2, le=1 << 24)
+    top_k: int | None = Field(None, ge=0, le=1 << 20)
+    top_p: float | None = Field(None, ge=0.0, le=1.0)
+    min_p: float | None = Field(None, ge=0.0, le=1.0)
+    typical_p: float | None = Field(None, ge=0.0, le=1.0)
+    repeat_last_n: int | None = Field(None, ge=-1, le=1 << 24)
+    temperature: float | None = Field(None, ge=0.0, le=100.0)
+    repeat_penalty: float | None = Field(None, ge=0.0, le=100.0)
+    presence_penalty: float | None = Field(None, ge=-100.0, le=100.0)
+    frequency_penalty: float | None = Field(None, ge=-100.0, le=100.0)
+    stop: list[Annotated[str, Field(max_length=1000)]] | None = Field(None, max_length=64)
+
+    @field_validator("stop", mode="before")
+    @classmethod
+    def _one_stop(cls, v: Any) -> Any:
+        return [v] if isinstance(v, str) else v
+
+
+RUNTIME_OPTIONS = frozenset(
+    {
+        "num_ctx",
+        "num_batch",
+        "num_thread",
+        "num_gpu",
+        "main_gpu",
+        "use_mmap",
+        "numa",
+        "flash_attention",
+    }
+)
+
+
+class FunctionCall(_Body):
+    name: str = Field(min_length=1, max_length=256)
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    index: int | None = None
+
+
+class ToolCall(_Body):
+    id: str | None = None
+    type: str | None = "function"
+    function: FunctionCall
+
+
+class ChatMessage(_Body):
+    role: str = Field(min_length=1, max_length=32, examples=["user"])
+    content: str | None = ""
+    thinking: str | None = None
+    images: list[str] | None = Field(None, max_length=16)
+    tool_calls: list[ToolCall] | None = None
+    tool_name: str | None = None
+    tool_call_id: str | None = None
+
+
+class FunctionSpec(_Body):
+    model_config = ConfigDict(extra="allow")
+    name: str = Field(min_length=1, max_length=256)
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+
+
+class Tool(_Body):
+    model_config = ConfigDict(extra="allow")
+    type: str = "function"
+    function: FunctionSpec
+
+
+class _Generation(_Body):
+    model: ModelField
+    format: Format = None
+    options: Options | None = None
+    stream: bool = True
+    keep_alive: KeepAlive = None
+    think: bool | Literal["low", "medium", "high", "max"] | None = None
+    logprobs: bool = False
+    top_logprobs: int = Field(0, ge=0, le=20)
+    truncate: bool = True
+    shift: bool = True
+
+
+class GenerateRequest(_Generation):
+    prompt: str = ""
+    suffix: str | None = None
+    system: str | None = None
+    template: str | None = None
+    context: list[Annotated[int, Field(ge=0, le=1 << 31)]] | None = Field(None, max_length=1 << 20)
+    raw: bool = False
+    images: list[str] | None = Field(None, max_length=16)
+
+
+class ChatRequest(_Generation):
+    messages: list[ChatMessage] = Field(default_factory=list, max_length=10000)
+    tools: list[Tool] | None = Field(None, max_length=128)
+
+
+class EmbedRequest(_Body):
+    model: ModelField
+    input: str | list[str] = Field(default="", examples=["Why is the sky blue?"])
+    truncate: bool = True
+    dimensions: int | None = Field(None, ge=1, le=1 << 16)
+    options: Options | None = None
+    keep_alive: KeepAlive = None
+
+    @field_validator("input")
+    @classmethod
+    def _not_too_many(cls, v: str | list[str]) -> str | list[str]:
+        if isinstance(v, list) and len(v) > 2048:
+            raise ValueError("at most 2048 inputs per request")
+        return v
+
+
+class EmbeddingsRequest(_Body):
+    model: ModelField
+    prompt: str = ""
+    options: Options | None = None
+    keep_alive: KeepAlive = None
+
+
+class ShowRequest(_Body):
+    model: ModelField
+    verbose: bool = False
+
+
+class CopyRequest(_Body):
+    source: str = Field(min_length=1, max_length=250, examples=[_EXAMPLE_MODEL])
+    destination: str = Field(min_length=1, max_length=250, examples=["my-copy:latest"])
+
+
+class DeleteRequest(_Body):
+    model: ModelField
+
+
+class PullRequest(_Body):
+    model: ModelField
+    insecure: bool = False
+    stream: bool = True
+
+
+class CreateRequest(_Body):
+    """Ollama's create request; `from` may also be an absolute path to a local .gguf file
+    (Hearth extension), with `link` to hard-link (or symlink) it instead of copying."""
+
+    model: ModelField
+    from_: str | None = Field(None, alias="from", max_length=4096)
+    files: dict[str, str] | None = Field(None, max_length=16)
+    adapters: dict[str, str] | None = None
+    template: str | None = Field(None, max_length=1 << 20)
+    system: str | None = Field(None, max_length=1 << 20)
+    parameters: dict[str, Any] | None = None
+    messages: list[ChatMessage] | None = None
+    license: str | list[str] | None = None
+    quantize: str | None = None
+    modelfile: str | None = None
+    stream: bool = True
+    link: bool = False

@@ -1,0 +1,138 @@
+"""The composition root: builds the app's parts, connects them, and runs the window.
+
+`main(argv)` is what `hearth` (no arguments) runs. Everything is owned by one HearthApp per
+window; nothing lives at module level.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+from collections.abc import Sequence
+
+from PySide6.QtCore import QByteArray, QTimer
+from PySide6.QtWidgets import QApplication
+
+from .client import ApiClient
+from .controllers.chat import ChatController
+from .controllers.drops import DropController
+from .controllers.history import HistoryController
+from .controllers.models import ModelsController
+from .controllers.settings import SettingsController
+from .history import ChatStore
+from .service import ServiceManager
+from .settings import Settings, load_settings, save_settings
+from .views.main_window import MainWindow
+from .wiring import Wiring
+
+__all__ = ["main", "HearthApp", "parse_args"]
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="hearth", description="Hearth: local LLMs, in a window.")
+    p.add_argument(
+        "--server",
+        default=os.environ.get("HEARTH_SERVER", ""),
+        help="use the `hearth serve` (or Ollama-compatible service) at this URL instead of "
+        "starting one",
+    )
+    p.add_argument("--api-key", default="", help="bearer token for --server")
+    return p.parse_args(list(argv or []))
+
+
+class HearthApp:
+    """One window and everything behind it. Tests build this directly."""
+
+    def __init__(self, argv: Sequence[str] | None = None, settings: Settings | None = None):
+        args = parse_args(argv)
+        token = args.api_key or (os.environ.get("HEARTH_API_KEY", "") if args.server else "")
+        self.settings = settings or load_settings()
+        self.store = ChatStore()
+        self.client = ApiClient()
+        self.service = ServiceManager(lambda: self.settings, args.server, token)
+        self.settings_ctrl = SettingsController(self.settings, self.service)
+        palette = self.settings_ctrl.apply_theme()
+        self.models = ModelsController(self.client)
+        self.history = HistoryController(self.store)
+        self.chat = ChatController(self.store, self.client, self.models, lambda: self.settings)
+        self.drops = DropController(self.chat, self.models)
+        self.window = MainWindow(
+            self.history.model, self.chat.conversation, self.models.model, self.drops, palette
+        )
+        self.wiring = Wiring(self)
+        self._closed = False
+        if self.settings.window_geometry:
+            self.window.restoreGeometry(
+                QByteArray.fromBase64(self.settings.window_geometry.encode())
+            )
+        self._open_first_chat()
+
+    def _open_first_chat(self) -> None:
+        self.history.refresh()
+        chats = self.store.chats()
+        if chats:
+            self.chat.open_chat(chats[0].id)
+        else:
+            self.chat.new_chat(self.settings.default_model)  # first run
+        if self.store.recovered:
+            n = self.store.recovered
+            self.window.notify(
+                "info",
+                self.window.tr(
+                    "%1 reply was cut off when Hearth last closed; what it had written is "
+                    "kept and marked interrupted."
+                    if n == 1
+                    else "%1 replies were cut off when Hearth last closed; what they had written "
+                    "is kept and marked interrupted."
+                ).replace("%1", str(n)),
+            )
+
+    def start(self) -> None:
+        """Show the window at once; the engine starts behind it."""
+        app = QApplication.instance()
+        if app is not None:
+            app.installEventFilter(self.window)
+        self.window.show()
+        self.service.start()
+
+    def shutdown(self) -> None:
+        """Stop the engine child and close the history; safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        # Replies still in flight must not reach controllers whose database is closed.
+        for ctrl in (self.models, self.chat, self.history, self.service, self.settings_ctrl):
+            ctrl.blockSignals(True)
+        app = QApplication.instance()
+        if app is not None:
+            app.removeEventFilter(self.window)
+        self.settings.window_geometry = bytes(self.window.saveGeometry().toBase64().data()).decode()
+        save_settings(self.settings)
+        self.chat.shutdown()
+        self.service.stop()
+        self.store.close()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    app = QApplication.instance() or QApplication([sys.argv[0] if sys.argv else "hearth"])
+    assert isinstance(app, QApplication)
+    app.setApplicationName("Hearth")
+    app.setApplicationDisplayName("Hearth")
+    app.setDesktopFileName("hearth")
+    hearth = HearthApp(argv)
+    # SIGTERM/SIGINT end the event loop normally, so the service child is stopped too; the
+    # timer gives Python a moment to run its signal handlers while Qt waits.
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: app.quit())
+    tick = QTimer(interval=300)
+    tick.timeout.connect(lambda: None)
+    tick.start()
+    app.aboutToQuit.connect(hearth.shutdown)
+    hearth.start()
+    return int(app.exec())
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,45 @@
+"""The sidebar's chat list: newest first, full-text search, rename, delete."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QObject, Signal
+
+from ..history import ChatStore
+from ..models.chat_list import ChatListModel, ChatRow
+
+__all__ = ["HistoryController"]
+
+
+class HistoryController(QObject):
+    chat_deleted = Signal(int)
+
+    def __init__(self, store: ChatStore, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._store = store
+        self.model = ChatListModel(self)
+        self.query = ""
+
+    def refresh(self) -> None:
+        if self.query.strip():
+            rows = [
+                ChatRow(h.chat_id, h.title, h.updated_at, h.snippet)
+                for h in self._store.search(self.query)
+            ]
+        else:
+            rows = [ChatRow(c.id, c.title, c.updated_at) for c in self._store.chats()]
+        self.model.set_rows(rows)
+
+    def search(self, text: str) -> None:
+        self.query = text
+        self.refresh()
+
+    def rename(self, chat_id: int, title: str) -> None:
+        title = title.strip()
+        if title:
+            self._store.rename_chat(chat_id, title)
+            self.refresh()
+
+    def delete(self, chat_id: int) -> None:
+        self._store.delete_chat(chat_id)
+        self.refresh()
+        self.chat_deleted.emit(chat_id)

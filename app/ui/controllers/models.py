@@ -1,0 +1,141 @@
+"""The installed models: list, details, import a .gguf, delete (all over the HTTP API)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QObject, Signal
+
+from ..client import ApiClient, ApiError
+from ..models.model_list import ModelInfo, ModelListModel
+
+__all__ = ["ModelsController", "model_name_for"]
+
+
+def model_name_for(path: Path) -> str:
+    """A model name from a file name: 'Llama-3.2-1B.Q4_K_M.gguf' → 'llama-3.2-1b.q4_k_m'."""
+    stem = path.name[: -len(".gguf")] if path.name.lower().endswith(".gguf") else path.stem
+    name = re.sub(r"[^a-z0-9._-]+", "-", stem.lower()).strip("-._")
+    return name or "imported"
+
+
+class ModelsController(QObject):
+    models_changed = Signal()
+    model_updated = Signal(str)  # name: its /api/show details arrived
+    import_started = Signal(str)  # model name
+    import_progress = Signal(str, int, int)  # status line, completed, total (0: unknown)
+    import_finished = Signal(str, bool, str)  # name, ok, message
+    deleted = Signal(str)
+    notice = Signal(str, str)  # level, sentence
+
+    def __init__(self, client: ApiClient, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._client = client
+        self.model = ModelListModel(self)
+        self.importing = False
+        self.loaded = False
+
+    def info(self, name: str) -> ModelInfo | None:
+        return self.model.info(name)
+
+    def names(self) -> list[str]:
+        return [m.name for m in self.model.models()]
+
+    def refresh(self) -> None:
+        call = self._client.get("/api/tags")
+        call.done.connect(self._on_tags)
+        call.failed.connect(
+            lambda e: self.notice.emit(
+                "error", self.tr("Could not list the models: %1").replace("%1", e.message)
+            )
+        )
+
+    def _on_tags(self, body: Any) -> None:
+        tags = body.get("models", []) if isinstance(body, dict) else []
+        old = {m.name: m for m in self.model.models()}
+        infos = []
+        for tag in tags:
+            info = ModelInfo.from_tag(tag)
+            previous = old.get(info.name)
+            if previous and previous.details_loaded and previous.modified_at == info.modified_at:
+                info = previous  # unchanged: keep the details already fetched
+            infos.append(info)
+        self.model.set_models(infos)
+        self.loaded = True
+        self.models_changed.emit()
+        for info in infos:
+            if not info.details_loaded:
+                self.fetch_details(info.name)
+
+    def fetch_details(self, name: str) -> None:
+        call = self._client.post("/api/show", {"model": name})
+        call.done.connect(lambda body, n=name: self._on_show(n, body))
+
+    def _on_show(self, name: str, body: Any) -> None:
+        info = self.model.info(name)
+        if info is None or not isinstance(body, dict):
+            return
+        info.add_show(body)
+        self.model.refresh_row(name)
+        self.model_updated.emit(name)
+
+    # -- import ------------------------------------------------------------------------------
+
+    def import_gguf(self, path: Path, name: str | None = None) -> bool:
+        """Register a local .gguf with the service (`/api/create` from the file's path)."""
+        if self.importing:
+            self.notice.emit("info", self.tr("An import is already running."))
+            return False
+        path = Path(path).resolve()
+        if not path.is_file():
+            self.notice.emit("error", self.tr("%1 is not a file.").replace("%1", str(path)))
+            return False
+        name = name or model_name_for(path)
+        if ":" not in name:
+            name += ":latest"  # what the service will list it as
+        self.importing = True
+        self.import_started.emit(name)
+        call = self._client.post(
+            "/api/create", {"model": name, "from": str(path), "stream": True}, stream=True
+        )
+        call.chunk.connect(self._on_create_status)
+        call.done.connect(lambda _last, n=name: self._on_imported(n))
+        call.failed.connect(lambda err, n=name: self._on_import_failed(n, err))
+        return True
+
+    def _on_create_status(self, line: dict[str, Any]) -> None:
+        status = str(line.get("status") or "")
+        self.import_progress.emit(
+            status, int(line.get("completed") or 0), int(line.get("total") or 0)
+        )
+
+    def _on_imported(self, name: str) -> None:
+        self.importing = False
+        self.import_finished.emit(name, True, self.tr("Imported %1").replace("%1", name))
+        self.notice.emit("info", self.tr("Imported %1").replace("%1", name))
+        self.refresh()
+
+    def _on_import_failed(self, name: str, err: ApiError) -> None:
+        self.importing = False
+        message = self.tr("Could not import %1: %2").replace("%1", name).replace("%2", err.message)
+        self.import_finished.emit(name, False, message)
+        self.notice.emit("error", message)
+
+    # -- delete ------------------------------------------------------------------------------
+
+    def delete(self, name: str) -> None:
+        call = self._client.delete("/api/delete", {"model": name})
+        call.done.connect(lambda _b, n=name: self._on_deleted(n))
+        call.failed.connect(
+            lambda e, n=name: self.notice.emit(
+                "error",
+                self.tr("Could not delete %1: %2").replace("%1", n).replace("%2", e.message),
+            )
+        )
+
+    def _on_deleted(self, name: str) -> None:
+        self.deleted.emit(name)
+        self.notice.emit("info", self.tr("Deleted %1").replace("%1", name))
+        self.refresh()

@@ -1,0 +1,106 @@
+"""Settings changes: saved at once; theme applied at once; service settings restart it."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QObject, QTimer, Signal
+from PySide6.QtWidgets import QApplication
+
+from ..service import ServiceManager
+from ..settings import THEMES, Settings, new_api_key, save_settings
+from ..theme import Palette, apply_theme
+
+__all__ = ["SettingsController"]
+
+
+class SettingsController(QObject):
+    changed = Signal()
+    theme_changed = Signal(object)  # Palette
+
+    def __init__(
+        self, settings: Settings, service: ServiceManager, parent: QObject | None = None
+    ) -> None:
+        super().__init__(parent)
+        self.settings = settings
+        self._service = service
+        self.palette: Palette | None = None
+        # Several switches flipped in a row restart the service once.
+        self._restart = QTimer(self, singleShot=True, interval=400)
+        self._restart.timeout.connect(self._service.restart)
+
+    def current(self) -> Settings:
+        return self.settings
+
+    def _save(self, restart: bool = False) -> None:
+        save_settings(self.settings)
+        self.changed.emit()
+        if restart:
+            self._restart.start()
+
+    def apply_theme(self) -> Palette:
+        app = QApplication.instance()
+        assert isinstance(app, QApplication)
+        self.palette = apply_theme(app, self.settings.theme)
+        self.theme_changed.emit(self.palette)
+        return self.palette
+
+    def set_theme(self, theme: str) -> None:
+        if theme in THEMES and theme != self.settings.theme:
+            self.settings.theme = theme
+            self._save()
+            self.apply_theme()
+
+    # -- Local API ---------------------------------------------------------------------------
+
+    def set_api_enabled(self, on: bool) -> None:
+        if on != self.settings.api_enabled:
+            self.settings.api_enabled = on
+            self._save(restart=True)
+
+    def set_api_port(self, port: int) -> None:
+        if 1 <= port <= 65535 and port != self.settings.api_port:
+            self.settings.api_port = port
+            self._save(restart=self.settings.api_enabled)
+
+    def set_api_expose(self, on: bool) -> None:
+        if on != self.settings.api_expose:
+            self.settings.api_expose = on
+            if on and not self.settings.api_key:
+                self.settings.api_key = new_api_key()
+            self._save(restart=self.settings.api_enabled)
+
+    def regenerate_api_key(self) -> str:
+        self.settings.api_key = new_api_key()
+        self._save(restart=self.settings.api_enabled and self.settings.api_expose)
+        return self.settings.api_key
+
+    # -- engine ------------------------------------------------------------------------------
+
+    def set_num_ctx(self, n: int) -> None:
+        if n != self.settings.num_ctx:
+            self.settings.num_ctx = n
+            self._save()
+
+    def set_num_gpu(self, n: int) -> None:
+        if n != self.settings.num_gpu:
+            self.settings.num_gpu = n
+            self._save()
+
+    def set_num_thread(self, n: int) -> None:
+        if n != self.settings.num_thread:
+            self.settings.num_thread = n
+            self._save()
+
+    def set_models_dir(self, path: str) -> None:
+        if path != self.settings.models_dir:
+            self.settings.models_dir = path
+            self._save(restart=True)
+
+    def set_think(self, on: bool) -> None:
+        if on != self.settings.think:
+            self.settings.think = on
+            self._save()
+
+    def set_default_model(self, name: str) -> None:
+        if name and name != self.settings.default_model:
+            self.settings.default_model = name
+            self._save()

@@ -1,0 +1,307 @@
+"""ChatStore: every read and write of chat history, each write one transaction.
+
+Chats are trees: a message's `parent_id` is the message it answers or follows, siblings are
+versions (an edited question, a regenerated answer), and `chats.current_leaf` names the branch
+on screen. The path root → current_leaf is the conversation the model sees.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from hearth.paths import data_dir
+
+from .db import open_database
+from .records import DONE, INTERRUPTED, STREAMING, Chat, Message, SearchHit
+
+__all__ = ["ChatStore", "make_title"]
+
+_TITLE_LEN = 48
+
+
+def make_title(text: str) -> str:
+    """A chat title from its first question: the first line, cut at a word boundary."""
+    line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+    line = re.sub(r"\s+", " ", line)
+    if len(line) <= _TITLE_LEN:
+        return line
+    cut = line[:_TITLE_LEN].rsplit(" ", 1)[0] or line[:_TITLE_LEN]
+    return cut.rstrip(",.;:-") + "…"
+
+
+def _fts_query(text: str) -> str:
+    """User words → an FTS5 query: every word must match, as a prefix, quotes escaped."""
+    words = re.findall(r"\w+", text, flags=re.UNICODE)
+    return " ".join('"' + w.replace('"', '""') + '"*' for w in words)
+
+
+class ChatStore:
+    def __init__(self, path: Path | None = None) -> None:
+        self.db_path = path or data_dir() / "chats.db"
+        self._conn = open_database(self.db_path)
+        self.recovered = self._mark_interrupted()
+
+    def close(self) -> None:
+        self._conn.close()
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield self._conn
+        except BaseException:
+            self._conn.execute("ROLLBACK")
+            raise
+        self._conn.execute("COMMIT")
+
+    def _mark_interrupted(self) -> int:
+        """Replies still 'streaming' were cut off by a kill or crash: keep them, say so."""
+        with self._tx() as db:
+            cur = db.execute("UPDATE messages SET state=? WHERE state=?", (INTERRUPTED, STREAMING))
+            return cur.rowcount
+
+    # -- chats -------------------------------------------------------------------------------
+
+    def create_chat(self, model: str, title: str = "", system_prompt: str = "") -> Chat:
+        now = time.time()
+        with self._tx() as db:
+            cur = db.execute(
+                "INSERT INTO chats(title, model, system_prompt, created_at, updated_at)"
+                " VALUES (?, ?, ?, ?, ?)",
+                (title, model, system_prompt, now, now),
+            )
+        chat = self.chat(int(cur.lastrowid or 0))
+        assert chat is not None
+        return chat
+
+    def chat(self, chat_id: int) -> Chat | None:
+        row = self._conn.execute("SELECT * FROM chats WHERE id=?", (chat_id,)).fetchone()
+        return _chat(row) if row else None
+
+    def chats(self) -> list[Chat]:
+        """All chats, the most recently used first."""
+        rows = self._conn.execute("SELECT * FROM chats ORDER BY updated_at DESC, id DESC")
+        return [_chat(r) for r in rows]
+
+    def rename_chat(self, chat_id: int, title: str) -> None:
+        with self._tx() as db:
+            db.execute("UPDATE chats SET title=?, title_auto=0 WHERE id=?", (title, chat_id))
+
+    def set_auto_title(self, chat_id: int, title: str) -> bool:
+        """Title a chat automatically, unless the user has named it; True if it changed."""
+        with self._tx() as db:
+            cur = db.execute(
+                "UPDATE chats SET title=? WHERE id=? AND title_auto=1 AND title!=?",
+                (title, chat_id, title),
+            )
+            return cur.rowcount > 0
+
+    def delete_chat(self, chat_id: int) -> None:
+        with self._tx() as db:
+            db.execute("DELETE FROM chats WHERE id=?", (chat_id,))
+
+    def update_chat(
+        self,
+        chat_id: int,
+        *,
+        model: str | None = None,
+        system_prompt: str | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> None:
+        sets: list[str] = []
+        args: list[Any] = []
+        for column, value in (
+            ("model", model),
+            ("system_prompt", system_prompt),
+            ("options", None if options is None else json.dumps(options)),
+        ):
+            if value is not None:
+                sets.append(f"{column}=?")
+                args.append(value)
+        if sets:
+            with self._tx() as db:
+                db.execute(f"UPDATE chats SET {', '.join(sets)} WHERE id=?", (*args, chat_id))
+
+    # -- messages ----------------------------------------------------------------------------
+
+    def add_message(
+        self,
+        chat_id: int,
+        parent_id: int | None,
+        role: str,
+        content: str = "",
+        *,
+        images: Sequence[bytes] = (),
+        model: str = "",
+        state: str = DONE,
+    ) -> Message:
+        """Append a message under `parent_id` and make it the chat's current leaf."""
+        now = time.time()
+        with self._tx() as db:
+            cur = db.execute(
+                "INSERT INTO messages(chat_id, parent_id, role, content, model, state, created_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (chat_id, parent_id, role, content, model, state, now),
+            )
+            mid = int(cur.lastrowid or 0)
+            db.executemany(
+                "INSERT INTO attachments(message_id, position, data) VALUES (?, ?, ?)",
+                [(mid, i, sqlite3.Binary(data)) for i, data in enumerate(images)],
+            )
+            db.execute(
+                "UPDATE chats SET current_leaf=?, updated_at=? WHERE id=?", (mid, now, chat_id)
+            )
+        msg = self.message(mid)
+        assert msg is not None
+        return msg
+
+    def update_message(
+        self,
+        message_id: int,
+        *,
+        content: str | None = None,
+        thinking: str | None = None,
+        state: str | None = None,
+        error: str | None = None,
+        stats: dict[str, Any] | None = None,
+    ) -> None:
+        sets: list[str] = []
+        args: list[Any] = []
+        for column, value in (
+            ("content", content),
+            ("thinking", thinking),
+            ("state", state),
+            ("error", error),
+            ("stats", None if stats is None else json.dumps(stats)),
+        ):
+            if value is not None:
+                sets.append(f"{column}=?")
+                args.append(value)
+        if sets:
+            with self._tx() as db:
+                db.execute(f"UPDATE messages SET {', '.join(sets)} WHERE id=?", (*args, message_id))
+
+    def message(self, message_id: int) -> Message | None:
+        row = self._conn.execute("SELECT * FROM messages WHERE id=?", (message_id,)).fetchone()
+        return self._message(row) if row else None
+
+    def _message(self, row: sqlite3.Row) -> Message:
+        images = [
+            bytes(r[0])
+            for r in self._conn.execute(
+                "SELECT data FROM attachments WHERE message_id=? ORDER BY position", (row["id"],)
+            )
+        ]
+        return Message(
+            id=row["id"],
+            chat_id=row["chat_id"],
+            parent_id=row["parent_id"],
+            role=row["role"],
+            content=row["content"],
+            thinking=row["thinking"],
+            model=row["model"],
+            state=row["state"],
+            error=row["error"],
+            stats=json.loads(row["stats"] or "{}"),
+            created_at=row["created_at"],
+            images=images,
+        )
+
+    def siblings(self, message_id: int) -> list[int]:
+        """Ids of a message's versions (itself included), oldest first."""
+        row = self._conn.execute(
+            "SELECT chat_id, parent_id FROM messages WHERE id=?", (message_id,)
+        ).fetchone()
+        if row is None:
+            return []
+        rows = self._conn.execute(
+            "SELECT id FROM messages WHERE chat_id=? AND parent_id IS ? ORDER BY id",
+            (row["chat_id"], row["parent_id"]),
+        )
+        return [r[0] for r in rows]
+
+    def path(self, chat_id: int) -> list[Message]:
+        """The conversation on screen: root → current leaf, each with its version numbers."""
+        chat = self.chat(chat_id)
+        if chat is None or chat.current_leaf is None:
+            return []
+        rows = self._conn.execute(
+            "WITH RECURSIVE up(id) AS (SELECT ? UNION ALL"
+            " SELECT m.parent_id FROM messages m JOIN up ON m.id = up.id"
+            " WHERE m.parent_id IS NOT NULL)"
+            " SELECT m.* FROM messages m JOIN up ON m.id = up.id ORDER BY m.id",
+            (chat.current_leaf,),
+        ).fetchall()
+        out = []
+        for row in rows:
+            msg = self._message(row)
+            sibs = self.siblings(msg.id)
+            msg.version, msg.versions = sibs.index(msg.id) + 1, len(sibs)
+            out.append(msg)
+        return out
+
+    def select(self, chat_id: int, message_id: int) -> None:
+        """Show the branch through `message_id`, continuing down its newest replies."""
+        leaf = message_id
+        while True:
+            row = self._conn.execute(
+                "SELECT id FROM messages WHERE chat_id=? AND parent_id=? ORDER BY id DESC LIMIT 1",
+                (chat_id, leaf),
+            ).fetchone()
+            if row is None:
+                break
+            leaf = row[0]
+        with self._tx() as db:
+            db.execute("UPDATE chats SET current_leaf=? WHERE id=?", (leaf, chat_id))
+
+    def set_leaf(self, chat_id: int, message_id: int | None) -> None:
+        with self._tx() as db:
+            db.execute("UPDATE chats SET current_leaf=? WHERE id=?", (message_id, chat_id))
+
+    # -- search ------------------------------------------------------------------------------
+
+    def search(self, text: str, limit: int = 50) -> list[SearchHit]:
+        """Chats whose title or messages contain every word of `text` (prefixes), newest first."""
+        query = _fts_query(text)
+        if not query:
+            return []
+        rows = self._conn.execute(
+            "SELECT c.id, c.title, c.updated_at, hit.snippet FROM chats c JOIN ("
+            "  SELECT m.chat_id AS chat_id,"
+            "   snippet(messages_fts, 0, '[', ']', '…', 10) AS snippet, rank"
+            "  FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid"
+            "  WHERE messages_fts MATCH ?"
+            "  UNION ALL"
+            "  SELECT chats_fts.rowid, '', rank FROM chats_fts WHERE chats_fts MATCH ?"
+            ") hit ON hit.chat_id = c.id ORDER BY c.updated_at DESC, hit.rank",
+            (query, query),
+        ).fetchall()
+        hits: dict[int, SearchHit] = {}
+        for row in rows:
+            hit = hits.get(row["id"])
+            if hit is None:
+                hits[row["id"]] = SearchHit(row["id"], row["title"], row[3], row["updated_at"])
+            elif not hit.snippet and row[3]:
+                hit.snippet = row[3]
+        return list(hits.values())[:limit]
+
+
+def _chat(row: sqlite3.Row) -> Chat:
+    return Chat(
+        id=row["id"],
+        title=row["title"],
+        model=row["model"],
+        system_prompt=row["system_prompt"],
+        options=json.loads(row["options"] or "{}"),
+        current_leaf=row["current_leaf"],
+        title_auto=bool(row["title_auto"]),
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+    )

@@ -1,0 +1,7 @@
+"""Qt item models: the chat list, the conversation on screen, the installed models."""
+
+from .chat_list import ChatListModel
+from .conversation import ConversationModel, MessageItem
+from .model_list import ModelInfo, ModelListModel
+
+__all__ = ["ChatListModel", "ConversationModel", "MessageItem", "ModelInfo", "ModelListModel"]

@@ -1,0 +1,79 @@
+"""App settings: a small JSON file in the data folder, read once at start, written on change."""
+
+from __future__ import annotations
+
+import json
+import secrets
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+from hearth.default_model import DEFAULT_MODEL
+from hearth.paths import data_dir
+
+__all__ = ["Settings", "load_settings", "save_settings", "settings_path", "new_api_key"]
+
+THEMES = ("system", "light", "dark")
+
+
+@dataclass
+class Settings:
+    # Local API: off = a private loopback port with a random token (only this app can talk to
+    # the service); on = 127.0.0.1:api_port with no key, like Ollama; expose = 0.0.0.0 + api_key.
+    api_enabled: bool = False
+    api_port: int = 11434
+    api_expose: bool = False
+    api_key: str = ""
+    # Sent as Ollama `options` with every request, so any compatible service honours them.
+    num_ctx: int = 4096
+    num_gpu: int = -1  # -1: let the service decide how many layers go to the GPU
+    num_thread: int = 0  # 0: the service's default (physical cores)
+    theme: str = "system"
+    models_dir: str = ""  # empty: the service's default folder
+    default_model: str = DEFAULT_MODEL
+    think: bool = True
+    window_geometry: str = ""
+
+    def request_options(self) -> dict[str, int]:
+        """The runtime options every chat request carries (below any per-chat override)."""
+        opts = {"num_ctx": int(self.num_ctx)}
+        if self.num_gpu >= 0:
+            opts["num_gpu"] = int(self.num_gpu)
+        if self.num_thread > 0:
+            opts["num_thread"] = int(self.num_thread)
+        return opts
+
+
+def new_api_key() -> str:
+    return "hearth-" + secrets.token_urlsafe(24)
+
+
+def settings_path() -> Path:
+    return data_dir() / "settings.json"
+
+
+def load_settings(path: Path | None = None) -> Settings:
+    """Read the settings; a missing or damaged file gives the defaults (never a crash)."""
+    path = path or settings_path()
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        raw = {}
+    known = {f.name: f for f in fields(Settings)}
+    values = {}
+    defaults = Settings()
+    for key, value in raw.items() if isinstance(raw, dict) else ():
+        if key in known and isinstance(value, type(getattr(defaults, key))):
+            values[key] = value
+    settings = Settings(**values)
+    if settings.theme not in THEMES:
+        settings.theme = "system"
+    if not 1 <= settings.api_port <= 65535:
+        settings.api_port = 11434
+    return settings
+
+
+def save_settings(settings: Settings, path: Path | None = None) -> None:
+    path = path or settings_path()
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(asdict(settings), indent=2), encoding="utf-8")
+    tmp.replace(path)  # atomic: a crash mid-write never leaves half a file

@@ -1,0 +1,1 @@
+"""Views: layout only. They show what controllers say and pass user actions back to them."""

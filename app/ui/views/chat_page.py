@@ -1,0 +1,123 @@
+"""The chat page: header (title, model, context meter, chat settings), transcript, composer."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import (
+    QComboBox,
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QProgressBar,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from ..models.conversation import ConversationModel
+from ..models.model_list import ModelListModel
+from ..theme import Palette
+from ..widgets.bits import ContextMeter
+from ..widgets.composer import Composer
+from ..widgets.transcript import Transcript
+
+__all__ = ["ChatPage"]
+
+
+class ChatPage(QWidget):
+    def __init__(
+        self,
+        conversation: ConversationModel,
+        models: ModelListModel,
+        palette: Palette,
+        parent: QWidget | None = None,
+    ) -> None:
+        super().__init__(parent)
+        self.setObjectName("ChatPage")
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(0, 0, 0, 0)
+        lay.setSpacing(0)
+
+        header = QFrame()
+        header.setObjectName("ChatHeader")
+        hl = QHBoxLayout(header)
+        hl.setContentsMargins(20, 10, 16, 10)
+        hl.setSpacing(12)
+        self.title = QLabel()
+        self.title.setObjectName("ChatTitle")
+        self.title.setAccessibleName(self.tr("Chat title"))
+        self.title.setMinimumWidth(80)
+        self.model_box = QComboBox()
+        self.model_box.setModel(models)
+        self.model_box.setModelColumn(0)
+        self.model_box.setMinimumWidth(180)
+        self.model_box.setAccessibleName(self.tr("Model for this chat"))
+        self.model_box.view().setAccessibleName(self.tr("Installed models"))
+        self.model_box.setToolTip(self.tr("Model for this chat (Ctrl+M)"))
+        self.meter = ContextMeter()
+        self.settings_btn = QPushButton(self.tr("Chat settings"))
+        self.settings_btn.setAccessibleName(self.tr("Chat settings: system prompt and sampling"))
+        self.settings_btn.setToolTip(self.tr("System prompt and sampling for this chat (Ctrl+;)"))
+        hl.addWidget(self.title, 1)
+        hl.addWidget(self.model_box)
+        hl.addWidget(self.meter)
+        hl.addWidget(self.settings_btn)
+        lay.addWidget(header)
+
+        self.banner = QFrame()
+        self.banner.setObjectName("Banner")
+        bl = QHBoxLayout(self.banner)
+        bl.setContentsMargins(20, 8, 20, 8)
+        self.banner_label = QLabel()
+        self.banner_label.setAccessibleName(self.tr("Engine status"))
+        self.banner_bar = QProgressBar()
+        self.banner_bar.setRange(0, 0)
+        self.banner_bar.setFixedWidth(140)
+        self.banner_bar.setAccessibleName(self.tr("Engine start progress"))
+        bl.addWidget(self.banner_label, 1)
+        bl.addWidget(self.banner_bar)
+        lay.addWidget(self.banner)
+
+        self.transcript = Transcript(conversation, palette)
+        lay.addWidget(self.transcript, 1)
+
+        bottom = QWidget()
+        bot = QVBoxLayout(bottom)
+        bot.setContentsMargins(24, 4, 24, 16)
+        self.composer = Composer()
+        self.composer.setMaximumWidth(820)
+        bot.addWidget(self.composer, 0, Qt.AlignmentFlag.AlignHCenter)
+        self.composer.setMinimumWidth(360)
+        lay.addWidget(bottom)
+        self.set_welcome("")
+
+    def set_welcome(self, model: str) -> None:
+        self.transcript.set_empty_text(
+            "<div style='font-size:22px; font-weight:600;'>"
+            + self.tr("What shall we talk about?")
+            + "</div><p style='margin-top:8px;'>"
+            + self.tr(
+                "You are chatting with <b>%1</b>, running on this computer. "
+                "Nothing you type leaves it."
+            ).replace("%1", model or "…")
+            + "</p><p>"
+            + self.tr("Press F1 for keyboard shortcuts. Drop a .gguf file to add a model.")
+            + "</p>"
+        )
+
+    def set_banner(self, text: str, busy: bool) -> None:
+        self.banner_label.setText(text)
+        self.banner_bar.setVisible(busy)
+        self.banner.setVisible(bool(text))
+
+    def set_model(self, name: str) -> None:
+        self.model_box.blockSignals(True)
+        idx = self.model_box.findText(name)
+        self.model_box.setCurrentIndex(idx)
+        if idx < 0:
+            self.model_box.setPlaceholderText(name)
+        self.model_box.blockSignals(False)
+
+    def resizeEvent(self, e: object) -> None:  # keep the composer as wide as the transcript
+        super().resizeEvent(e)  # type: ignore[arg-type]
+        self.composer.setFixedWidth(min(820, max(360, self.width() - 48)))

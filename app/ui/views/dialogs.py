@@ -1,0 +1,183 @@
+"""Dialogs: per-chat settings, the keyboard shortcuts sheet, and the engine failure dialog."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QDialog,
+    QDialogButtonBox,
+    QDoubleSpinBox,
+    QFormLayout,
+    QLabel,
+    QMessageBox,
+    QPlainTextEdit,
+    QPushButton,
+    QSpinBox,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+__all__ = ["ChatSettingsDialog", "ShortcutsDialog", "SHORTCUTS", "service_failed_box"]
+
+# (option, label, kind, low, high, step, fallback shown when the model gives no default)
+_OPTIONS: tuple[tuple[str, str, str, float, float, float, float], ...] = (
+    ("temperature", "Temperature", "float", 0.0, 2.0, 0.05, 0.8),
+    ("top_p", "Top P", "float", 0.0, 1.0, 0.05, 0.9),
+    ("top_k", "Top K", "int", 0, 500, 1, 40),
+    ("min_p", "Min P", "float", 0.0, 1.0, 0.01, 0.0),
+    ("repeat_penalty", "Repeat penalty", "float", 0.5, 2.0, 0.05, 1.1),
+    ("num_predict", "Max tokens", "int", -1, 131072, 16, -1),
+    ("seed", "Seed", "int", -1, 2**31 - 1, 1, -1),
+    ("num_ctx", "Context length", "int", 256, 1 << 20, 1024, 4096),
+)
+
+
+class ChatSettingsDialog(QDialog):
+    """System prompt and sampling overrides for one chat; unticked rows use the model's own."""
+
+    def __init__(
+        self,
+        system_prompt: str,
+        overrides: dict[str, Any],
+        model_defaults: dict[str, Any],
+        model: str,
+        parent: QWidget | None = None,
+    ) -> None:
+        super().__init__(parent)
+        self.setWindowTitle(self.tr("Chat settings"))
+        self.setMinimumWidth(480)
+        lay = QVBoxLayout(self)
+        lay.setSpacing(10)
+        lay.addWidget(QLabel(self.tr("System prompt")))
+        self.system = QPlainTextEdit(system_prompt)
+        self.system.setAccessibleName(self.tr("System prompt"))
+        self.system.setPlaceholderText(self.tr("For example: You are a concise assistant."))
+        self.system.setTabChangesFocus(True)
+        self.system.setFixedHeight(110)
+        lay.addWidget(self.system)
+        note = QLabel(
+            self.tr("Tick a setting to override %1's default for this chat.").replace("%1", model)
+        )
+        note.setObjectName("Muted")
+        note.setWordWrap(True)
+        lay.addWidget(note)
+        form = QFormLayout()
+        form.setVerticalSpacing(6)
+        self.rows: dict[str, tuple[QCheckBox, QSpinBox | QDoubleSpinBox]] = {}
+        for key, label, kind, low, high, step, fallback in _OPTIONS:
+            box = QCheckBox(self.tr(label))
+            box.setAccessibleName(self.tr("Override %1").replace("%1", self.tr(label)))
+            spin: QSpinBox | QDoubleSpinBox
+            if kind == "int":
+                spin = QSpinBox()
+                spin.setRange(int(low), int(high))
+                spin.setSingleStep(int(step))
+            else:
+                spin = QDoubleSpinBox()
+                spin.setRange(low, high)
+                spin.setSingleStep(step)
+                spin.setDecimals(2)
+            spin.setAccessibleName(self.tr(label))
+            default = model_defaults.get(key, fallback)
+            value = overrides.get(key, default)
+            spin.setValue(value)  # type: ignore[arg-type]
+            if key == "num_predict":
+                spin.setSpecialValueText(self.tr("No limit"))
+            if key == "seed":
+                spin.setSpecialValueText(self.tr("Random"))
+            spin.setEnabled(key in overrides)
+            box.setChecked(key in overrides)
+            box.toggled.connect(spin.setEnabled)
+            form.addRow(box, spin)
+            self.rows[key] = (box, spin)
+        lay.addLayout(form)
+        buttons = QDialogButtonBox(
+            QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel
+        )
+        reset = QPushButton(self.tr("Use model defaults"))
+        reset.setAccessibleName(self.tr("Clear every override"))
+        buttons.addButton(reset, QDialogButtonBox.ButtonRole.ResetRole)
+        reset.clicked.connect(lambda: [b.setChecked(False) for b, _ in self.rows.values()])
+        buttons.accepted.connect(self.accept)
+        buttons.rejected.connect(self.reject)
+        lay.addWidget(buttons)
+
+    def system_prompt(self) -> str:
+        return self.system.toPlainText().strip()
+
+    def overrides(self) -> dict[str, Any]:
+        return {key: spin.value() for key, (box, spin) in self.rows.items() if box.isChecked()}
+
+
+SHORTCUTS: tuple[tuple[str, str], ...] = (
+    ("Enter", "Send the message"),
+    ("Shift+Enter", "New line in the message"),
+    ("Esc", "Stop the reply"),
+    ("Ctrl+N", "New chat"),
+    ("Ctrl+K", "Search chats"),
+    ("Ctrl+L", "Go to the message box"),
+    ("Ctrl+R", "Regenerate the last reply"),
+    ("Ctrl+E", "Edit the last question"),
+    ("Alt+Left / Alt+Right", "Previous / next version of the last reply"),
+    ("Ctrl+Shift+C", "Copy the last reply"),
+    ("Ctrl+O", "Attach an image"),
+    ("Ctrl+V", "Paste an image or text"),
+    ("Ctrl+M", "Choose the model"),
+    ("Ctrl+;", "Chat settings (system prompt, sampling)"),
+    ("F2", "Rename the selected chat"),
+    ("Delete", "Delete the selected chat"),
+    ("Ctrl+1 / Ctrl+2 / Ctrl+3", "Chats / Models / Settings"),
+    ("Ctrl+I", "Import a .gguf model"),
+    ("Ctrl+,", "Settings"),
+    ("Tab / Shift+Tab", "Move between controls"),
+    ("F1", "This sheet"),
+)
+
+
+class ShortcutsDialog(QDialog):
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle(self.tr("Keyboard shortcuts"))
+        self.resize(520, 620)
+        lay = QVBoxLayout(self)
+        table = QTableWidget(len(SHORTCUTS), 2)
+        table.setAccessibleName(self.tr("Keyboard shortcuts"))
+        table.setHorizontalHeaderLabels([self.tr("Keys"), self.tr("Action")])
+        table.verticalHeader().hide()
+        table.horizontalHeader().setStretchLastSection(True)
+        table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+        table.setShowGrid(False)
+        for row, (keys, action) in enumerate(SHORTCUTS):
+            k = QTableWidgetItem(keys)
+            f = k.font()
+            f.setBold(True)
+            k.setFont(f)
+            table.setItem(row, 0, k)
+            table.setItem(row, 1, QTableWidgetItem(self.tr(action)))
+        table.resizeColumnToContents(0)
+        table.verticalHeader().setDefaultSectionSize(30)
+        lay.addWidget(table)
+        close = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
+        close.rejected.connect(self.reject)
+        lay.addWidget(close)
+
+
+def service_failed_box(parent: QWidget, reason: str, log_path: str) -> QMessageBox:
+    """A non-blocking (window-modal, opened with .open()) box: why, and where the log is."""
+    box = QMessageBox(parent)
+    box.setIcon(QMessageBox.Icon.Critical)
+    box.setWindowTitle(parent.tr("The engine could not start"))
+    first, _, rest = reason.partition("\n\n")
+    box.setText(first)
+    box.setInformativeText(parent.tr("The log is in %1").replace("%1", log_path))
+    if rest:
+        box.setDetailedText(rest)
+    box.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+    box.setStandardButtons(QMessageBox.StandardButton.Retry | QMessageBox.StandardButton.Close)
+    box.setAccessibleName(parent.tr("Engine failure"))
+    return box

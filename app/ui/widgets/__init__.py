@@ -1,0 +1,1 @@
+"""Reusable widgets: message bubbles, the composer, the markdown view, small controls."""
