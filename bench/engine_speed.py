@@ -81,26 +81,31 @@ def main() -> None:
         "generate": args.generate,
         "reps": args.reps,
     }
-    ours: list[dict] = []
-    theirs: list[dict] = []
+    runs: dict[str, list[dict]] = {"ours": [], "runner": [], "llamacpp": []}
+    names = list(runs)
     for r in range(args.rounds):
-        order = [("ours", ours), ("llamacpp", theirs)]
-        for name, sink in order if r % 2 == 0 else order[::-1]:
-            sink.extend(_run(name, req))
+        for name in names[r % 3 :] + names[: r % 3]:  # rotate who goes first
+            runs[name].extend(_run(name, req))
 
-    def rate(runs: list[dict], key: str, n: int) -> float:
-        return statistics.median(n / run[key] for run in runs)
+    def rate(samples: list[dict], key: str, n: int | None) -> float:
+        return statistics.median((n or s["gen_n"]) / s[key] for s in samples)
 
     n_p, n_g = len(ids), args.generate
-    o_p, o_g = rate(ours, "prompt_s", n_p), rate(ours, "gen_s", n_g)
-    w_p, w_g = rate(theirs, "prompt_s", n_p), rate(theirs, "gen_s", n_g)
-    i_p, i_g = rate(theirs, "internal_prompt_s", n_p), rate(theirs, "internal_gen_s", n_g)
-    print(f"model {Path(model).name}, {args.threads} threads, prompt {n_p} tokens, "
-          f"generation {n_g} tokens, {len(ours)} measurements per engine")  # fmt: skip
-    head = ["hearth", "llama.cpp", "(internal)", "ratio wall", "ratio strict"]
-    print(f"{'':12}{head[0]:>10}{head[1]:>11}{head[2]:>12}{head[3]:>12}{head[4]:>14}")
-    print(f"{'prompt t/s':12}{o_p:10.1f}{w_p:11.1f}{i_p:12.1f}{o_p / w_p:12.2f}{o_p / i_p:14.2f}")
-    print(f"{'gen t/s':12}{o_g:10.1f}{w_g:11.1f}{i_g:12.1f}{o_g / w_g:12.2f}{o_g / i_g:14.2f}")
+    cpp = runs["llamacpp"]
+    w_p, w_g = rate(cpp, "prompt_s", n_p), rate(cpp, "gen_s", n_g)
+    i_p, i_g = rate(cpp, "internal_prompt_s", n_p), rate(cpp, "internal_gen_s", n_g)
+    print(
+        f"model {Path(model).name}, {args.threads} threads, prompt {n_p} tokens, generation "
+        f"{n_g} tokens, {len(cpp)} measurements each, medians; ratios are Hearth / llama.cpp"
+    )
+    head = ["tok/s", "llama.cpp", "(internal)", "ratio wall", "ratio strict"]
+    print(f"{'':24}{head[0]:>8}{head[1]:>11}{head[2]:>12}{head[3]:>12}{head[4]:>14}")
+    for label, name in (("engine passes", "ours"), ("runner (loop+sampling)", "runner")):
+        ours = runs[name]
+        gen_n = None if name == "runner" else n_g
+        o_p, o_g = rate(ours, "prompt_s", n_p), rate(ours, "gen_s", gen_n)
+        for what, o, w, i in (("prompt", o_p, w_p, i_p), ("generation", o_g, w_g, i_g)):
+            print(f"{label + ' ' + what:24}{o:8.1f}{w:11.1f}{i:12.1f}{o / w:12.2f}{o / i:14.2f}")
 
 
 if __name__ == "__main__":

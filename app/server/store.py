@@ -379,6 +379,9 @@ class ModelStore:
                 shutil.copyfile(path, target)
         layer = Layer(MEDIA_TYPES["model"], digest, target.stat().st_size)
         self._remember_digest(Path(path).resolve(), digest)
-        self.write_manifest(name, [layer])
+        # The built-in model is a base model: it rarely ends a turn by itself, so replies are
+        # capped by default (requests and Modelfiles can still set num_predict).
+        params = self.put_bytes(json.dumps({"num_predict": 384}).encode(), "params")
+        self.write_manifest(name, [layer, params])
         marker.write_text(f"{name} {time.time():.0f}")
         return True

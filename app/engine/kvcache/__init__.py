@@ -2,6 +2,7 @@
 
 from .base import MAX_POS, Cache, CacheFullError, ShiftFn, ShiftNotSupportedError
 from .causal import Causal
+from .encoder import Encoder
 from .wrapper import Wrapper
 
 __all__ = [
@@ -9,6 +10,7 @@ __all__ = [
     "Cache",
     "CacheFullError",
     "Causal",
+    "Encoder",
     "ShiftFn",
     "ShiftNotSupportedError",
     "Wrapper",

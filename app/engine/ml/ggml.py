@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import logging
-import os
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -18,173 +16,15 @@ import ggml as g
 import numpy as np
 
 from .api import Backend, CacheConfig, Context, DType, OutOfMemoryError, RopeOptions, Tensor
+from .ggml_lib import address as _addr
+from .ggml_lib import metadata_context, physical_cores
+from .ggml_tensor import FLOAT_TYPES as _FLOAT_TYPES
+from .ggml_tensor import GGMLTensor, host_data
+from .ggml_tensor import trim_shape as _trim
 
-__all__ = ["GGMLBackend", "GGMLContext", "GGMLTensor", "physical_cores"]
+__all__ = ["GGMLBackend", "GGMLContext", "GGMLTensor", "metadata_context", "physical_cores"]
 
 _c_void_p = ctypes.c_void_p
-
-
-def _fix_bindings() -> None:
-    """ggml-python 0.0.45 declares a few pointer-returning functions with an `int` restype,
-    which truncates the pointer to 32 bits; declare them as returning void*."""
-    for name in (
-        "ggml_backend_cpu_buffer_type",
-        "ggml_backend_alloc_buffer",
-        "ggml_backend_cpu_buffer_from_ptr",
-        "ggml_backend_sched_get_tensor_backend",
-    ):
-        fn = getattr(g, name, None)
-        if fn is not None and hasattr(fn, "restype"):
-            fn.restype = _c_void_p
-
-
-_fix_bindings()
-
-_log = logging.getLogger("hearth.ggml")
-_LEVELS = {
-    g.GGML_LOG_LEVEL_DEBUG: logging.DEBUG,
-    g.GGML_LOG_LEVEL_INFO: logging.DEBUG,  # ggml's info lines (repacking...) are chatter
-    g.GGML_LOG_LEVEL_WARN: logging.WARNING,
-    g.GGML_LOG_LEVEL_ERROR: logging.ERROR,
-}
-
-
-@g.ggml_log_callback
-def _ggml_log(level: int, text: bytes, _user: object) -> None:
-    msg = text.decode("utf-8", "replace").rstrip() if text else ""
-    if msg:
-        _log.log(_LEVELS.get(level, logging.DEBUG), "%s", msg)
-
-
-# ggml's log sink is process-wide; route it to Python logging (one constant callback).
-g.ggml_log_set(_ggml_log, None)
-
-
-def _addr(p: Any) -> int:
-    """The address a ctypes pointer holds (0 for NULL)."""
-    return ctypes.cast(p, _c_void_p).value or 0
-
-
-def physical_cores() -> int:
-    """Physical cores (hyper-threads not counted); the default thread count."""
-    try:
-        seen: set[tuple[str, str]] = set()
-        phys = core = ""
-        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
-            for line in f:
-                if line.startswith("physical id"):
-                    phys = line.split(":", 1)[1].strip()
-                elif line.startswith("core id"):
-                    core = line.split(":", 1)[1].strip()
-                elif not line.strip() and core:
-                    seen.add((phys, core))
-                    core = ""
-        if core:
-            seen.add((phys, core))
-        if seen:
-            return len(seen)
-    except OSError:
-        pass
-    logical = os.cpu_count() or 1
-    return max(1, logical // 2 if logical > 4 else logical)
-
-
-_FLOAT_TYPES = frozenset({DType.F32, DType.F16, DType.BF16})
-
-
-def metadata_context(n_tensors: int) -> Any:
-    """A ggml context holding only tensor descriptions (their memory comes from buffers)."""
-    params = g.ggml_init_params(
-        mem_size=g.ggml_tensor_overhead() * n_tensors, mem_buffer=None, no_alloc=True
-    )
-    ctx = g.ggml_init(params)
-    if not ctx:
-        raise OutOfMemoryError("could not create a ggml context")
-    return ctx
-
-
-def _trim(shape: Sequence[int]) -> tuple[int, ...]:
-    s = list(shape)
-    while len(s) > 1 and s[-1] == 1:
-        s.pop()
-    return tuple(s)
-
-
-def _host_data(t: Tensor, values: np.ndarray) -> np.ndarray:
-    """Values as the tensor's element type; quantized tensors take their raw bytes."""
-    try:
-        np_type = t.dtype.numpy
-    except KeyError:
-        return np.ascontiguousarray(values).view(np.uint8)
-    return np.ascontiguousarray(values, dtype=np_type)
-
-
-class GGMLTensor(Tensor):
-    """A ggml tensor pointer plus the object that keeps its memory alive."""
-
-    __slots__ = ("_p", "_owner")
-
-    def __init__(self, p: object, owner: object) -> None:
-        self._p = p
-        self._owner = owner
-
-    @property
-    def ptr(self) -> object:
-        return self._p
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        ne = self._p.contents.ne  # type: ignore[attr-defined]
-        n = 4
-        while n > 1 and ne[n - 1] == 1:
-            n -= 1
-        return tuple(ne[:n])
-
-    @property
-    def ne(self) -> tuple[int, int, int, int]:
-        ne = self._p.contents.ne  # type: ignore[attr-defined]
-        return (ne[0], ne[1], ne[2], ne[3])
-
-    @property
-    def dtype(self) -> DType:
-        return DType(self._p.contents.type)  # type: ignore[attr-defined]
-
-    @property
-    def strides(self) -> tuple[int, int, int, int]:
-        nb = self._p.contents.nb  # type: ignore[attr-defined]
-        return (nb[0], nb[1], nb[2], nb[3])
-
-    @property
-    def nbytes(self) -> int:
-        return int(g.ggml_nbytes(self._p))
-
-    @property
-    def name(self) -> str:
-        return self._p.contents.name.decode("utf-8", "replace")  # type: ignore[attr-defined]
-
-    def numpy(self) -> np.ndarray:
-        dtype = self.dtype
-        if dtype not in (DType.F32, DType.F16, DType.I32):
-            raise TypeError(f"cannot read a {dtype.name} tensor as numpy")
-        if not g.ggml_is_contiguous(self._p):
-            raise ValueError("numpy() needs a contiguous tensor; add ctx.cont() before computing")
-        out = np.empty(tuple(reversed(self.ne)), dtype=dtype.numpy)
-        g.ggml_backend_tensor_get(self._p, out.ctypes.data, 0, out.nbytes)
-        out = out.reshape(tuple(reversed(self.shape)))
-        return out.astype(np.float32) if dtype == DType.F16 else out
-
-    def set(self, values: np.ndarray) -> None:
-        owner = self._owner
-        if isinstance(owner, GGMLContext):
-            owner._set_input(self, values)
-        else:  # persistent tensor: write through now
-            arr = _host_data(self, values)
-            if arr.nbytes != self.nbytes:
-                raise ValueError(f"set(): {arr.nbytes} bytes given, tensor has {self.nbytes}")
-            g.ggml_backend_tensor_set(self._p, arr.ctypes.data, 0, arr.nbytes)
-
-    def __repr__(self) -> str:
-        return f"GGMLTensor({self.dtype.name}, {list(self.shape)})"
 
 
 class GGMLContext(Context):
@@ -218,7 +58,7 @@ class GGMLContext(Context):
         return GGMLTensor(p, self)
 
     def _set_input(self, t: GGMLTensor, values: np.ndarray) -> None:
-        arr = _host_data(t, values)
+        arr = host_data(t, values)
         if arr.nbytes != t.nbytes:
             raise ValueError(
                 f"input {list(t.shape)} {t.dtype.name} needs {t.nbytes} bytes, got {arr.nbytes}"

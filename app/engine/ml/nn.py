@@ -89,14 +89,15 @@ class KVView:
     """What one run of a sequence's batch rows attends to (see `AttentionCache.get`).
 
     start, count: the rows (tokens) of the batch; keys `[head_dim, kv_heads, n_kv]`; values
-    the same or, permuted, `[n_kv, head_dim, kv_heads]`; mask `[n_kv, count_padded]`.
+    the same or, permuted, `[n_kv, head_dim, kv_heads]`; mask `[n_kv, count_padded]`, or None
+    when every row sees every key (cross-attention to an image).
     """
 
     start: int
     count: int
     keys: Tensor
     values: Tensor
-    mask: Tensor
+    mask: Tensor | None
 
 
 class AttentionCache(Protocol):
@@ -155,7 +156,7 @@ def _sdpa(
         if permuted_v:
             raise ValueError("flash attention needs an unpermuted V cache")
         values = ctx.permute(view.values, 0, 2, 1, 3)  # [head_dim_v, n_kv, kv_heads]
-        if mask.dtype != DType.F16:
+        if mask is not None and mask.dtype != DType.F16:
             mask = ctx.cast(mask, DType.F16)
         out = ctx.flash_attention(q, keys, values, mask, scale, softcap)  # [d_v, heads, tokens]
         return ctx.reshape(out, out.dim(0) * heads, tokens)

@@ -1,0 +1,95 @@
+"""Low-level ggml plumbing: binding fixes, log routing, context creation, core counting.
+
+ggml's log sink is process-wide, so importing this module routes it to Python logging once.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+from typing import Any
+
+import ggml as g
+
+from .api import OutOfMemoryError
+
+__all__ = ["address", "metadata_context", "physical_cores"]
+
+_c_void_p = ctypes.c_void_p
+
+
+def _fix_bindings() -> None:
+    """ggml-python 0.0.45 declares a few pointer-returning functions with an `int` restype,
+    which truncates the pointer to 32 bits; declare them as returning void*."""
+    for name in (
+        "ggml_backend_cpu_buffer_type",
+        "ggml_backend_alloc_buffer",
+        "ggml_backend_cpu_buffer_from_ptr",
+        "ggml_backend_sched_get_tensor_backend",
+    ):
+        fn = getattr(g, name, None)
+        if fn is not None and hasattr(fn, "restype"):
+            fn.restype = _c_void_p
+
+
+_fix_bindings()
+
+_log = logging.getLogger("hearth.ggml")
+_LEVELS = {
+    g.GGML_LOG_LEVEL_DEBUG: logging.DEBUG,
+    g.GGML_LOG_LEVEL_INFO: logging.DEBUG,  # ggml's info lines (repacking...) are chatter
+    g.GGML_LOG_LEVEL_WARN: logging.WARNING,
+    g.GGML_LOG_LEVEL_ERROR: logging.ERROR,
+}
+
+
+@g.ggml_log_callback
+def _ggml_log(level: int, text: bytes, _user: object) -> None:
+    msg = text.decode("utf-8", "replace").rstrip() if text else ""
+    if msg:
+        _log.log(_LEVELS.get(level, logging.DEBUG), "%s", msg)
+
+
+# ggml's log sink is process-wide; route it to Python logging (one constant callback).
+g.ggml_log_set(_ggml_log, None)
+
+
+def address(p: Any) -> int:
+    """The address a ctypes pointer holds (0 for NULL)."""
+    return ctypes.cast(p, _c_void_p).value or 0
+
+
+def physical_cores() -> int:
+    """Physical cores (hyper-threads not counted); the default thread count."""
+    try:
+        seen: set[tuple[str, str]] = set()
+        phys = core = ""
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("physical id"):
+                    phys = line.split(":", 1)[1].strip()
+                elif line.startswith("core id"):
+                    core = line.split(":", 1)[1].strip()
+                elif not line.strip() and core:
+                    seen.add((phys, core))
+                    core = ""
+        if core:
+            seen.add((phys, core))
+        if seen:
+            return len(seen)
+    except OSError:
+        pass
+    logical = os.cpu_count() or 1
+    return max(1, logical // 2 if logical > 4 else logical)
+
+
+def metadata_context(n_tensors: int) -> Any:
+    """A ggml context holding only tensor descriptions (their memory comes from buffers)."""
+    params = g.ggml_init_params(
+        mem_size=g.ggml_tensor_overhead() * n_tensors, mem_buffer=None, no_alloc=True
+    )
+    ctx = g.ggml_init(params)
+    if not ctx:
+        raise OutOfMemoryError("could not create a ggml context")
+    return ctx

@@ -1,0 +1,98 @@
+"""The ggml tensor handle (see api.Tensor)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import ggml as g
+import numpy as np
+
+from .api import DType, Tensor
+
+__all__ = ["GGMLTensor", "FLOAT_TYPES", "host_data", "trim_shape"]
+
+FLOAT_TYPES = frozenset({DType.F32, DType.F16, DType.BF16})
+
+
+def trim_shape(shape: Sequence[int]) -> tuple[int, ...]:
+    s = list(shape)
+    while len(s) > 1 and s[-1] == 1:
+        s.pop()
+    return tuple(s)
+
+
+def host_data(t: Tensor, values: np.ndarray) -> np.ndarray:
+    """Values as the tensor's element type; quantized tensors take their raw bytes."""
+    try:
+        np_type = t.dtype.numpy
+    except KeyError:
+        return np.ascontiguousarray(values).view(np.uint8)
+    return np.ascontiguousarray(values, dtype=np_type)
+
+
+class GGMLTensor(Tensor):
+    """A ggml tensor pointer plus the object that keeps its memory alive."""
+
+    __slots__ = ("_p", "_owner")
+
+    def __init__(self, p: object, owner: object) -> None:
+        self._p = p
+        self._owner = owner
+
+    @property
+    def ptr(self) -> object:
+        return self._p
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        ne = self._p.contents.ne  # type: ignore[attr-defined]
+        n = 4
+        while n > 1 and ne[n - 1] == 1:
+            n -= 1
+        return tuple(ne[:n])
+
+    @property
+    def ne(self) -> tuple[int, int, int, int]:
+        ne = self._p.contents.ne  # type: ignore[attr-defined]
+        return (ne[0], ne[1], ne[2], ne[3])
+
+    @property
+    def dtype(self) -> DType:
+        return DType(self._p.contents.type)  # type: ignore[attr-defined]
+
+    @property
+    def strides(self) -> tuple[int, int, int, int]:
+        nb = self._p.contents.nb  # type: ignore[attr-defined]
+        return (nb[0], nb[1], nb[2], nb[3])
+
+    @property
+    def nbytes(self) -> int:
+        return int(g.ggml_nbytes(self._p))
+
+    @property
+    def name(self) -> str:
+        return self._p.contents.name.decode("utf-8", "replace")  # type: ignore[attr-defined]
+
+    def numpy(self) -> np.ndarray:
+        dtype = self.dtype
+        if dtype not in (DType.F32, DType.F16, DType.I32):
+            raise TypeError(f"cannot read a {dtype.name} tensor as numpy")
+        if not g.ggml_is_contiguous(self._p):
+            raise ValueError("numpy() needs a contiguous tensor; add ctx.cont() before computing")
+        out = np.empty(tuple(reversed(self.ne)), dtype=dtype.numpy)
+        g.ggml_backend_tensor_get(self._p, out.ctypes.data, 0, out.nbytes)
+        out = out.reshape(tuple(reversed(self.shape)))
+        return out.astype(np.float32) if dtype == DType.F16 else out
+
+    def set(self, values: np.ndarray) -> None:
+        set_input = getattr(self._owner, "_set_input", None)
+        if set_input is not None:  # a graph input: uploaded when the graph computes
+            set_input(self, values)
+        else:  # persistent tensor: write through now
+            arr = host_data(self, values)
+            if arr.nbytes != self.nbytes:
+                raise ValueError(f"set(): {arr.nbytes} bytes given, tensor has {self.nbytes}")
+            g.ggml_backend_tensor_set(self._p, arr.ctypes.data, 0, arr.nbytes)
+
+    def __repr__(self) -> str:
+        return f"GGMLTensor({self.dtype.name}, {list(self.shape)})"

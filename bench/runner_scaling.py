@@ -1,0 +1,141 @@
+"""What the batching loop buys: parallel streams, and prompt-cache reuse across chat turns.
+
+    .venv/bin/python bench/runner_scaling.py [--model PATH] [--threads 2] [--tokens 128]
+
+1. Aggregate generation speed of 4 greedy streams decoded together, against one stream alone
+   (same runner, same prompts; the ratio is the figure).
+2. A chat turn after a ~1500-token history: the follow-up's prompt time against the first
+   turn's (the follow-up should only evaluate its new tokens).
+Each figure is the median of `--rounds` measurements.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from hearth.default_model import default_model_path  # noqa: E402
+from hearth.engine.runner.core import Runner, RunnerConfig  # noqa: E402
+from hearth.engine.runner.protocol import CompletionRequest  # noqa: E402
+
+PROMPTS = [
+    "Write a short story about a lighthouse keeper who",
+    "List the planets of the solar system and describe",
+    "Explain step by step how bread is made, starting with",
+    "The history of the printing press begins in",
+]
+
+
+def _finish(seq) -> dict:  # noqa: ANN001 - a runner Sequence
+    done = None
+    while (event := seq.events.get()) is not None:
+        if "error" in event:
+            raise RuntimeError(event["error"])
+        done = event if event.get("done") else done
+    assert done is not None
+    return done
+
+
+def _streams(runner: Runner, prompts: list[str], tokens: int, round_no: int) -> float:
+    """Generated tokens per second, all streams together, first submit to last done."""
+    options = {"temperature": 0, "repeat_penalty": 1.0, "num_predict": tokens}
+    # A distinct prefix per round so the prompt cache cannot help.
+    reqs = [CompletionRequest(prompt=f"[{round_no}] {p}", options=options) for p in prompts]
+    results: list[dict] = []
+    lock = threading.Lock()
+    start = time.perf_counter()
+    seqs = [runner.completion(r) for r in reqs]
+
+    def wait(seq) -> None:  # noqa: ANN001
+        done = _finish(seq)
+        with lock:
+            results.append(done)
+
+    threads = [threading.Thread(target=wait, args=(s,)) for s in seqs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - start
+    return sum(d["eval_count"] for d in results) / elapsed
+
+
+_REPORT = (
+    "the harbour town kept its lighthouse burning through every winter storm while fishermen "
+    "argued about the price of rope and the schoolteacher wrote letters"
+)
+
+
+def _history(n_words: int = 1100) -> list[dict]:
+    words = _REPORT.split(" ")
+    text = " ".join(words[i % len(words)] for i in range(n_words))
+    return [{"role": "user", "content": f"Summarise this report:\n{text}"}]
+
+
+def _chat_turns(runner: Runner, template: str, bos: str, round_no: int) -> tuple[float, float]:
+    from hearth.server.templates import render_chat
+
+    options = {"temperature": 0, "repeat_penalty": 1.0, "num_predict": 48}
+    messages = _history()
+    messages[0]["content"] = f"({round_no}) " + messages[0]["content"]
+    first = render_chat(template, messages, bos_token=bos)
+    done1 = _finish(runner.completion(CompletionRequest(prompt=first, options=options)))
+    reply = runner.detokenize(done1["context"][len(runner.encode(first)) :])
+    messages += [
+        {"role": "assistant", "content": reply},
+        {"role": "user", "content": "Now in one sentence, please."},
+    ]
+    second = render_chat(template, messages, bos_token=bos)
+    done2 = _finish(runner.completion(CompletionRequest(prompt=second, options=options)))
+    print(
+        f"  turn 1: {done1['prompt_eval_count']} prompt tokens evaluated; turn 2: "
+        f"{done2['prompt_eval_count']} evaluated, {done2['prompt_cached']} from the cache"
+    )
+    return done1["prompt_eval_duration"] / 1e9, done2["prompt_eval_duration"] / 1e9
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", default=None)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--tokens", type=int, default=128)
+    ap.add_argument("--rounds", type=int, default=3)
+    args = ap.parse_args()
+    model = args.model or str(default_model_path())
+    runner = Runner(
+        RunnerConfig(model, num_ctx=2048, parallel=4, num_batch=512, threads=args.threads)
+    )
+    try:
+        _streams(runner, PROMPTS[:1], 16, -1)  # warm up
+        one = [_streams(runner, PROMPTS[:1], args.tokens, r) for r in range(args.rounds)]
+        four = [_streams(runner, PROMPTS, args.tokens, 100 + r) for r in range(args.rounds)]
+        one_m, four_m = statistics.median(one), statistics.median(four)
+        print(f"model {Path(model).name}, {args.threads} threads, {args.tokens} tokens/stream")
+        print(f"1 stream : {one_m:7.1f} tok/s")
+        print(f"4 streams: {four_m:7.1f} tok/s aggregate  -> {four_m / one_m:.2f}x one stream")
+
+        loaded = runner.loaded
+        template = loaded.file.metadata.string("tokenizer.chat_template") or (
+            loaded.model.default_chat_template
+        )
+        bos = loaded.tokenizer.token_bytes(loaded.tokenizer.bos_id or 0).decode()
+        turns = [_chat_turns(runner, template, bos, r) for r in range(args.rounds)]
+        t1 = statistics.median(t for t, _ in turns)
+        t2 = statistics.median(t for _, t in turns)
+        print(
+            f"chat: first turn prompt {t1 * 1000:.0f} ms, follow-up prompt {t2 * 1000:.0f} ms "
+            f"-> {t2 / t1:.1%} of the first"
+        )
+    finally:
+        runner.close()
+
+
+if __name__ == "__main__":
+    main()
