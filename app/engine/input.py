@@ -63,6 +63,7 @@ class Batch:
     outputs_host: np.ndarray
     multimodal: list[tuple[int, list[Multimodal]]] = field(default_factory=list)
     hidden: bool = False  # return the final (normed) hidden states instead of logits
+    runs: list[tuple[int, int]] | None = None  # sequence_runs(sequences), when known
 
     @property
     def size(self) -> int:

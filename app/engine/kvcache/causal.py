@@ -79,6 +79,8 @@ class Causal(Cache):
         self._layer = 0
         self.cells = 0
         self._key = f"kv{id(self):x}."  # names this cache's graph inputs
+        self._shared: set[int] = set()  # sequences given cells of other regions
+        self._seen: set[int] = set()  # sequences that have allocated cells
         self._v_row_dims: set[int] = set()
 
     # -- configuration --------------------------------------------------------------------
@@ -139,45 +141,78 @@ class Causal(Cache):
     # -- per forward pass -----------------------------------------------------------------
     def prepare(self, batch: Batch, reserve: bool = False) -> None:
         n = batch.size
-        positions = batch.positions_host.astype(np.int64)
-        seqs = batch.sequences.astype(np.int64)
         if reserve:
             # The worst case: one sequence's whole region seen by a full batch.
             locs = np.arange(n, dtype=np.int64) % self.cells
-            rows = _round_up(n, MASK_ROW_PADDING)
-            groups = [_Group(0, n, 0, self.region, np.zeros((rows, self.region), np.float32))]
+            mask = np.zeros((self._mask_rows(n), self.region), np.float32)
+            self._groups = [_Group(0, n, 0, self.region, mask)]
         else:
-            if self.window:
-                self._slide_window(positions, seqs)
+            positions = batch.positions_host.astype(np.int64)
+            seqs = batch.sequences
+            runs = batch.runs or sequence_runs(seqs)
             locs = np.empty(n, dtype=np.int64)
-            for s in np.unique(seqs):
-                rows_of_s = np.flatnonzero(seqs == s)
-                base = int(s) * self.region
-                free = np.flatnonzero(self.cell_seqs[base : base + self.region] == 0)
-                if len(free) < len(rows_of_s):
-                    raise CacheFullError()
-                locs[rows_of_s] = free[: len(rows_of_s)] + base
-            self.cell_pos[locs] = positions
-            self.cell_seqs[locs] = np.left_shift(np.uint64(1), seqs.astype(np.uint64))
-            groups = [
-                self._group(start, start + count, positions, int(seqs[start]))
-                for start, count in sequence_runs(seqs)
+            if self.window:
+                self._slide_absent({int(seqs[start]) for start, _ in runs})
+            for start, count in runs:
+                self._allocate(int(seqs[start]), positions[start : start + count], locs, start)
+            self._groups = [
+                self._group(start, count, positions[start : start + count], int(seqs[start]))
+                for start, count in runs
             ]
         self._locs_host = locs.astype(np.int32)
-        self._groups = groups
         self._batch_size = n
 
-    def _group(self, start: int, stop: int, positions: np.ndarray, seq: int) -> _Group:
+    def _allocate(self, seq: int, positions: np.ndarray, locs: np.ndarray, start: int) -> None:
+        """Cells for one run of a sequence's rows, taken first-free in the sequence's region
+        (after the sliding window let go of what no later token can see)."""
+        bit = np.uint64(1) << np.uint64(seq)
+        base = seq * self.region
+        region = slice(base, base + self.region)
+        if self.window:
+            mine = (self.cell_seqs[region] & bit) != 0
+            stale = mine & (self.cell_pos[region] < int(positions.min()) - self.swa_memory)
+            if stale.any():
+                self._drop(np.flatnonzero(stale) + base, bit)
+        free = np.flatnonzero(self.cell_seqs[region] == 0)
+        count = len(positions)
+        if len(free) < count:
+            raise CacheFullError()
+        cells = free[:count] + base
+        locs[start : start + count] = cells
+        self.cell_pos[cells] = positions
+        self.cell_seqs[cells] = bit
+        self._seen.add(seq)
+
+    def _slide_absent(self, present: set[int]) -> None:
+        """Sequences missing from this batch move on too: their next position is their last
+        plus one, so cells behind the window's memory from there go (Ollama does the same)."""
+        for seq in self._seen - present:
+            bit = np.uint64(1) << np.uint64(seq)
+            base = seq * self.region
+            mine = np.flatnonzero(self.cell_seqs[base : base + self.region] & bit) + base
+            if not len(mine):
+                continue
+            lowest = int(self.cell_pos[mine].max()) + 1
+            self._drop(mine[self.cell_pos[mine] < lowest - self.swa_memory], bit)
+
+    def _group(self, start: int, count: int, positions: np.ndarray, seq: int) -> _Group:
         """The cells a run of one sequence's rows attends to, from the padding boundary below
         its first cell to the one above its last, with the run's mask."""
         pad = self._config.padding  # type: ignore[union-attr]
         bit = np.uint64(1) << np.uint64(seq)
-        mine = np.flatnonzero(self.cell_seqs & bit)
+        if seq in self._shared:  # holds cells of other regions (copy_prefix)
+            mine = np.flatnonzero(self.cell_seqs & bit)
+        else:
+            base = seq * self.region
+            mine = np.flatnonzero(self.cell_seqs[base : base + self.region] & bit) + base
         lo = int(mine[0]) // pad * pad
         hi = min(self.cells, _round_up(int(mine[-1]) + 1, pad))
-        return _Group(
-            start, stop - start, lo, hi - lo, self._mask(positions[start:stop], bit, lo, hi)
-        )
+        return _Group(start, count, lo, hi - lo, self._mask(positions, bit, lo, hi))
+
+    def _mask_rows(self, n: int) -> int:
+        # Flash attention wants the rows padded; soft_max takes them as they are.
+        flash = self._config.mask_dtype == DType.F16  # type: ignore[union-attr]
+        return _round_up(n, MASK_ROW_PADDING) if flash else n
 
     def signature(self) -> tuple[int, ...]:
         shape = [self._batch_size]
@@ -215,31 +250,15 @@ class Causal(Cache):
             visible &= (tp - cp) < self.window
         if self.chunk:
             visible &= cp >= tp - tp % self.chunk
-        rows = _round_up(len(positions), MASK_ROW_PADDING)
-        mask = np.full((rows, hi - lo), -np.inf, dtype=np.float32)
+        mask = np.full((self._mask_rows(len(positions)), hi - lo), -np.inf, dtype=np.float32)
         mask[: len(positions)][visible] = 0.0
         return mask
 
-    def _slide_window(self, positions: np.ndarray, seqs: np.ndarray) -> None:
-        """Free cells that no token of this batch (or later) can see any more."""
-        for s in np.unique(self._present_sequences()):
-            bit = np.uint64(1) << np.uint64(s)
-            mine = (self.cell_seqs & bit) != 0
-            in_batch = seqs == s
-            if in_batch.any():
-                lowest = int(positions[in_batch].min())
-            else:
-                lowest = int(self.cell_pos[mine].max()) + 1
-            stale = mine & (self.cell_pos < lowest - self.swa_memory)
-            self._drop(stale, bit)
-
-    def _present_sequences(self) -> list[int]:
-        bits = np.bitwise_or.reduce(self.cell_seqs) if self.cells else np.uint64(0)
-        return [s for s in range(MAX_SEQUENCES) if int(bits) >> s & 1]
-
     def _drop(self, cells: np.ndarray, bit: np.uint64) -> None:
+        """Take the sequence `bit` off the cells (indices); cells nobody holds become free."""
         self.cell_seqs[cells] &= ~bit
-        self.cell_pos[cells & (self.cell_seqs == 0)] = -1
+        empty = cells[self.cell_seqs[cells] == 0]
+        self.cell_pos[empty] = -1
 
     def set_layer(self, layer: int) -> None:
         self._layer = layer
@@ -307,7 +326,9 @@ class Causal(Cache):
                 raise ShiftNotSupportedError("cannot shift positions shared with another sequence")
             if self.shift_fn is None:
                 raise ShiftNotSupportedError()
-        self._drop(gone, bit)
+        self._drop(np.flatnonzero(gone), bit)
+        if not (self.cell_seqs & bit).any():
+            self._shared.discard(seq)
         if end != MAX_POS and later.any():
             delta = np.zeros(self.cells, dtype=np.int32)
             delta[later] = begin - end
@@ -332,10 +353,12 @@ class Causal(Cache):
 
     def copy_prefix(self, src: int, dst: int, length: int) -> None:
         dbit = np.uint64(1) << np.uint64(dst)
-        self._drop((self.cell_seqs & dbit) != 0, dbit)
+        self._drop(np.flatnonzero(self.cell_seqs & dbit), dbit)
         sbit = np.uint64(1) << np.uint64(src)
         share = ((self.cell_seqs & sbit) != 0) & (self.cell_pos < length)
         self.cell_seqs[share] |= dbit
+        if share.any() and src != dst:
+            self._shared.add(dst)
 
     def can_resume(self, seq: int, pos: int) -> bool:
         if not self.window:

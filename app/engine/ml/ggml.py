@@ -336,6 +336,12 @@ class GGMLBackend(Backend):
         if not self._cpu:
             raise RuntimeError("ggml could not start its CPU backend")
         g.ggml_backend_cpu_set_n_threads(self._cpu, self.num_threads)
+        # One persistent pool of compute threads (builds without OpenMP; with OpenMP ggml
+        # ignores it): starting threads for every graph would cost each token.
+        params = g.ggml_threadpool_params_default(self.num_threads)
+        self._threadpool = g.ggml_threadpool_new(ctypes.byref(params))
+        if self._threadpool:
+            g.ggml_backend_cpu_set_threadpool(self._cpu, self._threadpool)
         self._backends = [self._cpu]
         self._sched: object | None = None
         self._sched_nodes = 0
@@ -439,6 +445,10 @@ class GGMLBackend(Backend):
 
     def close(self) -> None:
         with self._lock:
+            if self._threadpool:
+                g.ggml_backend_cpu_set_threadpool(self._cpu, None)
+                g.ggml_threadpool_free(self._threadpool)
+                self._threadpool = None
             if self._sched is not None:
                 g.ggml_backend_sched_free(self._sched)
                 self._sched = None

@@ -154,7 +154,8 @@ class ForwardEngine:
         positions = np.ascontiguousarray(positions, dtype=np.int32)
         sequences = np.ascontiguousarray(sequences, dtype=np.int32)
         outputs = np.ascontiguousarray(outputs, dtype=np.int32)
-        host = Batch(None, None, None, positions, sequences, outputs, hidden=hidden)  # type: ignore[arg-type]
+        runs = sequence_runs(sequences)
+        host = Batch(None, None, None, positions, sequences, outputs, hidden=hidden, runs=runs)  # type: ignore[arg-type]
         self.cache.prepare(host)
         out_runs = sequence_runs(sequences[outputs])
         key = (len(tokens), len(outputs), hidden, self.cache.signature(), tuple(out_runs))
@@ -166,7 +167,7 @@ class ForwardEngine:
             self.cache.bind(graph.ctx)
         else:
             ctx = self.backend.new_context()
-            ctx.row_groups = {len(tokens): sequence_runs(sequences), len(outputs): out_runs}
+            ctx.row_groups = {len(tokens): runs, len(outputs): out_runs}
             batch = self._batch(ctx, tokens, positions, sequences, outputs, hidden)
             self.cache.bind(ctx)
             out = self.model.forward(ctx, batch, self.cache)

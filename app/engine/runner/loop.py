@@ -9,10 +9,11 @@ Determinism: a sequence's numbers never depend on what shares its batch or on ho
 was split (per-sequence attention, prompt pieces of at least two rows, see slots.py), so the
 same request gives the same tokens alone, under load, or from the prompt cache.
 
-Pipelining: while batch N computes on the worker thread (ggml releases the GIL), the loop
-builds batch N+1. Sequences sampling from N get a placeholder input in N+1 whose value is
-filled in once N is sampled. A sequence that finished at N leaves its placeholder unused; its
-cache cell is dropped when the slot is released.
+Pipelining (when a CPU core is left over by the compute threads): while batch N computes on
+the worker thread (ggml releases the GIL), the loop builds batch N+1. Sequences sampling from
+N get a placeholder input in N+1 whose value is filled in once N is sampled. A sequence that
+finished at N leaves its placeholder unused; its cache cell is dropped when the slot is
+released.
 
 Failures stay local: an error in one sequence (a full cache, a broken grammar state) ends that
 sequence with a message; the loop goes on serving the others.
@@ -21,6 +22,7 @@ sequence with a message; the loop goes on serving the others.
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import threading
 from collections import deque
@@ -65,9 +67,13 @@ class BatchLoop:
         self,
         engine: ForwardEngine,
         multi_user: bool = False,
-        pipelined: bool = True,
+        pipelined: bool | None = None,
     ) -> None:
         self.engine = engine
+        if pipelined is None:
+            # Building the next batch while one computes only pays when a core is free for
+            # it; otherwise the Python work slows the compute threads down more than it saves.
+            pipelined = (os.cpu_count() or 1) > engine.backend.num_threads
         self.num_batch = engine.num_batch
         self.num_ctx = engine.num_ctx
         self.slots = InputCache(engine.cache, engine.parallel, engine.num_ctx, multi_user)
@@ -85,7 +91,8 @@ class BatchLoop:
 
     # -- public ---------------------------------------------------------------------------
     def start(self) -> None:
-        self._worker.start()
+        if self.pipelined:
+            self._worker.start()
         self._thread.start()
 
     def submit(self, seq: Sequence) -> None:
@@ -98,19 +105,23 @@ class BatchLoop:
             self._stopping = True
             self._wake.notify()
         self._thread.join(timeout=10)
-        self._jobs.put(None)
-        self._worker.join(timeout=10)
+        if self._worker.is_alive():
+            self._jobs.put(None)
+            self._worker.join(timeout=10)
 
     # -- worker ---------------------------------------------------------------------------
     def _compute_worker(self) -> None:
         while (flight := self._jobs.get()) is not None:
-            try:
-                flight.logits = self.engine.run(flight.plan, on_started=flight.started.set)
-            except BaseException as e:  # noqa: BLE001 - handed to the loop thread
-                flight.error = e
-            finally:
-                flight.started.set()
-                flight.done.set()
+            self._execute(flight)
+
+    def _execute(self, flight: _Flight) -> None:
+        try:
+            flight.logits = self.engine.run(flight.plan, on_started=flight.started.set)
+        except BaseException as e:  # noqa: BLE001 - handed to the loop thread
+            flight.error = e
+        finally:
+            flight.started.set()
+            flight.done.set()
 
     # -- loop -----------------------------------------------------------------------------
     def _run(self) -> None:
@@ -156,13 +167,13 @@ class BatchLoop:
         live = [e for e in nxt.entries if not e.seq.done]
         if not live:
             return None
-        self._jobs.put(nxt)
         self.steps += 1
-        if not self.pipelined:
-            nxt.done.wait()
+        if not self.pipelined:  # compute here: no thread hand-over per token
+            self._execute(nxt)
             self._sample(nxt, None)
             self._reap()
             return None
+        self._jobs.put(nxt)
         return nxt
 
     def _admit(self) -> None:
