@@ -3,7 +3,8 @@
     .venv/bin/python bench/runner_scaling.py [--model PATH] [--threads 2] [--tokens 128]
 
 1. Aggregate generation speed of 4 greedy streams decoded together, against one stream alone
-   (same runner, same prompts; the ratio is the figure).
+   (same runner, same prompts; the ratio is the figure), beside llama.cpp's own figures for
+   the same thing in the same run (its Python binding driven at the batch level).
 2. A chat turn after a ~1500-token history: the follow-up's prompt time against the first
    turn's (the follow-up should only evaluate its new tokens).
 Each figure is the median of `--rounds` measurements.
@@ -73,6 +74,33 @@ _REPORT = (
 )
 
 
+def _llamacpp_streams(runner: Runner, model: str, args: argparse.Namespace) -> list[dict]:
+    import json
+    import subprocess
+    import tempfile
+
+    prompts = [runner.encode(p) for p in PROMPTS]
+    req = {
+        "model": model,
+        "prompts": prompts,
+        "streams": len(PROMPTS),
+        "generate": args.tokens,
+        "threads": args.threads,
+        "n_ctx": 4096,
+        "reps": args.rounds,
+    }
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(req, f)
+    worker = REPO / "bench" / "workers.py"
+    out = subprocess.run(
+        [sys.executable, str(worker), "llamacpp_parallel", f.name], capture_output=True, text=True
+    )
+    Path(f.name).unlink()
+    if out.returncode:
+        raise SystemExit(out.stderr[-3000:])
+    return list(json.loads(out.stdout.strip().splitlines()[-1])["runs"])
+
+
 def _history(n_words: int = 1100) -> list[dict]:
     words = _REPORT.split(" ")
     text = " ".join(words[i % len(words)] for i in range(n_words))
@@ -117,9 +145,14 @@ def main() -> None:
         one = [_streams(runner, PROMPTS[:1], args.tokens, r) for r in range(args.rounds)]
         four = [_streams(runner, PROMPTS, args.tokens, 100 + r) for r in range(args.rounds)]
         one_m, four_m = statistics.median(one), statistics.median(four)
+        cpp = _llamacpp_streams(runner, model, args)
+        c1 = statistics.median(r["one"] for r in cpp)
+        c4 = statistics.median(r["many"] for r in cpp)
         print(f"model {Path(model).name}, {args.threads} threads, {args.tokens} tokens/stream")
-        print(f"1 stream : {one_m:7.1f} tok/s")
-        print(f"4 streams: {four_m:7.1f} tok/s aggregate  -> {four_m / one_m:.2f}x one stream")
+        print(f"{'':10}{'hearth':>10}{'llama.cpp':>11}{'ratio':>8}")
+        print(f"{'1 stream':10}{one_m:10.1f}{c1:11.1f}{one_m / c1:8.2f}")
+        print(f"{'4 streams':10}{four_m:10.1f}{c4:11.1f}{four_m / c4:8.2f}")
+        print(f"{'4 vs 1':10}{four_m / one_m:9.2f}x{c4 / c1:10.2f}x")
 
         loaded = runner.loaded
         template = loaded.file.metadata.string("tokenizer.chat_template") or (

@@ -117,8 +117,83 @@ def _llamacpp(req: dict) -> dict:
     return {"runs": results[1:]}
 
 
+def _llamacpp_parallel(req: dict) -> dict:
+    """Greedy decoding of 1 and of `streams` sequences together in llama.cpp (its defaults)."""
+    import llama_cpp
+    from llama_cpp import Llama
+
+    default_context = llama_cpp.llama_cpp.llama_context_default_params
+
+    def context_params():  # type: ignore[no-untyped-def]
+        params = default_context()
+        params.n_seq_max = req["streams"]  # the binding only sets this for embeddings
+        params.kv_unified = True
+        return params
+
+    llama_cpp.llama_cpp.llama_context_default_params = context_params
+    llm = Llama(
+        req["model"],
+        n_ctx=req["n_ctx"],
+        n_batch=512,
+        n_threads=req["threads"],
+        n_threads_batch=req["threads"],
+        verbose=False,
+    )
+    ctx, n_vocab = llm.ctx, llm.n_vocab()
+    batch = llama_cpp.llama_batch_init(512, 0, req["streams"])
+
+    def put(i: int, token: int, pos: int, seq: int, logits: bool) -> None:
+        batch.token[i], batch.pos[i], batch.n_seq_id[i] = token, pos, 1
+        batch.seq_id[i][0], batch.logits[i] = seq, logits
+
+    def rate(n_seq: int) -> float:
+        llama_cpp.llama_memory_clear(llama_cpp.llama_get_memory(ctx), True)
+        prompts = req["prompts"][:n_seq]
+        batch.n_tokens = sum(len(p) for p in prompts)
+        i = 0
+        for s, prompt in enumerate(prompts):
+            for pos, token in enumerate(prompt):
+                put(i, token, pos, s, pos == len(prompt) - 1)
+                i += 1
+        start = time.perf_counter()
+        llama_cpp.llama_decode(ctx, batch)
+        rows = np.cumsum([len(p) for p in prompts]) - 1
+        tokens = [
+            int(
+                np.ctypeslib.as_array(
+                    llama_cpp.llama_get_logits_ith(ctx, int(r)), shape=(n_vocab,)
+                ).argmax()
+            )
+            for r in rows
+        ]
+        positions = [len(p) for p in prompts]
+        for _ in range(req["generate"] - 1):
+            batch.n_tokens = n_seq
+            for s in range(n_seq):
+                put(s, tokens[s], positions[s], s, True)
+                positions[s] += 1
+            llama_cpp.llama_decode(ctx, batch)
+            for s in range(n_seq):
+                logits = np.ctypeslib.as_array(
+                    llama_cpp.llama_get_logits_ith(ctx, s), shape=(n_vocab,)
+                )
+                tokens[s] = int(logits.argmax())
+        return n_seq * req["generate"] / (time.perf_counter() - start)
+
+    rate(1)  # warm up
+    runs = [{"one": rate(1), "many": rate(req["streams"])} for _ in range(req["reps"])]
+    llama_cpp.llama_batch_free(batch)
+    return {"runs": runs}
+
+
 if __name__ == "__main__":
     with open(sys.argv[2]) as f:
         request = json.load(f)
-    fn = {"ours": _ours, "runner": _runner, "llamacpp": _llamacpp}[sys.argv[1]]
+    workers = {
+        "ours": _ours,
+        "runner": _runner,
+        "llamacpp": _llamacpp,
+        "llamacpp_parallel": _llamacpp_parallel,
+    }
+    fn = workers[sys.argv[1]]
     print(json.dumps(fn(request)))
