@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import secrets
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -24,10 +24,25 @@ from .errors import APIError
 from .outputs import OutputParser, ParsedCall
 from .prompts import IMAGE_TAG, conversation, render
 from .responses import ndjson, now_iso
-from .schemas import ChatRequest, EmbeddingsRequest, EmbedRequest, Format, GenerateRequest
-from .service import Generation, Service, Settings, Target, pieces
+from .schemas import (
+    ChatMessage,
+    ChatRequest,
+    EmbeddingsRequest,
+    EmbedRequest,
+    Format,
+    GenerateRequest,
+)
+from .service import Generation, Piece, Service, Settings, Target, pieces
 
-__all__ = ["router", "service_of", "final_stats", "hearth_extras", "think_flag", "run_format"]
+__all__ = [
+    "router",
+    "service_of",
+    "final_stats",
+    "hearth_extras",
+    "think_flag",
+    "run_format",
+    "chat_prompt",
+]
 
 router = APIRouter(tags=["ollama"])
 
@@ -70,6 +85,35 @@ def run_format(fmt: Format) -> str | dict[str, Any] | None:
     if fmt in (None, ""):
         return None
     return fmt
+
+
+def chat_prompt(
+    svc: Service,
+    target: Target,
+    messages: Sequence[ChatMessage],
+    tools: list[dict[str, Any]],
+    think: bool | None,
+) -> tuple[str, list[str]]:
+    """The prompt text for a chat and the checked images it refers to (by `[img-N]` tags).
+
+    Shared by /api/chat and /v1/chat/completions: the model's system message and preset
+    messages are added (`prompts.conversation`), the images are checked (`Service.images`, which
+    raises 400 on a bad one), a model without vision refuses images (400), and the model's
+    template is rendered with `tools` (none when the list is empty) and `think`.
+    """
+    conv, raw_images = conversation(messages, target.system, target.preset)
+    images = svc.images(raw_images)
+    if images:
+        target.require("vision", "images")
+    prompt = render(
+        target.template,
+        conv,
+        target.info.bos_text,
+        target.info.eos_text,
+        tools=tools or None,
+        think=think,
+    )
+    return prompt, images
 
 
 def tool_calls_json(calls: list[ParsedCall]) -> list[dict[str, Any]]:
@@ -154,7 +198,7 @@ async def generate(body: GenerateRequest, request: Request) -> Response:
     items = _generate_items(gen, parser, target, body, prompt)
     if body.stream:
         return ndjson(items, gen.close)
-    return JSONResponse(await _collect_generate(items))
+    return JSONResponse(await _collect(items, chat=False))
 
 
 async def _with_context(
@@ -175,46 +219,85 @@ async def _with_context(
     return req
 
 
-async def _generate_items(
-    gen: Generation, parser: OutputParser, target: Target, body: GenerateRequest, prompt: str
+def _generate_fields(p: Piece) -> dict[str, Any]:
+    fields: dict[str, Any] = {"response": p.content}
+    if p.thinking:
+        fields["thinking"] = p.thinking
+    return fields
+
+
+def _chat_fields(p: Piece) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": p.content}
+    if p.thinking:
+        message["thinking"] = p.thinking
+    if p.tool_calls:
+        message["tool_calls"] = tool_calls_json(p.tool_calls)
+    return {"message": message}
+
+
+async def _items(
+    gen: Generation,
+    parser: OutputParser,
+    target: Target,
+    logprobs: bool,
+    fields: Callable[[Piece], dict[str, Any]],
+    on_done: Callable[[str], Awaitable[dict[str, Any]]] | None = None,
 ) -> AsyncIterator[dict[str, Any]]:
-    response = ""
+    """The NDJSON objects of /api/generate and /api/chat, which differ only in `fields`.
+
+    Each is `{"model", "created_at", **fields(piece)}`. A piece before the last carries its
+    logprobs when `logprobs` was asked for, and is sent only if it has content, thinking or
+    logprobs (a parser holding text back yields empty pieces). The last adds `done`, the stats,
+    what `on_done(all content)` returns (generate's `context`), then `hearth`.
+    """
+    content = ""
     async for p in pieces(gen, parser):
-        response += p.content
-        chunk: dict[str, Any] = {
-            "model": target.name,
-            "created_at": now_iso(),
-            "response": p.content,
-        }
-        if p.thinking:
-            chunk["thinking"] = p.thinking
+        content += p.content
+        chunk: dict[str, Any] = {"model": target.name, "created_at": now_iso(), **fields(p)}
         if p.final is None:
-            if body.logprobs and p.logprobs:
+            if logprobs and p.logprobs:
                 chunk["logprobs"] = p.logprobs
             if p.content or p.thinking or "logprobs" in chunk:
                 yield {**chunk, "done": False}
             continue
         chunk["done"] = True
         chunk.update(final_stats(p.final))
-        if not body.raw:
-            try:
-                chunk["context"] = await gen.lease.runner.tokenize(prompt + response)
-            except RunnerError:
-                chunk["context"] = []
+        if on_done is not None:
+            chunk.update(await on_done(content))
         chunk["hearth"] = hearth_extras(p.final)
         yield chunk
 
 
-async def _collect_generate(items: AsyncIterator[dict[str, Any]]) -> dict[str, Any]:
+def _generate_items(
+    gen: Generation, parser: OutputParser, target: Target, body: GenerateRequest, prompt: str
+) -> AsyncIterator[dict[str, Any]]:
+    async def context(response: str) -> dict[str, Any]:
+        # Ollama's deprecated `context`: the token ids of the prompt and the reply, for the
+        # next request to continue from; best effort, as the answer itself is complete.
+        try:
+            return {"context": await gen.lease.runner.tokenize(prompt + response)}
+        except RunnerError:
+            return {"context": []}
+
+    on_done = None if body.raw else context
+    return _items(gen, parser, target, bool(body.logprobs), _generate_fields, on_done)
+
+
+async def _collect(items: AsyncIterator[dict[str, Any]], chat: bool) -> dict[str, Any]:
+    """The one object a non-streaming request answers with: the last item, its text (`response`,
+    or chat's `message.content`), thinking and logprobs joined over all items."""
+    text_key = "content" if chat else "response"
     text, thinking, logprobs = [], [], []
     async for item in items:
-        text.append(item.get("response", ""))
-        thinking.append(item.get("thinking", ""))
+        part = item["message"] if chat else item
+        text.append(part.get(text_key, ""))
+        thinking.append(part.get("thinking", ""))
         logprobs.extend(item.get("logprobs", []))
         if item.get("done"):
-            out = {**item, "response": "".join(text)}
+            part = {**part, text_key: "".join(text)}
             if any(thinking):
-                out["thinking"] = "".join(thinking)
+                part["thinking"] = "".join(thinking)
+            out = {**item, "message": part} if chat else part
             if logprobs:
                 out["logprobs"] = logprobs
             return out
@@ -234,65 +317,14 @@ async def chat(body: ChatRequest, request: Request) -> Response:
     if tools:
         target.require("tools", "tools")
     think = think_flag(target, body.think)
-    messages, raw_images = conversation(body.messages, target.system, target.preset)
-    images = svc.images(raw_images)
-    if images:
-        target.require("vision", "images")
-    prompt = render(
-        target.template,
-        messages,
-        target.info.bos_text,
-        target.info.eos_text,
-        tools=tools or None,
-        think=think,
-    )
+    prompt, images = chat_prompt(svc, target, body.messages, tools, think)
     settings = svc.settings(target, body.options)
     gen = await svc.generate(target, settings, _request(settings, body, prompt, images), keep_alive)
     parser = OutputParser(think=bool(think), tools={t["function"]["name"] for t in tools})
-    items = _chat_items(gen, parser, target, body)
+    items = _items(gen, parser, target, bool(body.logprobs), _chat_fields)
     if body.stream:
         return ndjson(items, gen.close)
-    return JSONResponse(await _collect_chat(items))
-
-
-async def _chat_items(
-    gen: Generation, parser: OutputParser, target: Target, body: ChatRequest
-) -> AsyncIterator[dict[str, Any]]:
-    async for p in pieces(gen, parser):
-        message: dict[str, Any] = {"role": "assistant", "content": p.content}
-        if p.thinking:
-            message["thinking"] = p.thinking
-        if p.tool_calls:
-            message["tool_calls"] = tool_calls_json(p.tool_calls)
-        chunk: dict[str, Any] = {"model": target.name, "created_at": now_iso(), "message": message}
-        if p.final is None:
-            if body.logprobs and p.logprobs:
-                chunk["logprobs"] = p.logprobs
-            if p.content or p.thinking or "logprobs" in chunk:
-                yield {**chunk, "done": False}
-            continue
-        chunk["done"] = True
-        chunk.update(final_stats(p.final))
-        chunk["hearth"] = hearth_extras(p.final)
-        yield chunk
-
-
-async def _collect_chat(items: AsyncIterator[dict[str, Any]]) -> dict[str, Any]:
-    text, thinking, logprobs = [], [], []
-    async for item in items:
-        message = item["message"]
-        text.append(message.get("content", ""))
-        thinking.append(message.get("thinking", ""))
-        logprobs.extend(item.get("logprobs", []))
-        if item.get("done"):
-            message = {**message, "content": "".join(text)}
-            if any(thinking):
-                message["thinking"] = "".join(thinking)
-            out = {**item, "message": message}
-            if logprobs:
-                out["logprobs"] = logprobs
-            return out
-    raise APIError(500, "the response ended early")
+    return JSONResponse(await _collect(items, chat=True))
 
 
 def normalize(vector: list[float], dimensions: int | None = None) -> list[float]:

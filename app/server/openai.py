@@ -14,7 +14,7 @@ import base64
 import secrets
 import struct
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -24,6 +24,7 @@ from ..engine.runner.protocol import CompletionRequest
 from . import openai_convert as convert
 from .errors import APIError
 from .ollama import (
+    chat_prompt,
     embed_texts,
     hearth_extras,
     normalize,
@@ -37,7 +38,7 @@ from .openai_schemas import (
     SamplingFields,
 )
 from .outputs import OutputParser
-from .prompts import conversation, render
+from .prompts import render
 from .responses import sse
 from .schemas import Options
 from .service import Generation, Service, Target, pieces
@@ -76,6 +77,34 @@ async def _start(
     return await svc.generate(target, settings, req, svc.keep_alive(body.keep_alive))
 
 
+def _head(prefix: str, kind: str, target: Target) -> dict[str, Any]:
+    """The fields every response object or chunk starts with: one id and time per request."""
+    return {
+        "id": prefix + secrets.token_hex(12),
+        "object": kind,
+        "created": int(time.time()),
+        "model": target.name,
+        "system_fingerprint": _FINGERPRINT,
+    }
+
+
+def _answer(head: dict[str, Any], choice: dict[str, Any], final: dict[str, Any]) -> Response:
+    """A non-streamed response: its one choice, the usage, and Hearth's extras."""
+    return JSONResponse(
+        {**head, "choices": [choice], "usage": convert.usage(final), "hearth": hearth_extras(final)}
+    )
+
+
+def _last_chunks(
+    head: dict[str, Any], choice: dict[str, Any], final: dict[str, Any], usage: bool
+) -> Iterator[dict[str, Any]]:
+    """The chunks that end a stream: the last choice (with its finish reason) and Hearth's
+    extras, then, when the client asked for it (`stream_options.include_usage`), the usage."""
+    yield {**head, "choices": [choice], "hearth": hearth_extras(final)}
+    if usage:
+        yield {**head, "choices": [], "usage": convert.usage(final)}
+
+
 @router.post("/v1/chat/completions", summary="OpenAI chat completions")
 async def chat_completions(body: OAChatRequest, request: Request) -> Response:
     svc = service_of(request)
@@ -89,34 +118,15 @@ async def chat_completions(body: OAChatRequest, request: Request) -> Response:
         target.require("tools", "tools")
     effort = body.reasoning_effort
     think = think_flag(target, None if effort is None else effort != "none")
-    messages, raw_images = conversation(
-        [convert.message(m) for m in body.messages], target.system, target.preset
-    )
-    images = svc.images(raw_images)
-    if images:
-        target.require("vision", "images")
-    prompt = render(
-        target.template,
-        messages,
-        target.info.bos_text,
-        target.info.eos_text,
-        tools=tools or None,
-        think=think,
-    )
+    messages = [convert.message(m) for m in body.messages]
+    prompt, images = chat_prompt(svc, target, messages, tools, think)
     top = (body.top_logprobs or 0) if body.logprobs else None
     opts = convert.options(body, body.max_completion_tokens or body.max_tokens)
     gen = await _start(
         svc, target, body, opts, prompt, images, convert.response_format(body.response_format), top
     )
     parser = OutputParser(think=bool(think), tools={t["function"]["name"] for t in tools})
-    ident, created = "chatcmpl-" + secrets.token_hex(12), int(time.time())
-    head = {
-        "id": ident,
-        "object": "chat.completion.chunk",
-        "created": created,
-        "model": target.name,
-        "system_fingerprint": _FINGERPRINT,
-    }
+    head = _head("chatcmpl-", "chat.completion.chunk", target)
     if body.stream:
         usage = bool(body.stream_options and body.stream_options.include_usage)
         return sse(_chat_chunks(gen, parser, head, usage, top is not None), gen.close)
@@ -137,15 +147,7 @@ async def chat_completions(body: OAChatRequest, request: Request) -> Response:
                 "finish_reason": convert.finish(p.final, p.tool_calls),
                 "logprobs": {"content": logprobs} if top is not None else None,
             }
-            return JSONResponse(
-                {
-                    **head,
-                    "object": "chat.completion",
-                    "choices": [choice],
-                    "usage": convert.usage(p.final),
-                    "hearth": hearth_extras(p.final),
-                }
-            )
+            return _answer({**head, "object": "chat.completion"}, choice, p.final)
     raise APIError(500, "the response ended early")
 
 
@@ -166,9 +168,8 @@ async def _chat_chunks(
                 yield {**head, "choices": [choice]}
             continue
         choice["finish_reason"] = convert.finish(p.final, p.tool_calls)
-        yield {**head, "choices": [choice], "hearth": hearth_extras(p.final)}
-        if usage:
-            yield {**head, "choices": [], "usage": convert.usage(p.final)}
+        for chunk in _last_chunks(head, choice, p.final, usage):
+            yield chunk
 
 
 @router.post("/v1/completions", summary="OpenAI text completions")
@@ -203,14 +204,7 @@ async def completions(body: OACompletionRequest, request: Request) -> Response:
     opts = convert.options(body, body.max_tokens)
     top = body.logprobs
     gen = await _start(svc, target, body, opts, prompt, [], None, top)
-    ident, created = "cmpl-" + secrets.token_hex(12), int(time.time())
-    head = {
-        "id": ident,
-        "object": "text_completion",
-        "created": created,
-        "model": target.name,
-        "system_fingerprint": _FINGERPRINT,
-    }
+    head = _head("cmpl-", "text_completion", target)
     parser = OutputParser()
     if body.stream:
         usage = bool(body.stream_options and body.stream_options.include_usage)
@@ -226,14 +220,7 @@ async def completions(body: OACompletionRequest, request: Request) -> Response:
                 "logprobs": convert.legacy_logprobs(logprobs, 0) if top is not None else None,
                 "finish_reason": convert.finish(p.final, []),
             }
-            return JSONResponse(
-                {
-                    **head,
-                    "choices": [choice],
-                    "usage": convert.usage(p.final),
-                    "hearth": hearth_extras(p.final),
-                }
-            )
+            return _answer(head, choice, p.final)
     raise APIError(500, "the response ended early")
 
 
@@ -256,9 +243,8 @@ async def _completion_chunks(
                 yield {**head, "choices": [choice]}
             continue
         choice["finish_reason"] = convert.finish(p.final, [])
-        yield {**head, "choices": [choice], "hearth": hearth_extras(p.final)}
-        if usage:
-            yield {**head, "choices": [], "usage": convert.usage(p.final)}
+        for chunk in _last_chunks(head, choice, p.final, usage):
+            yield chunk
 
 
 @router.post("/v1/embeddings", summary="OpenAI embeddings")

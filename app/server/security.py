@@ -86,6 +86,14 @@ class SecurityMiddleware:
         await send({"type": "http.response.start", "status": status, "headers": raw})
         await send({"type": "http.response.body", "body": body})
 
+    async def _too_large(self, scope: Scope, send: Send, limit: int) -> None:
+        await self._refuse(
+            scope,
+            send,
+            413,
+            f"the request body is larger than the {limit} byte limit (HEARTH_MAX_BODY_BYTES)",
+        )
+
     def _authorized(self, headers: Headers) -> bool:
         key = self.config.api_key
         if not key:
@@ -125,13 +133,7 @@ class SecurityMiddleware:
         length = headers.get("content-length")
         if length is not None:
             if not length.isdigit() or int(length) > limit:
-                await self._refuse(
-                    scope,
-                    send,
-                    413,
-                    f"the request body is larger than the "
-                    f"{limit} byte limit (HEARTH_MAX_BODY_BYTES)",
-                )
+                await self._too_large(scope, send, limit)
                 return
             await self.app(scope, receive, send)
             return
@@ -145,13 +147,7 @@ class SecurityMiddleware:
             chunks.append(message.get("body", b""))
             size += len(chunks[-1])
             if size > limit:
-                await self._refuse(
-                    scope,
-                    send,
-                    413,
-                    f"the request body is larger than the "
-                    f"{limit} byte limit (HEARTH_MAX_BODY_BYTES)",
-                )
+                await self._too_large(scope, send, limit)
                 return
             if not message.get("more_body", False):
                 break

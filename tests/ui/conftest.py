@@ -12,12 +12,16 @@ import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 from stub_server import StubServer  # noqa: E402
+
+if TYPE_CHECKING:  # Qt itself is imported where used, after QT_QPA_PLATFORM is set
+    from PySide6.QtCore import QMimeData
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -148,3 +152,12 @@ def send_and_wait(qtbot, app, text: str, timeout: int = 120_000) -> None:  # noq
     edit.setPlainText(text)
     with qtbot.waitSignal(app.chat.reply_finished, timeout=timeout):
         qtbot.keyClick(edit, Qt.Key.Key_Return)
+
+
+def file_drop(path: Path) -> QMimeData:
+    """The QMimeData that dragging the file at `path` onto the window carries."""
+    from PySide6.QtCore import QMimeData, QUrl
+
+    mime = QMimeData()
+    mime.setUrls([QUrl.fromLocalFile(str(path))])
+    return mime

@@ -7,13 +7,12 @@ generation on two cores; what is checked is the app's behaviour, not the model's
 from __future__ import annotations
 
 import pytest
-from PySide6.QtCore import QMimeData, QUrl
 from PySide6.QtGui import QColor, QImage
 
 from hearth.ui.app import HearthApp
 from hearth.ui.history.records import DONE, STOPPED
 
-from conftest import send_and_wait
+from conftest import file_drop, send_and_wait
 
 pytestmark = pytest.mark.slow
 
@@ -95,8 +94,7 @@ def test_image_drop_on_the_text_only_default_model_is_explained(
     img = QImage(16, 16, QImage.Format.Format_RGB32)
     img.fill(QColor("white"))
     img.save(str(tmp_path / "photo.jpg"))
-    mime = QMimeData()
-    mime.setUrls([QUrl.fromLocalFile(str(tmp_path / "photo.jpg"))])
+    mime = file_drop(tmp_path / "photo.jpg")
     assert not app.drops.handle(mime)
     assert "cannot see images" in app.window.toast.label.text()
     assert app.chat.pending_images == []
@@ -104,8 +102,7 @@ def test_image_drop_on_the_text_only_default_model_is_explained(
 
 def test_drop_a_gguf_imports_and_lists_it(qtbot, make_app, real_service, tiny_llama_path):
     app = make_app(real_service["url"], real_service["token"])
-    mime = QMimeData()
-    mime.setUrls([QUrl.fromLocalFile(str(tiny_llama_path))])
+    mime = file_drop(tiny_llama_path)
     with qtbot.waitSignal(app.models.import_finished, timeout=60_000) as done:
         assert app.drops.handle(mime)
         assert app.window.models_page.progress_row.isVisible()

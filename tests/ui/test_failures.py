@@ -5,13 +5,12 @@ from __future__ import annotations
 import sys
 
 import pytest
-from PySide6.QtCore import QMimeData, QUrl
 from PySide6.QtGui import QColor, QImage
 from stub_server import StubModel
 
 from hearth.ui.history.records import ERROR, STOPPED
 
-from conftest import send_and_wait
+from conftest import file_drop, send_and_wait
 
 
 def _png(tmp_path, name="pic.png"):
@@ -67,8 +66,7 @@ def test_stop_keeps_the_partial_reply(qtbot, stub, make_app):
 
 def test_image_on_a_text_only_model_is_refused_with_a_reason(qtbot, stub, make_app, tmp_path):
     app = make_app(stub.url)
-    mime = QMimeData()
-    mime.setUrls([QUrl.fromLocalFile(str(_png(tmp_path)))])
+    mime = file_drop(_png(tmp_path))
     assert app.drops.hint(mime) == "“gemma3:270m” cannot see images"
     assert not app.drops.handle(mime)
     assert app.chat.pending_images == []
@@ -79,8 +77,7 @@ def test_image_on_a_vision_model_is_sent_with_the_message(qtbot, stub, make_app,
     stub.models.append(StubModel("gemma3:4b", capabilities=["completion", "vision"]))
     app = make_app(stub.url)
     app.chat.set_model("gemma3:4b")
-    mime = QMimeData()
-    mime.setUrls([QUrl.fromLocalFile(str(_png(tmp_path)))])
+    mime = file_drop(_png(tmp_path))
     assert app.drops.handle(mime)
     assert app.window.chat_page.composer.strip.isVisible()
     send_and_wait(qtbot, app, "what is this?")

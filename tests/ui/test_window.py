@@ -17,7 +17,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from conftest import send_and_wait
+from conftest import file_drop, send_and_wait
 
 _CONTROLS = (
     QAbstractButton,
@@ -106,8 +106,7 @@ def test_import_by_drop_and_delete(qtbot, stub, make_app, tmp_path):
     app = make_app(stub.url)
     gguf = tmp_path / "My-Model.Q4_K_M.gguf"
     gguf.write_bytes(b"GGUF")
-    mime = QMimeData()
-    mime.setUrls([QUrl.fromLocalFile(str(gguf))])
+    mime = file_drop(gguf)
     assert app.drops.kind(mime) == "model"
     with qtbot.waitSignal(app.models.import_finished, timeout=10_000) as done:
         app.drops.handle(mime)
@@ -198,8 +197,7 @@ def test_a_file_dragged_onto_any_part_of_the_window_is_taken(qtbot, stub, make_a
     app = make_app(stub.url)
     gguf = tmp_path / "dropped.gguf"
     gguf.write_bytes(b"GGUF")
-    mime = QMimeData()
-    mime.setUrls([QUrl.fromLocalFile(str(gguf))])
+    mime = file_drop(gguf)
     target = app.window.chat_page.composer.edit.viewport()  # a text box would take it as text
     actions = Qt.DropAction.CopyAction
     buttons, mods = Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier

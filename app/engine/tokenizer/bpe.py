@@ -2,21 +2,18 @@
 
 Each pre-tokenizer piece is turned into UTF-8 bytes, each byte into the printable character
 GPT-2 assigns to it, and the resulting characters are merged pairwise by merge rank (lowest
-rank first, ties leftmost first) with a heap over a linked list of symbols, as llama.cpp does.
+rank first, ties leftmost first) by `merge.merge_symbols`, as llama.cpp does.
 Pieces that are whole vocabulary tokens skip the merges when the pre-tokenizer says so
 (`ignore_merges`, Llama 3 and Tekken). Results are cached per piece.
 """
 
 from __future__ import annotations
 
-import heapq
-
+from .merge import PieceCache, merge_symbols
 from .pretokenize import PreTokenizer
 from .vocab import Vocabulary
 
 __all__ = ["BytePairTokenizer", "BYTE_TO_UNICODE", "UNICODE_TO_BYTE"]
-
-_CACHE_LIMIT = 200_000
 
 
 def _bytes_to_unicode() -> list[str]:
@@ -50,21 +47,16 @@ class BytePairTokenizer:
         # key is the merge line itself, so a lookup is `left + " " + right` (tokens of
         # byte-level BPE never contain a plain space).
         self._ranks = dict(zip(reversed(merges), range(len(merges) - 1, -1, -1), strict=True))
-        self._cache: dict[str, list[int]] = {}
         self._ignore_merges = pre.ignore_merges
+        self._cache = PieceCache(self._piece)
 
     def encode(self, text: str, out: list[int]) -> None:
         """Append the ids for `text` to `out`."""
-        cache = self._cache
-        for piece in self._pre.split(text):
-            ids = cache.get(piece)
-            if ids is None:
-                word = piece.encode("utf-8", "surrogatepass").decode("latin-1")
-                ids = self._word(word.translate(_ENCODE_TABLE))
-                if len(cache) >= _CACHE_LIMIT:
-                    cache.clear()
-                cache[piece] = ids
-            out.extend(ids)
+        self._cache.extend(out, self._pre.split(text))
+
+    def _piece(self, piece: str) -> list[int]:
+        word = piece.encode("utf-8", "surrogatepass").decode("latin-1")
+        return self._word(word.translate(_ENCODE_TABLE))
 
     def _word(self, word: str) -> list[int]:
         t2i = self._t2i
@@ -72,47 +64,10 @@ class BytePairTokenizer:
             tid = t2i.get(word)
             if tid is not None:
                 return [tid]
-        n = len(word)
-        if n == 1:
-            return self._lookup(word)
         ranks = self._ranks
-        syms = list(word)
-        nxt = list(range(1, n + 1))
-        nxt[-1] = -1
-        prv = list(range(-1, n - 1))
-        heap: list[tuple[int, int, int, int]] = []
-        for i in range(n - 1):
-            r = ranks.get(word[i] + " " + word[i + 1])
-            if r is not None:
-                heap.append((r, i, i + 1, 2))
-        heapq.heapify(heap)
-        pop, push = heapq.heappop, heapq.heappush
-        while heap:
-            _, left, right, size = pop(heap)
-            ls, rs = syms[left], syms[right]
-            if not ls or not rs or len(ls) + len(rs) != size:
-                continue  # outdated pair
-            merged = ls + rs
-            syms[left] = merged
-            syms[right] = ""
-            after = nxt[right]
-            nxt[left] = after
-            if after >= 0:
-                prv[after] = left
-            before = prv[left]
-            if before >= 0:
-                r = ranks.get(syms[before] + " " + merged)
-                if r is not None:
-                    push(heap, (r, before, left, len(syms[before]) + len(merged)))
-            if after >= 0:
-                r = ranks.get(merged + " " + syms[after])
-                if r is not None:
-                    push(heap, (r, left, after, len(merged) + len(syms[after])))
         out: list[int] = []
-        i = 0
-        while i >= 0:
-            out.extend(self._lookup(syms[i]))
-            i = nxt[i]
+        for sym in merge_symbols(word, lambda left, right: ranks.get(left + " " + right)):
+            out.extend(self._lookup(sym))
         return out
 
     def _lookup(self, sym: str) -> list[int]:

@@ -13,15 +13,14 @@ results are cached, so repeated words cost one dict lookup.
 
 from __future__ import annotations
 
-import heapq
 import re
 
+from .merge import PieceCache, merge_symbols
 from .vocab import Vocabulary
 
 __all__ = ["SentencePieceTokenizer"]
 
 SPACE = "\u2581"
-_CACHE_LIMIT = 200_000
 
 
 def byte_token_ids(vocab: Vocabulary) -> list[int | None]:
@@ -63,71 +62,28 @@ class SentencePieceTokenizer:
             cls = "".join(sorted(re.escape(c) for c in joiners))
             chunk += "(?:(?<=[" + cls + "])" + SPACE + "[^" + SPACE + "]*)*"
         self._chunk_re = re.compile(chunk, re.DOTALL)
-        self._cache: dict[str, list[int]] = {}
+        self._cache = PieceCache(self._merge)
 
     def encode(self, text: str, out: list[int]) -> None:
         """Append the ids for `text` (spaces must already be "▁") to `out`."""
-        cache = self._cache
-        for chunk in self._chunk_re.findall(text):
-            ids = cache.get(chunk)
-            if ids is None:
-                ids = self._merge(chunk)
-                if len(cache) >= _CACHE_LIMIT:
-                    cache.clear()
-                cache[chunk] = ids
-            out.extend(ids)
+        self._cache.extend(out, self._chunk_re.findall(text))
 
     def _merge(self, text: str) -> list[int]:
         t2i = self._t2i
-        n = len(text)
-        if n == 1:
-            tid = t2i.get(text)
-            return [tid] if tid is not None else self._bytes(text)
         scores = self._scores
-        syms = list(text)
-        nxt = list(range(1, n + 1))
-        nxt[-1] = -1
-        prv = list(range(-1, n - 1))
-        heap: list[tuple[float, int, int, int]] = []
-        for i in range(n - 1):
-            tid = t2i.get(text[i : i + 2])
-            if tid is not None:
-                heap.append((-scores[tid], i, i + 1, 2))
-        heapq.heapify(heap)
-        pop, push = heapq.heappop, heapq.heappush
-        while heap:
-            _, left, right, size = pop(heap)
-            ls, rs = syms[left], syms[right]
-            if not ls or not rs or len(ls) + len(rs) != size:
-                continue  # one side changed since this pair was queued
-            merged = ls + rs
-            syms[left] = merged
-            syms[right] = ""
-            after = nxt[right]
-            nxt[left] = after
-            if after >= 0:
-                prv[after] = left
-            before = prv[left]
-            if before >= 0:
-                cand = syms[before] + merged
-                tid = t2i.get(cand)
-                if tid is not None:
-                    push(heap, (-scores[tid], before, left, len(cand)))
-            if after >= 0:
-                cand = merged + syms[after]
-                tid = t2i.get(cand)
-                if tid is not None:
-                    push(heap, (-scores[tid], left, after, len(cand)))
+
+        def rank(left: str, right: str) -> float | None:
+            # Highest score merges first, and merge_symbols takes the lowest rank first.
+            tid = t2i.get(left + right)
+            return None if tid is None else -scores[tid]
+
         out: list[int] = []
-        i = 0
-        while i >= 0:
-            sym = syms[i]
+        for sym in merge_symbols(text, rank):
             tid = t2i.get(sym)
             if tid is not None:
                 out.append(tid)
             else:
                 out.extend(self._bytes(sym))
-            i = nxt[i]
         return out
 
     def _bytes(self, sym: str) -> list[int]:

@@ -9,7 +9,7 @@ __all__ = ["open_database", "SCHEMA_VERSION"]
 
 SCHEMA_VERSION = 1
 
-_SCHEMA = """
+_TABLES = """
 CREATE TABLE IF NOT EXISTS chats (
     id INTEGER PRIMARY KEY,
     title TEXT NOT NULL DEFAULT '',
@@ -43,35 +43,37 @@ CREATE TABLE IF NOT EXISTS attachments (
     data BLOB NOT NULL
 );
 CREATE INDEX IF NOT EXISTS attachments_by_message ON attachments(message_id);
+"""
 
--- Full-text search over message text and chat titles (external content: no second copy).
-CREATE VIRTUAL TABLE IF NOT EXISTS messages_fts USING fts5(
-    content, content='messages', content_rowid='id', tokenize='unicode61 remove_diacritics 2'
+
+def _fts_index(table: str, column: str) -> str:
+    """SQL for a full-text index `<table>_fts` over `<table>.<column>`, kept in step by triggers.
+
+    The index uses external content (`content=<table>`), so the text is not stored twice; the
+    price is that SQLite does not maintain it: the triggers mirror every insert, delete and
+    update of the column, and a removal must pass the old text (FTS5's 'delete' command) so the
+    index can find the terms to drop.
+    """
+    fts = f"{table}_fts"
+    return f"""
+CREATE VIRTUAL TABLE IF NOT EXISTS {fts} USING fts5(
+    {column}, content='{table}', content_rowid='id', tokenize='unicode61 remove_diacritics 2'
 );
-CREATE VIRTUAL TABLE IF NOT EXISTS chats_fts USING fts5(
-    title, content='chats', content_rowid='id', tokenize='unicode61 remove_diacritics 2'
-);
-CREATE TRIGGER IF NOT EXISTS messages_ai AFTER INSERT ON messages BEGIN
-    INSERT INTO messages_fts(rowid, content) VALUES (new.id, new.content);
+CREATE TRIGGER IF NOT EXISTS {table}_ai AFTER INSERT ON {table} BEGIN
+    INSERT INTO {fts}(rowid, {column}) VALUES (new.id, new.{column});
 END;
-CREATE TRIGGER IF NOT EXISTS messages_ad AFTER DELETE ON messages BEGIN
-    INSERT INTO messages_fts(messages_fts, rowid, content) VALUES ('delete', old.id, old.content);
+CREATE TRIGGER IF NOT EXISTS {table}_ad AFTER DELETE ON {table} BEGIN
+    INSERT INTO {fts}({fts}, rowid, {column}) VALUES ('delete', old.id, old.{column});
 END;
-CREATE TRIGGER IF NOT EXISTS messages_au AFTER UPDATE OF content ON messages BEGIN
-    INSERT INTO messages_fts(messages_fts, rowid, content) VALUES ('delete', old.id, old.content);
-    INSERT INTO messages_fts(rowid, content) VALUES (new.id, new.content);
-END;
-CREATE TRIGGER IF NOT EXISTS chats_ai AFTER INSERT ON chats BEGIN
-    INSERT INTO chats_fts(rowid, title) VALUES (new.id, new.title);
-END;
-CREATE TRIGGER IF NOT EXISTS chats_ad AFTER DELETE ON chats BEGIN
-    INSERT INTO chats_fts(chats_fts, rowid, title) VALUES ('delete', old.id, old.title);
-END;
-CREATE TRIGGER IF NOT EXISTS chats_au AFTER UPDATE OF title ON chats BEGIN
-    INSERT INTO chats_fts(chats_fts, rowid, title) VALUES ('delete', old.id, old.title);
-    INSERT INTO chats_fts(rowid, title) VALUES (new.id, new.title);
+CREATE TRIGGER IF NOT EXISTS {table}_au AFTER UPDATE OF {column} ON {table} BEGIN
+    INSERT INTO {fts}({fts}, rowid, {column}) VALUES ('delete', old.id, old.{column});
+    INSERT INTO {fts}(rowid, {column}) VALUES (new.id, new.{column});
 END;
 """
+
+
+# Full-text search over message text and chat titles.
+_SCHEMA = _TABLES + _fts_index("messages", "content") + _fts_index("chats", "title")
 
 
 def open_database(path: Path) -> sqlite3.Connection:

@@ -61,6 +61,23 @@ class ChatStore:
             raise
         self._conn.execute("COMMIT")
 
+    def _update(self, table: str, row_id: int, columns: Sequence[tuple[str, Any]]) -> None:
+        """Set the given (column, value) pairs of one row of `table` in one transaction.
+
+        A value of None means "leave unchanged" (the update methods' keyword defaults), so such
+        pairs are skipped, and nothing is written when all are None. `table` and the column
+        names come from this class, never from callers' data.
+        """
+        sets: list[str] = []
+        args: list[Any] = []
+        for column, value in columns:
+            if value is not None:
+                sets.append(f"{column}=?")
+                args.append(value)
+        if sets:
+            with self._tx() as db:
+                db.execute(f"UPDATE {table} SET {', '.join(sets)} WHERE id=?", (*args, row_id))
+
     def _mark_interrupted(self) -> int:
         """Replies still 'streaming' were cut off by a kill or crash: keep them, say so."""
         with self._tx() as db:
@@ -115,19 +132,12 @@ class ChatStore:
         system_prompt: str | None = None,
         options: dict[str, Any] | None = None,
     ) -> None:
-        sets: list[str] = []
-        args: list[Any] = []
-        for column, value in (
+        columns = (
             ("model", model),
             ("system_prompt", system_prompt),
             ("options", None if options is None else json.dumps(options)),
-        ):
-            if value is not None:
-                sets.append(f"{column}=?")
-                args.append(value)
-        if sets:
-            with self._tx() as db:
-                db.execute(f"UPDATE chats SET {', '.join(sets)} WHERE id=?", (*args, chat_id))
+        )
+        self._update("chats", chat_id, columns)
 
     # -- messages ----------------------------------------------------------------------------
 
@@ -172,21 +182,14 @@ class ChatStore:
         error: str | None = None,
         stats: dict[str, Any] | None = None,
     ) -> None:
-        sets: list[str] = []
-        args: list[Any] = []
-        for column, value in (
+        columns = (
             ("content", content),
             ("thinking", thinking),
             ("state", state),
             ("error", error),
             ("stats", None if stats is None else json.dumps(stats)),
-        ):
-            if value is not None:
-                sets.append(f"{column}=?")
-                args.append(value)
-        if sets:
-            with self._tx() as db:
-                db.execute(f"UPDATE messages SET {', '.join(sets)} WHERE id=?", (*args, message_id))
+        )
+        self._update("messages", message_id, columns)
 
     def message(self, message_id: int) -> Message | None:
         row = self._conn.execute("SELECT * FROM messages WHERE id=?", (message_id,)).fetchone()
