@@ -3,7 +3,9 @@
 Each step builds one batch of at most `num_batch` inputs from the active sequences, round
 robin: a sequence's prompt is split across steps when it does not fit, and the first sequence
 left out entirely becomes the resume point of the next step, so a long prompt cannot starve a
-short one. Logits are computed only for the rows that need sampling (a sequence's last input).
+short one. Rows are laid out in slot order (not round-robin order) so that steady decoding
+keeps one batch shape and reuses its graph. Logits are computed only for the rows that need
+sampling (a sequence's last input).
 
 Determinism: a sequence's numbers never depend on what shares its batch or on how its prompt
 was split (per-sequence attention, prompt pieces of at least two rows, see slots.py), so the
@@ -201,6 +203,7 @@ class BatchLoop:
         positions: list[int] = []
         seqs: list[int] = []
         entries: list[_Entry] = []
+        chosen: list[tuple[Sequence, list[int], bool]] = []  # (sequence, inputs, placeholder)
         active = [s for s in self._active if not s.done and not s.embedding]
         if not active:
             return None
@@ -240,6 +243,16 @@ class BatchLoop:
                 seq.placeholder_planned = True
             else:
                 del seq.pending[:take]
+            chosen.append((seq, items, placeholder))
+            if seq.pending and resume is None:
+                resume = seq
+        # Rows in slot order, whatever the round robin's starting point: the batch then has
+        # the same shape step after step, so its built (and allocated) graph is reused.
+        chosen.sort(key=lambda c: c[0].slot.id)  # type: ignore[union-attr]
+        for seq, items, placeholder in chosen:
+            slot = seq.slot
+            assert slot is not None
+            take = len(items)
             pos0 = len(slot.tokens)
             entries.append(
                 _Entry(seq, len(tokens), take, sample=not seq.pending, placeholder=placeholder)
@@ -248,8 +261,6 @@ class BatchLoop:
             positions.extend(range(pos0, pos0 + take))
             seqs.extend([slot.id] * take)
             slot.tokens.extend(items)
-            if seq.pending and resume is None:
-                resume = seq
         if not entries:
             return None
         self._next = active.index(resume) if resume is not None else (start + 1) % n
