@@ -86,6 +86,34 @@ def test_two_sequences_in_one_batch_equal_each_alone(tiny_llama_path):
     np.testing.assert_allclose(both[1], alone_y, atol=1e-3 * np.abs(alone_y).max())
 
 
+@pytest.mark.parametrize("which", ["tiny_llama_path", "tiny_gemma3_path"])
+def test_decoding_sequences_together_is_bit_identical_to_each_alone(which, request):
+    """Several sequences decoding one token each share one stacked attention view; the
+    logits must be exactly those each sequence gets alone."""
+    loaded = load_model(request.getfixturevalue(which), num_threads=2)
+    engine = ForwardEngine(loaded, num_ctx=256, num_batch=64, parallel=3)
+    rng = np.random.default_rng(5)
+    prompts = [rng.integers(3, 500, n) for n in (9, 20, 14)]
+    nexts = rng.integers(3, 500, 3)
+    lengths = np.array([len(p) for p in prompts])
+    caches = getattr(engine.cache, "caches", [engine.cache])
+    try:
+        alone = []
+        for s, ids in enumerate(prompts):
+            engine.forward(ids, np.arange(len(ids)), np.full(len(ids), s), np.array([len(ids) - 1]))
+            one = engine.forward(nexts[s : s + 1], lengths[s : s + 1], np.array([s]), np.zeros(1))
+            assert not any(c.stacked for c in caches)
+            alone.append(one[0])
+            engine.cache.remove(s, len(ids))  # undo the decode step
+        together = engine.forward(nexts, lengths, np.arange(3), np.arange(3))
+        assert all(c.stacked for c in caches)
+    finally:
+        engine.close()
+        loaded.close()
+    for a, t in zip(alone, together, strict=True):
+        assert np.array_equal(a, t)
+
+
 def test_model_too_large_for_the_budget_fails_at_load(tiny_llama_path):
     loaded = load_model(tiny_llama_path, num_threads=1)
     try:

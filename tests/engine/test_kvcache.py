@@ -126,13 +126,18 @@ def run_pass(
         dk, hk = shape[0], shape[1]
         for i, v in enumerate(views):
             n_kv = v.keys.dim(2)
-            keys = outs[3 * i].numpy().reshape(n_kv, hk * dk)
+            # A stacked view (one row per stream) is read back as one result per stream.
+            keys = outs[3 * i].numpy().reshape(v.streams, n_kv, hk * dk)
             vals = outs[3 * i + 1].numpy()
-            if cache.permuted_v:  # [n_kv, dv, hv] ggml = numpy (hv, dv, n_kv)
-                vals = vals.reshape(hk, dk, n_kv).transpose(2, 0, 1)
-            vals = vals.reshape(n_kv, hk * dk)
-            mask = outs[3 * i + 2].numpy().reshape(-1, n_kv)
-            results.append(ViewResult(v.start, v.count, keys, vals, mask))
+            if cache.permuted_v:  # [n_kv, dv, hv, streams] ggml = numpy (streams, hv, dv, n_kv)
+                vals = vals.reshape(v.streams, hk, dk, n_kv).transpose(0, 3, 1, 2)
+            vals = vals.reshape(v.streams, n_kv, hk * dk)
+            mask = outs[3 * i + 2].numpy().reshape(v.streams, -1, n_kv)
+            if v.streams == 1:
+                results.append(ViewResult(v.start, v.count, keys[0], vals[0], mask[0]))
+                continue
+            for j in range(v.streams):
+                results.append(ViewResult(v.start + j, 1, keys[j], vals[j], mask[j]))
         return results
     finally:
         ctx.close()

@@ -16,6 +16,12 @@ Batch invariance: each sequence allocates cells in its own region (aligned to th
 and attention is computed per run of a sequence's rows over that sequence's cells only
 (`get()` returns one view per run). A sequence's numbers are then the same whether it runs
 alone or beside others, and the same as llama.cpp's for one sequence.
+
+Stacked decoding: when every run is one row, all runs see the same number of cells and their
+first cells are evenly spaced (steady decoding of several sequences), `get()` returns one
+4-D view instead (`KVView.streams`), so attention is a handful of broadcast ops rather than a
+handful per sequence. Each stream's slice is computed by the same kernels over the same cells
+as its own view would be, so the numbers are unchanged (tests compare them bit for bit).
 """
 
 from __future__ import annotations
@@ -82,6 +88,7 @@ class Causal(Cache):
         self._shared: set[int] = set()  # sequences given cells of other regions
         self._seen: set[int] = set()  # sequences that have allocated cells
         self._v_row_dims: set[int] = set()
+        self._stride = 0  # cells between stacked runs' first cells; 0 = not stacked
 
     # -- configuration --------------------------------------------------------------------
     def set_config(self, config: CacheConfig) -> None:
@@ -161,6 +168,30 @@ class Causal(Cache):
             ]
         self._locs_host = locs.astype(np.int32)
         self._batch_size = n
+        self._stride = self._stack_stride()
+
+    @property
+    def stacked(self) -> bool:
+        """Whether the prepared pass attends through one stacked view (module docstring)."""
+        return self._stride > 0
+
+    def _stack_stride(self) -> int:
+        """Cells between consecutive runs' first cells when the runs can be attended to as
+        one stacked view (see the module docstring), else 0."""
+        groups = self._groups
+        if len(groups) < 2 or self._config.mask_dtype == DType.F16:  # type: ignore[union-attr]
+            return 0  # one run, or flash attention (which takes the per-run path)
+        stride = groups[1].first_cell - groups[0].first_cell
+        if stride <= 0:
+            return 0
+        for i, g in enumerate(groups):
+            if (
+                g.count != 1
+                or g.n_kv != groups[0].n_kv
+                or g.first_cell != groups[0].first_cell + i * stride
+            ):
+                return 0
+        return stride
 
     def _allocate(self, seq: int, positions: np.ndarray, locs: np.ndarray, start: int) -> None:
         """Cells for one run of a sequence's rows, taken first-free in the sequence's region
@@ -224,10 +255,16 @@ class Causal(Cache):
         key = self._key
         self._locs = ctx.input(DType.I32, (self._batch_size,), self._locs_host, key=key + "locs")
         mask_dtype = self._config.mask_dtype  # type: ignore[union-attr]
-        self._masks = [
-            ctx.input(mask_dtype, (g.n_kv, g.mask.shape[0]), g.mask, key=f"{key}mask{i}")
-            for i, g in enumerate(self._groups)
-        ]
+        if self._stride:
+            n_kv, streams = self._groups[0].n_kv, len(self._groups)
+            stacked = np.stack([g.mask[:1] for g in self._groups])  # [streams, 1, n_kv]
+            shape = (n_kv, 1, 1, streams)
+            self._masks = [ctx.input(mask_dtype, shape, stacked, key=f"{key}mask_stacked")]
+        else:
+            self._masks = [
+                ctx.input(mask_dtype, (g.n_kv, g.mask.shape[0]), g.mask, key=f"{key}mask{i}")
+                for i, g in enumerate(self._groups)
+            ]
         for dv in self._v_row_dims:
             if ctx.has_input(key + f"vrows{dv}"):
                 self._v_rows_input(ctx, dv)
@@ -297,6 +334,8 @@ class Causal(Cache):
     def get(self, ctx: Context) -> list[KVView]:
         keys = self._keys[self._layer]
         values = self._values[self._layer]
+        if self._stride:
+            return [self._stacked_view(ctx, keys, values)]
         views = []
         for g, mask in zip(self._groups, self._masks, strict=True):
             k = ctx.view(
@@ -314,6 +353,24 @@ class Causal(Cache):
             v = ctx.view(values, shape, values.strides[1:3], offset)
             views.append(KVView(g.start, g.count, k, v, mask))
         return views
+
+    def _stacked_view(self, ctx: Context, keys: Tensor, values: Tensor) -> KVView:
+        """All runs as one 4-D view: stream i is run i (batch row i), its cells start at
+        first_cell + i * stride."""
+        first, n_kv, streams = self._groups[0].first_cell, self._groups[0].n_kv, len(self._groups)
+        step = self._stride * keys.strides[2]
+        k = ctx.view(
+            keys, (keys.dim(0), keys.dim(1), n_kv, streams), (*keys.strides[1:3], step),
+            first * keys.strides[2],
+        )  # fmt: skip
+        if self.permuted_v:
+            shape = (n_kv, values.dim(1), values.dim(2), streams)
+            cell = values.strides[0]
+        else:
+            shape = (values.dim(0), values.dim(1), n_kv, streams)
+            cell = values.strides[2]
+        v = ctx.view(values, shape, (*values.strides[1:3], self._stride * cell), first * cell)
+        return KVView(0, streams, k, v, self._masks[0], streams=streams)
 
     # -- sequence edits -------------------------------------------------------------------
     def remove(self, seq: int, begin: int, end: int = MAX_POS) -> None:

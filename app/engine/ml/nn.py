@@ -91,6 +91,10 @@ class KVView:
     start, count: the rows (tokens) of the batch; keys `[head_dim, kv_heads, n_kv]`; values
     the same or, permuted, `[n_kv, head_dim, kv_heads]`; mask `[n_kv, count_padded]`, or None
     when every row sees every key (cross-attention to an image).
+
+    streams > 1: the view stacks that many sequences of one row each (batch row `start + i`
+    is stream i): keys and values gain a fourth dimension of `streams` (each stream its own
+    cells), and the mask is `[n_kv, 1, 1, streams]`.
     """
 
     start: int
@@ -98,6 +102,7 @@ class KVView:
     keys: Tensor
     values: Tensor
     mask: Tensor | None
+    streams: int = 1
 
 
 class AttentionCache(Protocol):
@@ -149,12 +154,14 @@ def _sdpa(
     ctx: Context, q: Tensor, view: KVView, scale: float, permuted_v: bool, softcap: float
 ) -> Tensor:
     heads, tokens = q.dim(1), q.dim(2)
-    q = ctx.permute(q, 0, 2, 1, 3)  # [head_dim, tokens, heads]
+    if view.streams > 1:  # one row per stream: [head_dim, heads, 1, streams]
+        q = ctx.view(q, (q.dim(0), heads, 1, view.streams), (*q.strides[1:3], q.strides[2]))
+    q = ctx.permute(q, 0, 2, 1, 3)  # [head_dim, tokens, heads(, streams)]
     keys = ctx.permute(view.keys, 0, 2, 1, 3)  # [head_dim, n_kv, kv_heads]
     mask = view.mask
     if ctx.flash_attention_enabled:
-        if permuted_v:
-            raise ValueError("flash attention needs an unpermuted V cache")
+        if permuted_v or view.streams > 1:
+            raise ValueError("flash attention needs an unpermuted V cache and one view per run")
         values = ctx.permute(view.values, 0, 2, 1, 3)  # [head_dim_v, n_kv, kv_heads]
         if mask is not None and mask.dtype != DType.F16:
             mask = ctx.cast(mask, DType.F16)
@@ -172,6 +179,6 @@ def _sdpa(
     else:
         vt = ctx.cont(ctx.permute(view.values, 1, 2, 0, 3))  # [n_kv, head_dim_v, kv_heads]
     kqv = ctx.mul_mat(vt, kq)  # [head_dim_v, tokens, heads]
-    kqv = ctx.permute(kqv, 0, 2, 1, 3)  # [head_dim_v, heads, tokens]
+    kqv = ctx.permute(kqv, 0, 2, 1, 3)  # [head_dim_v, heads, tokens(, streams)]
     out = ctx.cont(kqv)
     return ctx.reshape(out, out.dim(0) * out.dim(1), tokens)
