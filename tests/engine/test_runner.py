@@ -136,7 +136,7 @@ def test_a_shift_re_ropes_the_kept_keys(tiny_llama_path):
         ids = np.random.default_rng(4).integers(3, 500, 63).tolist()
         slot, _ = slots.acquire(ids)
         engine.forward(np.array(ids), np.arange(63), np.zeros(63), np.array([62]))
-        slot.tokens = list(ids)
+        slot.set(ids)
         before = {layer: k.numpy().copy() for layer, k in cache._keys.items()}
         discard = slots.shift(slot, num_keep=4)
         assert discard == 29 and len(slot.tokens) == 34

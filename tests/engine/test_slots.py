@@ -88,7 +88,7 @@ def make_slots(
     slots = InputCache(cache, len(specs), 2048, multi_user=multi_user)  # type: ignore[arg-type]
     now = time.monotonic()
     for slot, (tokens, in_use, age) in zip(slots.slots, specs, strict=True):
-        slot.tokens = list(tokens)
+        slot.set(tokens)
         slot.in_use = in_use
         slot.last_used = 0.0 if age is None else now - age
     return slots, cache
@@ -191,7 +191,7 @@ def test_shift_cache_slot():
     cache = RecordingCache()
     slots = InputCache(cache, 1, 10)  # type: ignore[arg-type]
     slot = slots.slots[0]
-    slot.tokens = list(range(1, 11))
+    slot.set(range(1, 11))
     assert slots.shift(slot, 2) == 4
     assert slot.tokens == [1, 2, 7, 8, 9, 10]  # 6 inputs left, as Ollama's "Normal shift"
     assert cache.calls == [("remove", 0, 2, 6)]
@@ -202,7 +202,7 @@ def test_shift_cache_slot_removal_fails():
     cache = RecordingCache(shift_fails=True)
     slots = InputCache(cache, 1, 10)  # type: ignore[arg-type]
     slot = slots.slots[0]
-    slot.tokens = list(range(1, 11))
+    slot.set(range(1, 11))
     with pytest.raises(ReprocessInputs) as err:
         slots.shift(slot, 2)
     assert err.value.kept == [1, 2, 7, 8, 9, 10]

@@ -35,7 +35,7 @@ import numpy as np
 from ..kvcache import CacheFullError
 from .forward import ForwardEngine, Pass
 from .sequence import Sequence
-from .slots import InputCache, NoFreeSlotError, ReprocessInputs
+from .slots import InputCache, NoFreeSlotError, ReprocessInputs, group_start
 
 __all__ = ["BatchLoop"]
 
@@ -189,7 +189,9 @@ class BatchLoop:
                     seq.fail("cancelled")
                     continue
                 try:
-                    slot, cached = self.slots.acquire(seq.prompt, reuse=not seq.embedding)
+                    slot, cached = self.slots.acquire(
+                        seq.prompt, reuse=not seq.embedding, marks=seq.marks
+                    )
                 except NoFreeSlotError:
                     return
                 self._incoming.popleft()
@@ -203,13 +205,16 @@ class BatchLoop:
         positions: list[int] = []
         seqs: list[int] = []
         entries: list[_Entry] = []
-        chosen: list[tuple[Sequence, list[int], bool]] = []  # (sequence, inputs, placeholder)
+        # (sequence, inputs, their same_batch marks, placeholder)
+        chosen: list[tuple[Sequence, list[int], list[int], bool]] = []
         active = [s for s in self._active if not s.done and not s.embedding]
         if not active:
             return None
         n = len(active)
         start = self._next % n
-        resume = None
+        left_out = None  # the first sequence with inputs that got no room
+        partial = None  # the first one whose inputs were only partly taken
+        used = 0  # inputs chosen so far
         for k in range(n):
             seq = active[(start + k) % n]
             slot = seq.slot
@@ -218,38 +223,46 @@ class BatchLoop:
             want = 1 if placeholder else len(seq.pending)
             if want == 0:
                 continue
-            room = self.num_batch - len(tokens)
+            room = self.num_batch - used
             if room <= 0:
-                resume = resume or seq
+                left_out = left_out or seq
                 continue
             if len(slot.tokens) + 1 > self.num_ctx and not self._make_room(seq, placeholder):
                 continue
             if placeholder and seq.pending:  # reprocessing after a failed shift
                 continue
             take = min(room, want, self.num_ctx - len(slot.tokens))
+            if not placeholder:
+                take = group_start(seq.pending_marks, take)  # SameBatch runs stay whole
             if want >= 2:
                 # Prompt rows go in runs of two or more: ggml computes a lone row with other
                 # kernels, which would make the numbers depend on how the prompt was split.
                 if want - take == 1:
-                    take -= 1
+                    take = group_start(seq.pending_marks, take - 1)
                 if take < 2:
-                    resume = resume or seq
+                    if group_start(seq.pending_marks, self.num_batch) == 0:  # can never fit
+                        self._end(seq, error=self._unbatchable(seq))
+                        continue
+                    left_out = left_out or seq
                     continue
             if take <= 0:
                 continue
             items = [0] if placeholder else seq.pending[:take]
+            marks = [0] if placeholder else seq.pending_marks[:take]
             if placeholder:
                 seq.fed += 1
                 seq.placeholder_planned = True
             else:
                 del seq.pending[:take]
-            chosen.append((seq, items, placeholder))
-            if seq.pending and resume is None:
-                resume = seq
+                del seq.pending_marks[:take]
+            chosen.append((seq, items, marks, placeholder))
+            used += take
+            if seq.pending:
+                partial = partial or seq
         # Rows in slot order, whatever the round robin's starting point: the batch then has
         # the same shape step after step, so its built (and allocated) graph is reused.
         chosen.sort(key=lambda c: c[0].slot.id)  # type: ignore[union-attr]
-        for seq, items, placeholder in chosen:
+        for seq, items, marks, placeholder in chosen:
             slot = seq.slot
             assert slot is not None
             take = len(items)
@@ -260,9 +273,11 @@ class BatchLoop:
             tokens.extend(items)
             positions.extend(range(pos0, pos0 + take))
             seqs.extend([slot.id] * take)
-            slot.tokens.extend(items)
+            slot.extend(items, marks)
         if not entries:
             return None
+        # The next step starts with whoever got nothing this time, so no one starves.
+        resume = left_out or partial
         self._next = active.index(resume) if resume is not None else (start + 1) % n
         rows = {i: e.start + e.count - 1 for i, e in enumerate(entries) if e.sample}
         out_rows = np.array(list(rows.values()) or [len(tokens) - 1], dtype=np.int32)
@@ -275,6 +290,14 @@ class BatchLoop:
             return None
         self.max_batch_seen = max(self.max_batch_seen, len(tokens))
         return _Flight(plan, entries, rows)
+
+    def _unbatchable(self, seq: Sequence) -> str:
+        """Why a sequence's next inputs can never be batched (a SameBatch run too long)."""
+        run = seq.pending_marks[0] + 1
+        return (
+            f"{run} inputs (an image) must be evaluated in one batch but a batch holds "
+            f"{self.num_batch}; raise num_batch"
+        )
 
     def _make_room(self, seq: Sequence, placeholder: bool) -> bool:
         """The sequence's context is full: shift (or reprocess), or end it with 'length'
@@ -290,7 +313,8 @@ class BatchLoop:
             self.slots.shift(seq.slot, seq.num_keep)
         except ReprocessInputs as r:
             seq.pending = r.kept + seq.pending
-            seq.slot.tokens = []
+            seq.pending_marks = r.marks + seq.pending_marks
+            seq.slot.set([])
         seq.shifted = True
         return True
 
@@ -331,6 +355,7 @@ class BatchLoop:
                 seq.finish("length")
                 continue
             seq.pending.append(token)
+            seq.pending_marks.append(0)
             seq.fed += 1
 
     def _reap(self) -> None:
@@ -339,7 +364,7 @@ class BatchLoop:
             if seq.slot is None:
                 continue
             if seq.placeholder_planned:  # it ended before its next token existed
-                seq.slot.tokens.pop()
+                seq.slot.keep(len(seq.slot.tokens) - 1)
                 seq.fed -= 1
                 seq.placeholder_planned = False
             self.slots.release(seq.slot, keep=seq.tokens_to_keep())

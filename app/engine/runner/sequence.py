@@ -18,7 +18,7 @@ import numpy as np
 from ..sampling import Sampler, SamplingOptions, log_softmax
 from ..tokenizer import StreamDecoder, Tokenizer
 from .protocol import CompletionRequest
-from .slots import Slot
+from .slots import Slot, group_start
 
 __all__ = ["Sequence", "SequenceSettings", "PromptTooLongError", "settings_from_request"]
 
@@ -95,9 +95,18 @@ class Sequence:
         num_ctx: int,
         constraint: Any = None,
         embedding: bool = False,
+        same_batch: list[int] | None = None,
     ) -> None:
+        """`same_batch[i]` (one per prompt input, default all 0): the next N inputs must be
+        evaluated in input i's batch (an image's positions); such runs are never split by
+        batching, truncation, the prompt cache or a context shift."""
         if not prompt:
             raise ValueError("the prompt is empty")
+        marks = list(same_batch) if same_batch is not None else [0] * len(prompt)
+        if len(marks) != len(prompt) or any(
+            m < 0 or i + m >= len(prompt) for i, m in enumerate(marks)
+        ):
+            raise ValueError("same_batch needs one count per prompt input, within the prompt")
         self.settings = settings
         self.tokenizer = tokenizer
         self.num_ctx = num_ctx
@@ -108,8 +117,9 @@ class Sequence:
         self.num_keep = min(self.num_keep, num_ctx - 1)
         self.truncated = False
         if len(prompt) > num_ctx and not embedding:
-            prompt = self._truncate(prompt)
+            prompt, marks = self._truncate(prompt, marks)
         self.prompt = prompt
+        self.marks = marks  # same_batch of each prompt input
         cap = 10 * num_ctx  # a runaway generation through repeated shifts ends here
         n = settings.num_predict
         self.num_predict = cap if n < 0 or n > cap else n
@@ -117,6 +127,7 @@ class Sequence:
         self.cancelled = threading.Event()
         self.slot: Slot | None = None
         self.pending: list[int] = []  # inputs still to evaluate (prompt rest, or the last token)
+        self.pending_marks: list[int] = []  # their same_batch counts
         self.done = False
         self.shifted = False
         self.sampler = Sampler(settings.sampling, history=prompt)
@@ -138,23 +149,33 @@ class Sequence:
         self.t_first: float | None = None
         self.t_sampling = 0.0
 
-    def _truncate(self, prompt: list[int]) -> list[int]:
+    def _truncate(self, prompt: list[int], marks: list[int]) -> tuple[list[int], list[int]]:
+        """Keep num_keep inputs and the tail; a same_batch run the cut would split is
+        dropped whole, and one that straddles num_keep is an error."""
         if not self.settings.truncate:
             raise PromptTooLongError(
                 f"the prompt is {len(prompt)} tokens but the context holds {self.num_ctx}; "
                 "raise num_ctx, shorten the prompt, or allow truncation"
             )
         room = self.num_ctx - max(1, min(self.num_ctx // 4, 256))
-        head = prompt[: min(self.num_keep, room)]
-        tail = prompt[len(prompt) - (room - len(head)) :]
+        keep = min(self.num_keep, room)
+        if group_start(marks, keep) != keep:
+            raise PromptTooLongError(
+                "the prompt must be truncated but num_keep ends inside an image; "
+                "change num_keep or shorten the prompt"
+            )
+        tail = len(prompt) - (room - keep)
+        while group_start(marks, tail) != tail:  # the cut is inside a run: drop all of it
+            tail = next(i + m for i, m in enumerate(marks) if m and i < tail <= i + m) + 1
         self.truncated = True
-        return head + tail
+        return prompt[:keep] + prompt[tail:], marks[:keep] + marks[tail:]
 
     # -- the loop drives these -----------------------------------------------------------
     def start(self, slot: Slot, cached: int) -> None:
         self.slot = slot
         self.prompt_cached = cached
         self.pending = list(self.prompt[cached:])
+        self.pending_marks = list(self.marks[cached:])
         self.prompt_evaluated = len(self.pending)
 
     def accept_logits(self, logits: np.ndarray) -> int | None:

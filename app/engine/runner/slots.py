@@ -12,6 +12,10 @@ the same tokens (the chat so far) only evaluates what is new.
 
 Sliding-window caches can only resume where the window still holds what is needed
 (`can_resume`); otherwise the prompt is evaluated from the start.
+
+SameBatch: beside its tokens a slot keeps each input's `same_batch` mark (the next N inputs
+must share this input's batch: an image's positions). Reuse never stops inside such a run
+(the whole run is evaluated again) and a context shift never cuts one.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ __all__ = [
     "ReprocessInputs",
     "common_prefix",
     "shift_discard",
+    "group_start",
 ]
 
 
@@ -39,11 +44,13 @@ class NoFreeSlotError(RuntimeError):
 
 
 class ReprocessInputs(Exception):  # noqa: N818 - a signal, not an error
-    """A shift was impossible: the slot was cleared; evaluate `kept` again from position 0."""
+    """A shift was impossible: the slot was cleared; evaluate `kept` (with their same_batch
+    `marks`) again from position 0."""
 
-    def __init__(self, kept: list[int]) -> None:
+    def __init__(self, kept: list[int], marks: list[int]) -> None:
         super().__init__("the model cannot shift its cache; the kept context is re-evaluated")
         self.kept = kept
+        self.marks = marks
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -75,12 +82,37 @@ def shift_discard(same_batch: Sequence[int], num_ctx: int, num_keep: int) -> int
     return discard
 
 
+def group_start(marks: Sequence[int], n: int) -> int:
+    """The largest cut <= n that keeps every same_batch run whole: inputs [0, cut) then hold
+    no run that continues past them."""
+    cut = n
+    if not any(marks[:n]):
+        return cut
+    for i in range(min(n, len(marks))):
+        if marks[i] and i + marks[i] >= cut:
+            return group_start(marks, i)
+    return cut
+
+
 @dataclass
 class Slot:
     id: int
     tokens: list[int] = field(default_factory=list)  # what the cache holds for this sequence
     in_use: bool = False
     last_used: float = 0.0
+    marks: list[int] = field(default_factory=list)  # same_batch of each of `tokens`
+
+    def set(self, tokens: Sequence[int], marks: Sequence[int] | None = None) -> None:
+        self.tokens = list(tokens)
+        self.marks = list(marks) if marks is not None else [0] * len(self.tokens)
+
+    def extend(self, tokens: Sequence[int], marks: Sequence[int]) -> None:
+        self.tokens.extend(tokens)
+        self.marks.extend(marks)
+
+    def keep(self, n: int) -> None:
+        del self.tokens[n:]
+        del self.marks[n:]
 
 
 class InputCache:
@@ -92,18 +124,21 @@ class InputCache:
         self.multi_user = multi_user
         self.slots = [Slot(i) for i in range(parallel)]
 
-    def acquire(self, prompt: Sequence[int], reuse: bool = True) -> tuple[Slot, int]:
-        """Take a slot for `prompt`; returns it and how many prompt tokens it already holds.
-        At least two tokens (all of a shorter prompt) are left to evaluate. With
-        `reuse=False` (embeddings) the least recently used slot is emptied and taken, so the
-        prefixes other slots hold for chats stay cached."""
+    def acquire(
+        self, prompt: Sequence[int], reuse: bool = True, marks: Sequence[int] | None = None
+    ) -> tuple[Slot, int]:
+        """Take a slot for `prompt` (with its same_batch `marks`, default none); returns it
+        and how many prompt tokens it already holds. At least two tokens (all of a shorter
+        prompt) are left to evaluate. With `reuse=False` (embeddings) the least recently used
+        slot is emptied and taken, so the prefixes other slots hold for chats stay cached."""
         free = [s for s in self.slots if not s.in_use]
         if not free:
             raise NoFreeSlotError("all sequences are busy")
+        marks = list(marks) if marks is not None else [0] * len(prompt)
         if not reuse:
             slot = min(free, key=lambda s: s.last_used)
             self.cache.remove(slot.id, 0)
-            slot.tokens = []
+            slot.set([])
             slot.in_use = True
             slot.last_used = time.monotonic()
             return slot, 0
@@ -116,6 +151,7 @@ class InputCache:
         # a lone row with other kernels than a batch of rows, so the prompt's last token would
         # get slightly different numbers from a cached prompt than from a fresh one.
         keep = min(keep, len(prompt) - min(2, len(prompt)))
+        keep = group_start(marks, keep)
         if keep > 0 and not self.cache.can_resume(slot.id, keep):
             keep = 0
         try:
@@ -123,7 +159,7 @@ class InputCache:
         except ShiftNotSupportedError:
             self.cache.remove(slot.id, 0)
             keep = 0
-        slot.tokens = list(prompt[:keep])
+        slot.set(prompt[:keep], marks[:keep])
         slot.in_use = True
         slot.last_used = time.monotonic()
         return slot, keep
@@ -136,7 +172,7 @@ class InputCache:
         slot = min(free, key=lambda s: s.last_used)
         if best is not slot and best_len > common_prefix(slot.tokens, prompt):
             self.cache.copy_prefix(best.id, slot.id, best_len)
-            slot.tokens = list(best.tokens[:best_len])
+            slot.set(best.tokens[:best_len], best.marks[:best_len])
             return slot, best_len
         return slot, common_prefix(slot.tokens, prompt)
 
@@ -144,7 +180,7 @@ class InputCache:
         """Give the slot back; the cache keeps its first `keep` tokens (all by default) for the
         next request to reuse."""
         if keep is not None and keep < len(slot.tokens):
-            slot.tokens = slot.tokens[:keep]
+            slot.keep(keep)
         self.cache.remove(slot.id, len(slot.tokens))  # drops any cell beyond what is recorded
         slot.in_use = False
         slot.last_used = time.monotonic()
@@ -155,15 +191,17 @@ class InputCache:
         Returns how many were discarded. When the model cannot shift, the slot is cleared and
         ReprocessInputs carries the tokens to evaluate again instead.
         """
-        discard = shift_discard([0] * len(slot.tokens), self.num_ctx, num_keep)
+        num_keep = group_start(slot.marks, num_keep)
+        discard = shift_discard(slot.marks, self.num_ctx, num_keep)
         if discard <= 0:
             return 0
         kept = slot.tokens[:num_keep] + slot.tokens[num_keep + discard :]
+        kept_marks = slot.marks[:num_keep] + slot.marks[num_keep + discard :]
         try:
             self.cache.remove(slot.id, num_keep, num_keep + discard)
         except ShiftNotSupportedError:
             self.cache.remove(slot.id, 0)
-            slot.tokens = []
-            raise ReprocessInputs(kept) from None
-        slot.tokens = kept
+            slot.set([])
+            raise ReprocessInputs(kept, kept_marks) from None
+        slot.set(kept, kept_marks)
         return discard
