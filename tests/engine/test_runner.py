@@ -90,6 +90,7 @@ def test_a_long_prompt_does_not_starve_a_short_one(llama):
         ended[name] = seq.t_start + (done["prompt_eval_duration"] + done["eval_duration"]) / 1e9
     # 231 prompt tokens at 32 per batch take 8 batches; round robin serves the short one first.
     assert ended["short"] < ended["long"]
+    assert llama.loop.max_batch_seen <= llama.loop.num_batch  # shared between the two
 
 
 @pytest.mark.slow
