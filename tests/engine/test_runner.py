@@ -74,6 +74,37 @@ def test_four_sequences_together_give_exactly_what_each_gives_alone(which, reque
     assert runner.loop.max_batch_seen >= 4
 
 
+@pytest.fixture(scope="module")
+def llama_pipelined(tiny_llama_path):
+    """The loop that builds batch N+1 while N computes (on when a core is spare)."""
+    config = RunnerConfig(
+        str(tiny_llama_path), num_ctx=256, parallel=4, num_batch=32, threads=1, pipelined=True
+    )
+    runner = Runner(config)
+    assert runner.loop.pipelined
+    yield runner
+    runner.close()
+
+
+@pytest.mark.slow
+def test_the_pipelined_loop_gives_exactly_what_the_serial_one_gives(llama, llama_pipelined):
+    # Different lengths: sequences end while their next input is already planned.
+    reqs = [
+        CompletionRequest(tokens=r.tokens, options=greedy(num_predict=n))
+        for r, n in zip(_requests(llama, 0), (24, 7, 13, 30), strict=True)
+    ]
+    serial = [collect(llama.completion(r)) for r in reqs]
+    for _ in range(2):  # twice: the second time from the prompt cache
+        results = [collect(s) for s in [llama_pipelined.completion(r) for r in reqs]]
+        for (s_text, s_done), (p_text, p_done) in zip(serial, results, strict=True):
+            assert p_text == s_text
+            assert p_done["context"] == s_done["context"]
+            assert p_done["eval_count"] == s_done["eval_count"]
+    assert llama_pipelined.loop.max_batch_seen >= 4
+    _, again = collect(llama_pipelined.completion(reqs[3]))  # alone, after the others
+    assert again["context"] == serial[3][1]["context"]
+
+
 @pytest.mark.slow
 def test_a_long_prompt_does_not_starve_a_short_one(llama):
     rng = np.random.default_rng(3)

@@ -35,6 +35,7 @@ class RunnerConfig:
     kv_type: str = "f16"
     memory_limit: int | None = None
     multi_user_cache: bool = False
+    pipelined: bool | None = None  # build batch N+1 while N computes; None = when a core is spare
 
 
 class Runner:
@@ -67,7 +68,9 @@ class Runner:
             self.loaded.close()
             raise
         self.tokenizer = self.loaded.tokenizer
-        self.loop = BatchLoop(self.engine, multi_user=config.multi_user_cache)
+        self.loop = BatchLoop(
+            self.engine, multi_user=config.multi_user_cache, pipelined=config.pipelined
+        )
         self.loop.start()
         self.constraints: Any = None  # grammar TokenTable, built on first structured request
         self._constraints_lock = threading.Lock()
