@@ -102,11 +102,14 @@ class Sequence:
         batching, truncation, the prompt cache or a context shift."""
         if not prompt:
             raise ValueError("the prompt is empty")
-        marks = list(same_batch) if same_batch is not None else [0] * len(prompt)
-        if len(marks) != len(prompt) or any(
-            m < 0 or i + m >= len(prompt) for i, m in enumerate(marks)
-        ):
-            raise ValueError("same_batch needs one count per prompt input, within the prompt")
+        if same_batch is None:
+            marks = [0] * len(prompt)
+        else:
+            marks = list(same_batch)
+            if len(marks) != len(prompt) or any(
+                m < 0 or i + m >= len(prompt) for i, m in enumerate(marks)
+            ):
+                raise ValueError("same_batch needs one count per prompt input, within the prompt")
         self.settings = settings
         self.tokenizer = tokenizer
         self.num_ctx = num_ctx
