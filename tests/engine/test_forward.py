@@ -86,14 +86,15 @@ def test_two_sequences_in_one_batch_equal_each_alone(tiny_llama_path):
     np.testing.assert_allclose(both[1], alone_y, atol=1e-3 * np.abs(alone_y).max())
 
 
+@pytest.mark.parametrize("lengths", [(9, 20, 14), (9, 40, 70)])  # cells seen: equal, unequal
 @pytest.mark.parametrize("which", ["tiny_llama_path", "tiny_gemma3_path"])
-def test_decoding_sequences_together_is_bit_identical_to_each_alone(which, request):
+def test_decoding_sequences_together_is_bit_identical_to_each_alone(which, lengths, request):
     """Several sequences decoding one token each share one stacked attention view; the
     logits must be exactly those each sequence gets alone."""
     loaded = load_model(request.getfixturevalue(which), num_threads=2)
-    engine = ForwardEngine(loaded, num_ctx=256, num_batch=64, parallel=3)
+    engine = ForwardEngine(loaded, num_ctx=256, num_batch=128, parallel=3)
     rng = np.random.default_rng(5)
-    prompts = [rng.integers(3, 500, n) for n in (9, 20, 14)]
+    prompts = [rng.integers(3, 500, n) for n in lengths]
     nexts = rng.integers(3, 500, 3)
     lengths = np.array([len(p) for p in prompts])
     caches = getattr(engine.cache, "caches", [engine.cache])

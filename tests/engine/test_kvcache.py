@@ -136,8 +136,14 @@ def run_pass(
             if v.streams == 1:
                 results.append(ViewResult(v.start, v.count, keys[0], vals[0], mask[0]))
                 continue
+            # Each stream spans the longest run's cells; past its own run they are masked.
+            runs = cache._groups  # the runs of this pass, in stream order
             for j in range(v.streams):
-                results.append(ViewResult(v.start + j, 1, keys[j], vals[j], mask[j]))
+                own = runs[j].n_kv
+                assert np.all(mask[j][:, own:] == -np.inf)
+                results.append(
+                    ViewResult(v.start + j, 1, keys[j][:own], vals[j][:own], mask[j][:, :own])
+                )
         return results
     finally:
         ctx.close()

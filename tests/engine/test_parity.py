@@ -118,7 +118,7 @@ def test_tiny_llama_matches_llama_cpp(variant, tmp_path) -> None:
         tmp_path,
     )
     loaded = load_model(path, num_threads=2)
-    engine = ForwardEngine(loaded, num_ctx=1024, num_batch=256)
+    engine = ForwardEngine(loaded, num_ctx=1024, num_batch=512)
     try:
         r = compare(engine, oracle, len(prompts), 32)
     finally:
@@ -139,7 +139,7 @@ def test_tiny_gemma3_past_its_window_matches_llama_cpp(tiny_gemma3_path, tmp_pat
         tmp_path,
     )
     loaded = load_model(tiny_gemma3_path, num_threads=2)
-    engine = ForwardEngine(loaded, num_ctx=512, num_batch=64)
+    engine = ForwardEngine(loaded, num_ctx=512, num_batch=512)
     try:
         r = compare(engine, oracle, len(prompts), 16)
     finally:

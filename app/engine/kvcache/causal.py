@@ -17,11 +17,14 @@ and attention is computed per run of a sequence's rows over that sequence's cell
 (`get()` returns one view per run). A sequence's numbers are then the same whether it runs
 alone or beside others, and the same as llama.cpp's for one sequence.
 
-Stacked decoding: when every run is one row, all runs see the same number of cells and their
-first cells are evenly spaced (steady decoding of several sequences), `get()` returns one
-4-D view instead (`KVView.streams`), so attention is a handful of broadcast ops rather than a
-handful per sequence. Each stream's slice is computed by the same kernels over the same cells
-as its own view would be, so the numbers are unchanged (tests compare them bit for bit).
+Stacked decoding: when every run is one row and their first cells are evenly spaced (steady
+decoding of several sequences), `get()` returns one 4-D view instead (`KVView.streams`), so
+attention is a handful of broadcast ops rather than a handful per sequence. Each stream spans
+as many cells as the longest run; a shorter run's extra cells are masked, and because they
+come in whole multiples of the padding they only add exact zeros to its sums. Each stream's
+slice is computed by the same kernels, so its numbers are unchanged (tests compare them bit
+for bit with each sequence alone; the parity tests show llama.cpp padding to 256 and us to 32
+give identical logits by the same argument).
 """
 
 from __future__ import annotations
@@ -185,13 +188,17 @@ class Causal(Cache):
         if stride <= 0:
             return 0
         for i, g in enumerate(groups):
-            if (
-                g.count != 1
-                or g.n_kv != groups[0].n_kv
-                or g.first_cell != groups[0].first_cell + i * stride
-            ):
+            if g.count != 1 or g.first_cell != groups[0].first_cell + i * stride:
                 return 0
+        if groups[-1].first_cell + self._stacked_n_kv() > self.cells:
+            return 0
         return stride
+
+    def _stacked_n_kv(self) -> int:
+        """Cells each stream of a stacked view spans: the longest run's. A shorter run's
+        extra cells are masked; as they are whole multiples of the padding, its sums only
+        gain exact zeros, so its numbers do not change."""
+        return max(g.n_kv for g in self._groups)
 
     def _allocate(self, seq: int, positions: np.ndarray, locs: np.ndarray, start: int) -> None:
         """Cells for one run of a sequence's rows, taken first-free in the sequence's region
@@ -247,6 +254,9 @@ class Causal(Cache):
 
     def signature(self) -> tuple[int, ...]:
         shape = [self._batch_size]
+        if self._stride:  # the graph depends only on the stack's geometry
+            first = self._groups[0].first_cell
+            return (*shape, -1, len(self._groups), self._stride, first, self._stacked_n_kv())
         for g in self._groups:
             shape += [g.start, g.count, g.first_cell, g.n_kv]
         return tuple(shape)
@@ -256,8 +266,10 @@ class Causal(Cache):
         self._locs = ctx.input(DType.I32, (self._batch_size,), self._locs_host, key=key + "locs")
         mask_dtype = self._config.mask_dtype  # type: ignore[union-attr]
         if self._stride:
-            n_kv, streams = self._groups[0].n_kv, len(self._groups)
-            stacked = np.stack([g.mask[:1] for g in self._groups])  # [streams, 1, n_kv]
+            n_kv, streams = self._stacked_n_kv(), len(self._groups)
+            stacked = np.full((streams, 1, n_kv), -np.inf, dtype=np.float32)
+            for i, g in enumerate(self._groups):
+                stacked[i, 0, : g.n_kv] = g.mask[0]
             shape = (n_kv, 1, 1, streams)
             self._masks = [ctx.input(mask_dtype, shape, stacked, key=f"{key}mask_stacked")]
         else:
@@ -357,7 +369,7 @@ class Causal(Cache):
     def _stacked_view(self, ctx: Context, keys: Tensor, values: Tensor) -> KVView:
         """All runs as one 4-D view: stream i is run i (batch row i), its cells start at
         first_cell + i * stride."""
-        first, n_kv, streams = self._groups[0].first_cell, self._groups[0].n_kv, len(self._groups)
+        first, n_kv, streams = self._groups[0].first_cell, self._stacked_n_kv(), len(self._groups)
         step = self._stride * keys.strides[2]
         k = ctx.view(
             keys, (keys.dim(0), keys.dim(1), n_kv, streams), (*keys.strides[1:3], step),

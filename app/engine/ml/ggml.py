@@ -441,7 +441,7 @@ class GGMLBackend(Backend):
     def cache_config(self) -> CacheConfig:
         if self.flash_attention:
             return CacheConfig(padding=256, permuted_v=False, mask_dtype=DType.F16)
-        return CacheConfig(padding=256, permuted_v=True, mask_dtype=DType.F32)
+        return CacheConfig(padding=32, permuted_v=True, mask_dtype=DType.F32)
 
     def close(self) -> None:
         with self._lock:

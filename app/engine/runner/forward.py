@@ -151,6 +151,8 @@ class ForwardEngine:
         (tokens still being sampled). If the graph may be computing for an earlier pass, call
         this only after that compute has started (its inputs are refilled here)."""
         tokens = np.array(tokens, dtype=np.int32)
+        if len(tokens) > self.num_batch:  # the memory reserved at load is for num_batch
+            raise ValueError(f"a batch of {len(tokens)} inputs; at most {self.num_batch}")
         positions = np.ascontiguousarray(positions, dtype=np.int32)
         sequences = np.ascontiguousarray(sequences, dtype=np.int32)
         outputs = np.ascontiguousarray(outputs, dtype=np.int32)
