@@ -10,6 +10,7 @@ import os
 import sys
 
 from .default_model import DEFAULT_MODEL
+from .engine.runner.protocol import RunnerOptions
 
 __all__ = ["main", "build_parser"]
 
@@ -38,13 +39,14 @@ def _add_run(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def _add_runner(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     runner = sub.add_parser("runner", help="(internal) serve one model for `hearth serve`")
     runner.add_argument("--model", required=True, help="path to the .gguf file")
-    runner.add_argument("--num-ctx", type=int, default=4096, help="context per sequence")
-    runner.add_argument("--parallel", type=int, default=1, help="sequences served at once")
-    runner.add_argument("--num-batch", type=int, default=512)
-    runner.add_argument("--threads", type=int, default=None)
-    runner.add_argument("--flash-attention", action="store_true")
-    runner.add_argument("--kv-type", default="f16", choices=["f16", "q8_0", "q4_0"])
-    runner.add_argument("--memory-limit", type=int, default=None, help="bytes the model may use")
+    d = RunnerOptions()  # the defaults; the argument names are its fields
+    runner.add_argument("--num-ctx", type=int, default=d.num_ctx, help="context per sequence")
+    runner.add_argument("--parallel", type=int, default=d.parallel, help="sequences at once")
+    runner.add_argument("--num-batch", type=int, default=d.num_batch)
+    runner.add_argument("--threads", type=int, default=d.threads)
+    runner.add_argument("--flash-attention", action="store_true", default=d.flash_attention)
+    runner.add_argument("--kv-type", default=d.kv_type, choices=["f16", "q8_0", "q4_0"])
+    runner.add_argument("--memory-limit", type=int, default=d.memory_limit, help="bytes at most")
 
 
 def _add_models(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

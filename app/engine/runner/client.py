@@ -13,12 +13,11 @@ import os
 import secrets
 import sys
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
-from .protocol import TOKEN_ENV, CompletionRequest, to_dict
+from .protocol import TOKEN_ENV, CompletionRequest, RunnerOptions, to_dict
 
 __all__ = ["RunnerError", "RunnerStartError", "RunnerOptions", "RunnerProcess"]
 
@@ -31,28 +30,6 @@ class RunnerError(RuntimeError):
 
 class RunnerStartError(RunnerError):
     """The model could not be loaded; the message says why (e.g. the memory it needs)."""
-
-
-@dataclass(frozen=True)
-class RunnerOptions:
-    num_ctx: int = 4096
-    parallel: int = 1
-    num_batch: int = 512
-    threads: int | None = None
-    flash_attention: bool = False
-    kv_type: str = "f16"
-    memory_limit: int | None = None
-
-    def args(self) -> list[str]:
-        out = ["--num-ctx", str(self.num_ctx), "--parallel", str(self.parallel)]
-        out += ["--num-batch", str(self.num_batch), "--kv-type", self.kv_type]
-        if self.threads:
-            out += ["--threads", str(self.threads)]
-        if self.flash_attention:
-            out.append("--flash-attention")
-        if self.memory_limit:
-            out += ["--memory-limit", str(self.memory_limit)]
-        return out
 
 
 class RunnerProcess:

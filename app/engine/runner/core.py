@@ -12,7 +12,7 @@ from ..ml.api import DType
 from ..model import LoadedModel, load_model
 from .forward import ForwardEngine
 from .loop import BatchLoop
-from .protocol import CompletionRequest
+from .protocol import CompletionRequest, RunnerOptions
 from .sequence import PromptTooLongError, Sequence, SequenceSettings, settings_from_request
 
 __all__ = ["RunnerConfig", "Runner", "RequestError"]
@@ -25,15 +25,10 @@ class RequestError(ValueError):
 
 
 @dataclass(frozen=True)
-class RunnerConfig:
+class RunnerConfig(RunnerOptions):
+    """A runner's model and options (protocol.RunnerOptions), plus in-process choices."""
+
     model: str
-    num_ctx: int = 4096
-    parallel: int = 1
-    num_batch: int = 512
-    threads: int | None = None
-    flash_attention: bool = False
-    kv_type: str = "f16"
-    memory_limit: int | None = None
     multi_user_cache: bool = False
     pipelined: bool | None = None  # build batch N+1 while N computes; None = when a core is spare
 

@@ -10,6 +10,7 @@ import signal
 import sys
 import threading
 import time
+from dataclasses import fields
 from typing import Any
 
 from ..gguf import GGUFError
@@ -17,7 +18,7 @@ from ..ml.api import OutOfMemoryError
 from ..model import ModelLoadError
 from .core import Runner, RunnerConfig
 from .http import RunnerState, make_server
-from .protocol import TOKEN_ENV
+from .protocol import TOKEN_ENV, RunnerOptions
 
 __all__ = ["main"]
 
@@ -66,14 +67,8 @@ def main(args: Any) -> int:
 
     config = RunnerConfig(
         model=args.model,
-        num_ctx=args.num_ctx,
-        parallel=args.parallel,
-        num_batch=args.num_batch,
-        threads=args.threads,
-        flash_attention=args.flash_attention,
-        kv_type=args.kv_type,
-        memory_limit=args.memory_limit,
         multi_user_cache=os.environ.get("HEARTH_MULTIUSER_CACHE", "") in ("1", "true"),
+        **{f.name: getattr(args, f.name) for f in fields(RunnerOptions)},
     )
     try:
         runner = Runner(config, progress)

@@ -61,10 +61,36 @@ __all__ = [
     "CompletionChunk",
     "CompletionDone",
     "TokenLogprob",
+    "RunnerOptions",
     "from_dict",
 ]
 
 TOKEN_ENV = "HEARTH_RUNNER_TOKEN"
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunnerOptions:
+    """How a runner serves its model: the command-line options above, with their defaults."""
+
+    num_ctx: int = 4096
+    parallel: int = 1
+    num_batch: int = 512
+    threads: int | None = None  # None = physical cores
+    flash_attention: bool = False
+    kv_type: str = "f16"  # f16 | q8_0 | q4_0 (the last two need flash attention)
+    memory_limit: int | None = None  # bytes; a model needing more fails at load
+
+    def args(self) -> list[str]:
+        """These options as `hearth runner` arguments."""
+        out = ["--num-ctx", str(self.num_ctx), "--parallel", str(self.parallel)]
+        out += ["--num-batch", str(self.num_batch), "--kv-type", self.kv_type]
+        if self.threads:
+            out += ["--threads", str(self.threads)]
+        if self.flash_attention:
+            out.append("--flash-attention")
+        if self.memory_limit:
+            out += ["--memory-limit", str(self.memory_limit)]
+        return out
 
 
 @dataclass
