@@ -112,6 +112,14 @@ class RopeOptions:
     beta_slow: float = 1.0
 
 
+def trim_shape(shape: Sequence[int]) -> tuple[int, ...]:
+    """A shape as the API reports it: trailing sizes of 1 dropped (at least one size kept)."""
+    s = [int(d) for d in shape]
+    while len(s) > 1 and s[-1] == 1:
+        s.pop()
+    return tuple(s)
+
+
 class Tensor(abc.ABC):
     """A node of a graph, or a persistent tensor (weight, cache), in ggml dimension order."""
 
@@ -163,7 +171,8 @@ class Context(abc.ABC):
         """Whether attention should use the fused flash-attention op (a backend switch)."""
 
     # -- creation ---------------------------------------------------------------------------
-    @abc.abstractmethod
+    _keyed: dict[str, Tensor]  # keyed inputs; implementations start it empty
+
     def input(
         self,
         dtype: DType,
@@ -177,9 +186,33 @@ class Context(abc.ABC):
         With a `key`, asking again for the same key returns the existing input (given the new
         `data`): that is how a graph built for one batch is refilled for the next. A different
         dtype or shape under an existing key raises ValueError."""
+        existing = self._keyed.get(key) if key is not None else None
+        if existing is not None:
+            if existing.dtype != dtype or existing.shape != trim_shape(shape):
+                raise ValueError(
+                    f"input '{key}' is {existing.dtype.name}{list(existing.shape)} in this "
+                    f"graph, not {DType(dtype).name}{list(trim_shape(shape))}"
+                )
+            if data is not None:
+                self._set_input(existing, data)
+            return existing
+        t = self._new_input(dtype, shape)
+        if data is not None:
+            self._set_input(t, data)
+        if key is not None:
+            self._keyed[key] = t
+        return t
+
+    def has_input(self, key: str) -> bool:
+        return key in self._keyed
 
     @abc.abstractmethod
-    def has_input(self, key: str) -> bool: ...
+    def _new_input(self, dtype: DType, shape: Sequence[int]) -> Tensor:
+        """A new graph input, its values still to be given."""
+
+    @abc.abstractmethod
+    def _set_input(self, t: Tensor, values: np.ndarray) -> None:
+        """Give an input (of this context) its values, numpy order."""
 
     def from_numpy(self, data: np.ndarray, dtype: DType | None = None) -> Tensor:
         """An input holding `data`; its ggml shape is `data.shape` reversed."""

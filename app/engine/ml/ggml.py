@@ -20,7 +20,6 @@ from .ggml_lib import address as _addr
 from .ggml_lib import metadata_context, physical_cores
 from .ggml_tensor import FLOAT_TYPES as _FLOAT_TYPES
 from .ggml_tensor import GGMLTensor, host_data
-from .ggml_tensor import trim_shape as _trim
 
 __all__ = ["GGMLBackend", "GGMLContext", "GGMLTensor", "metadata_context", "physical_cores"]
 
@@ -43,7 +42,7 @@ class GGMLContext(Context):
         # (a cache write is expanded before the attention that reads the cache).
         self._graph: object | None = g.ggml_new_graph_custom(self._ctx, max_nodes, False)
         self._outputs: set[int] = set()
-        self._keyed: dict[str, GGMLTensor] = {}
+        self._keyed: dict[str, Tensor] = {}
         self._was_allocated = False
         # Set by the engine per pass: for operands with this many rows, the (start, count)
         # runs that belong to one sequence each (see mul_mat).
@@ -57,7 +56,8 @@ class GGMLContext(Context):
     def _t(self, p: object) -> GGMLTensor:
         return GGMLTensor(p, self)
 
-    def _set_input(self, t: GGMLTensor, values: np.ndarray) -> None:
+    def _set_input(self, t: Tensor, values: np.ndarray) -> None:
+        assert isinstance(t, GGMLTensor)
         arr = host_data(t, values)
         if arr.nbytes != t.nbytes:
             raise ValueError(
@@ -66,37 +66,13 @@ class GGMLContext(Context):
         self._inputs[_addr(t._p)] = (t, arr)
 
     # -- creation -----------------------------------------------------------------------
-    def input(
-        self,
-        dtype: DType,
-        shape: Sequence[int],
-        data: np.ndarray | None = None,
-        key: str | None = None,
-    ) -> GGMLTensor:
-        if key is not None:
-            existing = self._keyed.get(key)
-            if existing is not None:
-                if existing.dtype != dtype or existing.shape != _trim(shape):
-                    raise ValueError(
-                        f"input '{key}' is {existing.dtype.name}{list(existing.shape)} in this "
-                        f"graph, not {dtype.name}{list(_trim(shape))}"
-                    )
-                if data is not None:
-                    self._set_input(existing, data)
-                return existing
+    def _new_input(self, dtype: DType, shape: Sequence[int]) -> GGMLTensor:
         ne = list(shape) + [1] * (4 - len(shape))
         p = g.ggml_new_tensor_4d(self._ctx, int(dtype), ne[0], ne[1], ne[2], ne[3])
         g.ggml_set_input(p)
         t = self._t(p)
         self._inputs[_addr(p)] = (t, None)
-        if data is not None:
-            self._set_input(t, data)
-        if key is not None:
-            self._keyed[key] = t
         return t
-
-    def has_input(self, key: str) -> bool:
-        return key in self._keyed
 
     # -- arithmetic ---------------------------------------------------------------------
     def add(self, a: Tensor, b: Tensor) -> GGMLTensor:

@@ -2,23 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import ggml as g
 import numpy as np
 
 from .api import DType, Tensor
 
-__all__ = ["GGMLTensor", "FLOAT_TYPES", "host_data", "trim_shape"]
+__all__ = ["GGMLTensor", "FLOAT_TYPES", "host_data"]
 
 FLOAT_TYPES = frozenset({DType.F32, DType.F16, DType.BF16})
-
-
-def trim_shape(shape: Sequence[int]) -> tuple[int, ...]:
-    s = list(shape)
-    while len(s) > 1 and s[-1] == 1:
-        s.pop()
-    return tuple(s)
 
 
 def host_data(t: Tensor, values: np.ndarray) -> np.ndarray:

@@ -46,9 +46,7 @@ from .reference_ops import NumpyOps
 from .reference_tensor import (
     NumpyTensor,
     element_dtype,
-    ne4,
     numpy_tensor,
-    trim_shape,
 )
 
 __all__ = ["NumpyBackend", "NumpyContext", "NumpyTensor"]
@@ -62,7 +60,7 @@ class NumpyContext(NumpyOps, Context):
         self._max_nodes = max_nodes
         self._nodes: list[NumpyTensor] = []  # tensors with an op, in call order
         self._inputs: dict[int, tuple[NumpyTensor, np.ndarray | None]] = {}
-        self._keyed: dict[str, NumpyTensor] = {}
+        self._keyed: dict[str, Tensor] = {}
         self._roots: dict[int, NumpyTensor] = {}  # forward()ed and output tensors
         self._computed = False
         self._closed = False
@@ -77,7 +75,8 @@ class NumpyContext(NumpyOps, Context):
         if self._closed:
             raise RuntimeError("this context was closed")
 
-    def _set_input(self, t: NumpyTensor, values: np.ndarray) -> None:
+    def _set_input(self, t: Tensor, values: np.ndarray) -> None:
+        t = numpy_tensor(t)
         arr = np.array(values, dtype=element_dtype(t.dtype), copy=True)
         n = t.ne[0] * t.ne[1] * t.ne[2] * t.ne[3]
         if arr.size != n:
@@ -87,35 +86,11 @@ class NumpyContext(NumpyOps, Context):
         self._inputs[id(t)] = (t, arr)
 
     # -- creation ---------------------------------------------------------------------------
-    def input(
-        self,
-        dtype: DType,
-        shape: Sequence[int],
-        data: np.ndarray | None = None,
-        key: str | None = None,
-    ) -> NumpyTensor:
+    def _new_input(self, dtype: DType, shape: Sequence[int]) -> NumpyTensor:
         self._check_open()
-        if key is not None:
-            existing = self._keyed.get(key)
-            if existing is not None:
-                if existing.dtype != dtype or existing.shape != trim_shape(ne4(shape)):
-                    raise ValueError(
-                        f"input '{key}' is {existing.dtype.name}{list(existing.shape)} in this "
-                        f"graph, not {DType(dtype).name}{list(trim_shape(ne4(shape)))}"
-                    )
-                if data is not None:
-                    self._set_input(existing, data)
-                return existing
         t = NumpyTensor._alloc(dtype, shape, self)
         self._inputs[id(t)] = (t, None)
-        if data is not None:
-            self._set_input(t, data)
-        if key is not None:
-            self._keyed[key] = t
         return t
-
-    def has_input(self, key: str) -> bool:
-        return key in self._keyed
 
     # -- running ----------------------------------------------------------------------------
     def forward(self, *tensors: Tensor) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .api import DType, Tensor
+from .api import DType, Tensor, trim_shape
 
 __all__ = [
     "Graph",
@@ -30,7 +30,6 @@ __all__ = [
     "np_shape",
     "numpy_tensor",
     "tile",
-    "trim_shape",
 ]
 
 _ELEMENT: dict[DType, Any] = {
@@ -71,14 +70,6 @@ def contiguous_nb(esize: int, ne: Ne) -> Ne:
     nb1 = esize * ne[0]
     nb2 = nb1 * ne[1]
     return (esize, nb1, nb2, nb2 * ne[2])
-
-
-def trim_shape(ne: Sequence[int]) -> tuple[int, ...]:
-    """The shape as the API reports it: trailing sizes of 1 dropped (at least one size kept)."""
-    s = list(ne)
-    while len(s) > 1 and s[-1] == 1:
-        s.pop()
-    return tuple(s)
 
 
 def np_shape(ne: Ne) -> tuple[int, int, int, int]:
