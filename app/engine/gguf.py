@@ -396,9 +396,3 @@ def _tensor_nbytes(path: Path, name: str, shape: tuple[int, ...], type_id: int) 
     for d in shape:
         n *= d
     return n // block * type_size
-
-
-def read_metadata(path: str | os.PathLike[str]) -> Metadata:
-    """Open a file only to read its metadata."""
-    with GGUFFile(path) as f:
-        return f.metadata

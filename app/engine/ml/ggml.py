@@ -278,10 +278,6 @@ class GGMLContext(Context):
         (after inputs were refilled) without building anew."""
         return self._graph is not None and self._backend._allocated_graph == _addr(self._graph)
 
-    @property
-    def n_nodes(self) -> int:
-        return 0 if self._graph is None else int(g.ggml_graph_n_nodes(self._graph))
-
     def close(self) -> None:
         if self._ctx:
             self._backend._forget_graph(self._graph)

@@ -99,8 +99,3 @@ class SettingsController(QObject):
         if on != self.settings.think:
             self.settings.think = on
             self._save()
-
-    def set_default_model(self, name: str) -> None:
-        if name and name != self.settings.default_model:
-            self.settings.default_model = name
-            self._save()
