@@ -2,7 +2,8 @@
 # Create .venv in the repository root and install Hearth into it (editable), idempotently.
 # Usage: scripts/bootstrap.sh [extras]      e.g. scripts/bootstrap.sh test
 # The first run compiles ggml (ggml-python) and, for tests, llama.cpp (llama-cpp-python): a few
-# minutes on two cores. Later runs return at once unless pyproject.toml changed.
+# minutes on two cores. Later runs return at once unless pyproject.toml, setup.py or the C
+# kernel (app/engine/ml/_kernels.c) changed.
 # GPU builds: export CMAKE_ARGS="-DGGML_CUDA=on" before the first run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,7 +14,7 @@ if [ ! -x .venv/bin/python ]; then
     "$python" -m venv .venv
 fi
 stamp=.venv/.hearth-install-stamp
-want="$(cat pyproject.toml scripts/bootstrap.sh | sha256sum | cut -d' ' -f1) extras=${extras}"
+want="$(cat pyproject.toml setup.py app/engine/ml/_kernels.c scripts/bootstrap.sh | sha256sum | cut -d' ' -f1) extras=${extras}"
 have="$(cat "$stamp" 2>/dev/null || true)"
 # An install with the test extras also satisfies a plain install.
 if [ "$have" = "$want" ] || { [ -z "$extras" ] && [ "$have" = "${want% extras=*} extras=test" ]; }; then

@@ -16,6 +16,7 @@ import ggml as g
 import numpy as np
 
 from .api import Backend, CacheConfig, Context, DType, OutOfMemoryError, RopeOptions, Tensor
+from .ggml_kernels import FewRowsKernel
 from .ggml_lib import address as _addr
 from .ggml_lib import metadata_context, physical_cores
 from .ggml_tensor import FLOAT_TYPES as _FLOAT_TYPES
@@ -102,6 +103,9 @@ class GGMLContext(Context):
         return self._t(self._mul_mat(a, b.ptr, full_precision))  # type: ignore[attr-defined]
 
     def _mul_mat(self, a: Tensor, bp: Any, full_precision: bool) -> Any:
+        kernel = self._backend.few_rows_kernel
+        if kernel is not None and kernel.applies(a.ptr, bp):  # type: ignore[attr-defined]
+            return kernel.mul_mat(self._ctx, a.ptr, bp)  # type: ignore[attr-defined]
         p = g.ggml_mul_mat(self._ctx, a.ptr, bp)  # type: ignore[attr-defined]
         if full_precision:
             g.ggml_mul_mat_set_prec(p, g.GGML_PREC_F32)
@@ -320,6 +324,10 @@ class GGMLBackend(Backend):
         self._allocated_graph = 0
         self._persistent: list[tuple[object, object]] = []  # (ggml context, buffer)
         self.cpu_buffer_type = g.ggml_backend_cpu_buffer_type()
+        # Quantized weights times 2..8 rows (several sequences decoding together) go to
+        # Hearth's own kernel where it is built and agrees bit for bit with ggml's.
+        self.few_rows_kernel: FewRowsKernel | None = None
+        self.few_rows_kernel = FewRowsKernel.for_backend(self)
 
     # -- scheduler ----------------------------------------------------------------------
     def _scheduler(self) -> object:

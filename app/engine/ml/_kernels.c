@@ -1,0 +1,310 @@
+/*
+ * Hearth's own CPU kernel: quantized weights times a *few* activation rows.
+ *
+ * When several sequences decode together, every weight matrix is multiplied by 2..8 rows
+ * (one per sequence). ggml handles that case with llamafile's tiled sgemm, which re-decodes
+ * each weight block for every tile of columns and reloads scales per product; on a two-core
+ * machine that step costs about 2.5x one row instead of the ~1.3x the memory traffic allows.
+ * This kernel decodes a weight block once and uses it for up to four columns at a time.
+ *
+ * Contract: every output element is computed exactly as ggml's CPU vec_dot computes it
+ * (and so as llama.cpp does), so results are bit-identical whatever the number of rows:
+ *   - the activation row is quantized to Q8_0 by ggml's own CPU quantizer (its function
+ *     pointer is handed over at init), blocks of 32;
+ *   - per block, the 32 int8 products are summed in 8 int32 lanes of 4 consecutive products
+ *     (lanes 0-3: elements 0-15, lanes 4-7: elements 16-31), converted to float;
+ *   - the lanes are accumulated with fused multiply-add by (weight scale * row scale),
+ *     the two fp16 scales converted to float and multiplied in float, block by block in order;
+ *   - the 8 lanes are summed as ((hi4 + lo4), then the upper pair onto the lower, then
+ *     lane 1 onto lane 0).
+ * The Python side (ggml_kernels.py) checks this against ggml on random data before it uses
+ * the kernel, and falls back to ggml's mul_mat when the check fails or the CPU lacks AVX2.
+ *
+ * The entry point has ggml's custom-op signature and runs on ggml's own worker threads;
+ * rows are split between them. Tensor fields are read through byte offsets given at init
+ * (from the ctypes description of struct ggml_tensor), so no ggml header is needed here.
+ *
+ * Weight types: Q8_0, Q5_0, Q4_0 (the 32-element types whose vec_dot has this form).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define HK_QK 32
+#define HK_MAX_COLS 8
+#define HK_CHUNK_ROWS 32 /* even */
+#define HK_PREFETCH_ROWS 4 /* how far ahead the weight rows are fetched */
+
+enum { HK_Q4_0 = 2, HK_Q5_0 = 6, HK_Q8_0 = 8 }; /* ggml type ids */
+
+typedef struct { uint16_t d; int8_t qs[HK_QK]; } hk_block_q8_0;
+typedef struct { uint16_t d; uint8_t qh[4]; uint8_t qs[HK_QK / 2]; } hk_block_q5_0;
+typedef struct { uint16_t d; uint8_t qs[HK_QK / 2]; } hk_block_q4_0;
+
+typedef void (*hk_quantize_fn)(const float *x, void *y, int64_t k);
+
+/* Byte offsets of the struct ggml_tensor fields used, and ggml's Q8_0 quantizer. */
+static struct {
+    size_t type, ne, nb, src, data;
+    hk_quantize_fn quantize_q8_0;
+    int ready;
+} hk;
+
+#define HK_FIELD(t, off, T) (*(T *)((char *)(t) + (off)))
+
+int hearth_kernels_init(void *quantize_q8_0, size_t off_type, size_t off_ne, size_t off_nb,
+                        size_t off_src, size_t off_data) {
+    hk.quantize_q8_0 = (hk_quantize_fn)quantize_q8_0;
+    hk.type = off_type;
+    hk.ne = off_ne;
+    hk.nb = off_nb;
+    hk.src = off_src;
+    hk.data = off_data;
+    hk.ready = quantize_q8_0 != NULL;
+    return hk.ready;
+}
+
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+#define HK_X86 1
+#include <immintrin.h>
+
+#define HK_TARGET __attribute__((target("avx2,fma,f16c")))
+#define HK_INLINE static inline __attribute__((always_inline)) HK_TARGET
+
+int hearth_kernels_supported(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+           __builtin_cpu_supports("f16c");
+}
+
+HK_INLINE float hk_half(uint16_t h) { return _cvtsh_ss(h); }
+
+/* The 32 signed weights of block l of a row, one per byte. */
+HK_INLINE __m256i hk_nibbles(const uint8_t *qs) {
+    const __m128i x = _mm_loadu_si128((const __m128i *)qs);
+    const __m128i lo = _mm_and_si128(x, _mm_set1_epi8(0x0F));
+    const __m128i hi = _mm_and_si128(_mm_srli_epi16(x, 4), _mm_set1_epi8(0x0F));
+    return _mm256_set_m128i(hi, lo);
+}
+
+HK_INLINE __m256i hk_decode(int type, const void *row, int64_t l, float *scale) {
+    if (type == HK_Q8_0) {
+        const hk_block_q8_0 *b = (const hk_block_q8_0 *)row + l;
+        *scale = hk_half(b->d);
+        return _mm256_loadu_si256((const __m256i *)b->qs);
+    }
+    if (type == HK_Q5_0) {
+        const hk_block_q5_0 *b = (const hk_block_q5_0 *)row + l;
+        *scale = hk_half(b->d);
+        uint32_t bits;
+        memcpy(&bits, b->qh, sizeof bits);
+        /* Byte i gets qh byte i/8, keeps bit i%8: set when the fifth bit of weight i is 1. */
+        const __m256i spread = _mm256_shuffle_epi8(
+            _mm256_set1_epi32((int)bits),
+            _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0));
+        const __m256i bit = _mm256_set1_epi64x((int64_t)0x8040201008040201);
+        const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
+        /* (nibble | fifth bit << 4) - 16 */
+        const __m256i v = _mm256_or_si256(hk_nibbles(b->qs),
+                                          _mm256_and_si256(set, _mm256_set1_epi8(0x10)));
+        return _mm256_sub_epi8(v, _mm256_set1_epi8(16));
+    }
+    const hk_block_q4_0 *b = (const hk_block_q4_0 *)row + l;
+    *scale = hk_half(b->d);
+    return _mm256_sub_epi8(hk_nibbles(b->qs), _mm256_set1_epi8(8));
+}
+
+static inline size_t hk_block_size(int type) {
+    return type == HK_Q8_0 ? sizeof(hk_block_q8_0)
+         : type == HK_Q5_0 ? sizeof(hk_block_q5_0)
+                           : sizeof(hk_block_q4_0);
+}
+
+/* int8 x int8 products of one block, summed in 8 lanes of 4, as float. */
+HK_INLINE __m256 hk_block_dot(__m256i w_abs, __m256i w, __m256i x) {
+    const __m256i pairs = _mm256_maddubs_epi16(w_abs, _mm256_sign_epi8(x, w));
+    return _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_set1_epi16(1), pairs));
+}
+
+HK_INLINE float hk_hsum(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_extractf128_ps(v, 1), _mm256_castps256_ps128(v));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* Rows [r0, r1) of the weights times NC quantized columns xq[0..NC) (their scales in xd,
+ * NC per block, interleaved). Two rows at a time share each column load. */
+HK_INLINE void hk_rows(int type, const char *w, size_t w_stride, int64_t r0, int64_t r1,
+                       int64_t nblocks, const hk_block_q8_0 *const *xq, const float *xd,
+                       const int nc, float *out, size_t out_stride) {
+    int64_t r = r0;
+    for (; r + 2 <= r1; r += 2) {
+        __m256 acc[2][4];
+        for (int j = 0; j < 4; j++) acc[0][j] = acc[1][j] = _mm256_setzero_ps();
+        const void *row0 = w + r * w_stride, *row1 = w + (r + 1) * w_stride;
+        const char *ahead0 = (const char *)row0 + HK_PREFETCH_ROWS * w_stride;
+        const size_t bsize = hk_block_size(type);
+        for (int64_t l = 0; l < nblocks; l++) {
+            /* The weights stream from memory once: fetch the rows a few ahead meanwhile. */
+            _mm_prefetch(ahead0 + l * bsize, _MM_HINT_T0);
+            _mm_prefetch(ahead0 + w_stride + l * bsize, _MM_HINT_T0);
+            float d0, d1;
+            const __m256i w0 = hk_decode(type, row0, l, &d0);
+            const __m256i w1 = hk_decode(type, row1, l, &d1);
+            const __m256i a0 = _mm256_sign_epi8(w0, w0), a1 = _mm256_sign_epi8(w1, w1);
+            const __m128 xs = _mm_loadu_ps(xd + l * 4);
+            const __m128 s0 = _mm_mul_ps(_mm_set1_ps(d0), xs), s1 = _mm_mul_ps(_mm_set1_ps(d1), xs);
+            const __m256 s0x = _mm256_set_m128(s0, s0), s1x = _mm256_set_m128(s1, s1);
+            for (int j = 0; j < nc; j++) {
+                const __m256i x = _mm256_loadu_si256((const __m256i *)xq[j][l].qs);
+                const __m256 sj0 = _mm256_permutevar_ps(s0x, _mm256_set1_epi32(j));
+                const __m256 sj1 = _mm256_permutevar_ps(s1x, _mm256_set1_epi32(j));
+                acc[0][j] = _mm256_fmadd_ps(sj0, hk_block_dot(a0, w0, x), acc[0][j]);
+                acc[1][j] = _mm256_fmadd_ps(sj1, hk_block_dot(a1, w1, x), acc[1][j]);
+            }
+        }
+        for (int j = 0; j < nc; j++) {
+            out[j * out_stride + r] = hk_hsum(acc[0][j]);
+            out[j * out_stride + r + 1] = hk_hsum(acc[1][j]);
+        }
+    }
+    for (; r < r1; r++) {
+        __m256 acc[4];
+        for (int j = 0; j < 4; j++) acc[j] = _mm256_setzero_ps();
+        const void *row = w + r * w_stride;
+        for (int64_t l = 0; l < nblocks; l++) {
+            float d;
+            const __m256i w0 = hk_decode(type, row, l, &d);
+            const __m256i a0 = _mm256_sign_epi8(w0, w0);
+            const __m128 s = _mm_mul_ps(_mm_set1_ps(d), _mm_loadu_ps(xd + l * 4));
+            const __m256 sx = _mm256_set_m128(s, s);
+            for (int j = 0; j < nc; j++) {
+                const __m256i x = _mm256_loadu_si256((const __m256i *)xq[j][l].qs);
+                acc[j] = _mm256_fmadd_ps(_mm256_permutevar_ps(sx, _mm256_set1_epi32(j)),
+                                         hk_block_dot(a0, w0, x), acc[j]);
+            }
+        }
+        for (int j = 0; j < nc; j++) out[j * out_stride + r] = hk_hsum(acc[j]);
+    }
+}
+
+/* One instance per (weight type, column count) so the inner loops are fully specialised. */
+#define HK_VARIANT(T, NC)                                                                      \
+    static HK_TARGET __attribute__((noinline)) void hk_rows_##T##_##NC(                        \
+        const char *w, size_t ws, int64_t r0, int64_t r1, int64_t nb,                           \
+        const hk_block_q8_0 *const *xq, const float *xd, float *out, size_t os) {              \
+        hk_rows(HK_##T, w, ws, r0, r1, nb, xq, xd, NC, out, os);                               \
+    }
+#define HK_VARIANTS(T) HK_VARIANT(T, 1) HK_VARIANT(T, 2) HK_VARIANT(T, 3) HK_VARIANT(T, 4)
+HK_VARIANTS(Q8_0)
+HK_VARIANTS(Q5_0)
+HK_VARIANTS(Q4_0)
+
+typedef void (*hk_rows_fn)(const char *, size_t, int64_t, int64_t, int64_t,
+                           const hk_block_q8_0 *const *, const float *, float *, size_t);
+
+static hk_rows_fn hk_pick(int type, int nc) {
+    static const hk_rows_fn q8[4] = {hk_rows_Q8_0_1, hk_rows_Q8_0_2, hk_rows_Q8_0_3, hk_rows_Q8_0_4};
+    static const hk_rows_fn q5[4] = {hk_rows_Q5_0_1, hk_rows_Q5_0_2, hk_rows_Q5_0_3, hk_rows_Q5_0_4};
+    static const hk_rows_fn q4[4] = {hk_rows_Q4_0_1, hk_rows_Q4_0_2, hk_rows_Q4_0_3, hk_rows_Q4_0_4};
+    switch (type) {
+    case HK_Q8_0: return q8[nc - 1];
+    case HK_Q5_0: return q5[nc - 1];
+    case HK_Q4_0: return q4[nc - 1];
+    default: return NULL;
+    }
+}
+
+/*
+ * ggml custom op (ggml_custom_4d, sources: weights [k, m], activations [k, n] f32 with
+ * 1 <= n <= 8, destination [m, n] f32 contiguous). Each thread quantizes the few activation
+ * rows itself (a few microseconds; no barrier needed) and computes its share of the rows.
+ */
+HK_TARGET void hearth_mul_mat_few(void *dst, int ith, int nth, void *userdata) {
+    (void)userdata;
+    if (!hk.ready) return;
+    void *const *srcs = (void *const *)((char *)dst + hk.src);
+    void *w_t = srcs[0], *x_t = srcs[1];
+    const int type = HK_FIELD(w_t, hk.type, int);
+    const int64_t *w_ne = &HK_FIELD(w_t, hk.ne, int64_t);
+    const size_t *w_nb = &HK_FIELD(w_t, hk.nb, size_t);
+    const int64_t *x_ne = &HK_FIELD(x_t, hk.ne, int64_t);
+    const size_t *x_nb = &HK_FIELD(x_t, hk.nb, size_t);
+    const size_t *d_nb = &HK_FIELD(dst, hk.nb, size_t);
+    const char *w = HK_FIELD(w_t, hk.data, const char *);
+    const char *x = HK_FIELD(x_t, hk.data, const char *);
+    float *out = HK_FIELD(dst, hk.data, float *);
+
+    const int64_t k = w_ne[0], m = w_ne[1], n = x_ne[1], nblocks = k / HK_QK;
+    if (n < 1 || n > HK_MAX_COLS || k % HK_QK || !hk_pick(type, 1)) return;
+
+    /* Rows for this thread, in pairs. */
+    const int64_t per = ((m + nth - 1) / nth + 1) & ~(int64_t)1;
+    const int64_t r0 = per * ith, r1 = r0 + per < m ? r0 + per : m;
+    if (r0 >= r1) return;
+
+    hk_block_q8_0 *xq = malloc(sizeof(hk_block_q8_0) * nblocks * n);
+    float *xd = malloc(sizeof(float) * nblocks * 4 * ((n + 3) / 4));
+    if (!xq || !xd) {
+        free(xq);
+        free(xd);
+        return;
+    }
+    for (int64_t j = 0; j < n; j++)
+        hk.quantize_q8_0((const float *)(x + j * x_nb[1]), xq + j * nblocks, k);
+
+    /* Column groups of up to four, their scales interleaved per block. */
+    const hk_block_q8_0 *cols[2][4];
+    int group_cols[2] = {0, 0};
+    const int groups = (int)((n + 3) / 4);
+    for (int gi = 0; gi < groups; gi++) {
+        const int64_t j0 = gi * 4;
+        const int nc = n - j0 < 4 ? (int)(n - j0) : 4;
+        float *scales = xd + gi * nblocks * 4;
+        group_cols[gi] = nc;
+        for (int j = 0; j < 4; j++) {
+            cols[gi][j] = xq + (j0 + (j < nc ? j : 0)) * nblocks;
+            for (int64_t l = 0; l < nblocks; l++)
+                scales[l * 4 + j] = j < nc ? hk_half(cols[gi][j][l].d) : 0.0f;
+        }
+    }
+    /* With two groups, both use a chunk of rows while it is in cache: the weights are
+     * read from memory once. */
+    const size_t os = d_nb[1] / sizeof(float);
+    const int64_t chunk = groups == 1 ? r1 - r0 : HK_CHUNK_ROWS;
+    for (int64_t c0 = r0; c0 < r1; c0 += chunk) {
+        const int64_t c1 = c0 + chunk < r1 ? c0 + chunk : r1;
+        for (int gi = 0; gi < groups; gi++)
+            hk_pick(type, group_cols[gi])(w, w_nb[1], c0, c1, nblocks, cols[gi],
+                                          xd + gi * nblocks * 4, out + gi * 4 * os, os);
+    }
+    free(xq);
+    free(xd);
+}
+
+#else /* not x86 with GCC/Clang: the kernel is absent and ggml's mul_mat is used */
+
+int hearth_kernels_supported(void) { return 0; }
+
+void hearth_mul_mat_few(void *dst, int ith, int nth, void *userdata) {
+    (void)dst;
+    (void)ith;
+    (void)nth;
+    (void)userdata;
+}
+
+#endif
+
+/* Built by setuptools as an extension module; Python loads it with ctypes, not import. */
+static struct PyModuleDef hk_module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "_kernels",
+    .m_doc = "Hearth's CPU kernels (used through ctypes).",
+    .m_size = -1,
+};
+
+PyMODINIT_FUNC PyInit__kernels(void) { return PyModule_Create(&hk_module); }

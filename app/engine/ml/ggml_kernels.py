@@ -1,0 +1,160 @@
+"""Hearth's own CPU kernel for quantized weights times a few rows (see `_kernels.c`).
+
+Decoding several sequences together multiplies every weight matrix by 2..8 activation rows.
+ggml's kernel for that case costs about 2.5x one row on two cores; ours, which decodes each
+weight block once for up to four rows, brings the whole decoding step well under that.
+
+The kernel computes every element exactly as ggml's own dot product does, so the numbers do
+not change (they stay bit-identical to llama.cpp's). That is not taken on trust:
+`FewRowsKernel.for_backend` runs the kernel and ggml's `mul_mat` on random weights of every
+type it supports, for every row count, and enables a type only where all results are equal.
+Where the extension is missing, the CPU lacks AVX2/FMA/F16C, the check fails, or
+`HEARTH_CPU_KERNELS=0` is set, graphs use ggml's mul_mat as before.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import logging
+import os
+from typing import TYPE_CHECKING, Any
+
+import ggml as g
+import numpy as np
+
+from .api import DType
+
+if TYPE_CHECKING:
+    from .ggml import GGMLBackend
+
+__all__ = ["FewRowsKernel", "MAX_ROWS"]
+
+_log = logging.getLogger("hearth.kernels")
+
+MAX_ROWS = 8  # the kernel's limit on activation rows (the C side refuses more)
+MIN_ROWS = 2  # one row is ggml's vec_dot already, with nothing to share
+_BLOCK = 32
+_BLOCK_BYTES = {DType.Q8_0: 34, DType.Q5_0: 22, DType.Q4_0: 18}  # 32 weights each
+
+
+def _load_library() -> ctypes.CDLL | None:
+    spec = importlib.util.find_spec("hearth.engine.ml._kernels")
+    if spec is None or not spec.origin:
+        _log.debug("Hearth's CPU kernels are not built; ggml's mul_mat is used")
+        return None
+    try:
+        lib = ctypes.CDLL(spec.origin)
+    except OSError as exc:
+        _log.warning("could not load Hearth's CPU kernels (%s); ggml's mul_mat is used", exc)
+        return None
+    lib.hearth_kernels_supported.restype = ctypes.c_int
+    lib.hearth_kernels_init.restype = ctypes.c_int
+    lib.hearth_kernels_init.argtypes = [ctypes.c_void_p] + [ctypes.c_size_t] * 5
+    return lib
+
+
+def _ggml_features_match() -> bool:
+    """The kernel reproduces ggml's AVX2 dot products; ggml must have been built with them."""
+    return all(getattr(g, f"ggml_cpu_has_{name}", lambda: 0)() for name in ("avx2", "fma", "f16c"))
+
+
+def _random_blocks(dtype: DType, rows: int, k: int, rng: np.random.Generator) -> np.ndarray:
+    """Random but valid quantized weights: fp16 scales of weights' size, any quant bits."""
+    blocks = rows * (k // _BLOCK)
+    scales = rng.uniform(1e-3, 5e-2, blocks).astype(np.float16).view(np.uint8).reshape(-1, 2)
+    if dtype == DType.Q8_0:
+        quants = rng.integers(-127, 128, (blocks, 32)).astype(np.int8).view(np.uint8)
+    elif dtype == DType.Q5_0:
+        quants = rng.integers(0, 256, (blocks, 4 + 16), dtype=np.uint8)
+    else:
+        quants = rng.integers(0, 256, (blocks, 16), dtype=np.uint8)
+    return np.concatenate([scales, quants], axis=1).reshape(rows, -1)
+
+
+class FewRowsKernel:
+    """The kernel as a ggml custom op, for the weight types it was verified on."""
+
+    def __init__(self, lib: ctypes.CDLL) -> None:
+        self._lib = lib
+        address = ctypes.cast(lib.hearth_mul_mat_few, ctypes.c_void_p).value or 0
+        self._fn = g.ggml_custom_op_t(address)
+        self.types: set[DType] = set()
+
+    @classmethod
+    def for_backend(cls, backend: GGMLBackend) -> FewRowsKernel | None:
+        """The kernel, or None where it cannot be used. The check runs once per process (on
+        the first backend); `HEARTH_CPU_KERNELS=0` turns the kernel off."""
+        if os.environ.get("HEARTH_CPU_KERNELS", "1") == "0":
+            return None
+        global _checked
+        if _checked is _UNCHECKED:
+            _checked = cls._checked_on(backend)
+        return _checked  # type: ignore[return-value]
+
+    @classmethod
+    def _checked_on(cls, backend: GGMLBackend) -> FewRowsKernel | None:
+        if not _ggml_features_match():
+            return None
+        lib = _load_library()
+        if lib is None or not lib.hearth_kernels_supported():
+            return None
+        traits = g.ggml_get_type_traits_cpu(int(DType.Q8_0)).contents
+        quantize = ctypes.cast(traits.from_float, ctypes.c_void_p).value
+        fields: Any = g.ggml_tensor  # ctypes field descriptors carry byte offsets
+        offsets = [getattr(fields, name).offset for name in ("type", "ne", "nb", "src", "data")]
+        if not lib.hearth_kernels_init(quantize, *offsets):
+            return None
+        kernel = cls(lib)
+        for dtype in _BLOCK_BYTES:
+            if kernel._agrees_with_ggml(backend, dtype):
+                kernel.types.add(dtype)
+            else:
+                _log.warning("Hearth's %s kernel differs from ggml here; not used", dtype.name)
+        return kernel if kernel.types else None
+
+    def applies(self, a: Any, b: Any) -> bool:
+        """Whether `ggml_mul_mat(a, b)` (ctypes tensor pointers) can be this kernel."""
+        wa, xb = a.contents, b.contents
+        return (
+            wa.type in self.types
+            and wa.nb[0] == _BLOCK_BYTES[DType(wa.type)]  # plain blocks (not repacked)
+            and (not wa.buffer or g.ggml_backend_buffer_is_host(wa.buffer))
+            and xb.type == DType.F32
+            and MIN_ROWS <= xb.ne[1] <= MAX_ROWS
+            and wa.ne[0] == xb.ne[0]
+            and wa.ne[0] % _BLOCK == 0
+            and wa.ne[2] == wa.ne[3] == xb.ne[2] == xb.ne[3] == 1
+            and xb.nb[0] == 4
+        )
+
+    def mul_mat(self, ctx: Any, a: Any, b: Any) -> Any:
+        """A node equal to `ggml_mul_mat(ctx, a, b)`, computed by the kernel."""
+        args = (ctypes.POINTER(g.ggml_tensor) * 2)(a, b)
+        m, n = a.contents.ne[1], b.contents.ne[1]
+        return g.ggml_custom_4d(
+            ctx, g.GGML_TYPE_F32, m, n, 1, 1, args, 2, self._fn, g.GGML_N_TASKS_MAX, None
+        )
+
+    def _agrees_with_ggml(self, backend: GGMLBackend, dtype: DType) -> bool:
+        """Kernel and ggml's mul_mat give equal bits for 1..MAX_ROWS rows (odd sizes too)."""
+        rng = np.random.default_rng(int(dtype))
+        k, m = 5 * _BLOCK, 37
+        blocks = _random_blocks(dtype, m, k, rng)
+        for n in range(1, MAX_ROWS + 1):
+            ctx = backend.new_context(16)
+            try:
+                w = ctx.input(dtype, [k, m], blocks)
+                x = ctx.input(DType.F32, [k, n], rng.standard_normal((n, k)).astype(np.float32))
+                ours = ctx._t(self.mul_mat(ctx._ctx, w.ptr, x.ptr))  # type: ignore[attr-defined]
+                theirs = ctx._t(g.ggml_mul_mat(ctx._ctx, w.ptr, x.ptr))  # type: ignore[attr-defined]
+                ctx.compute(ours, theirs)
+                if not np.array_equal(ours.numpy(), theirs.numpy()):
+                    return False
+            finally:
+                ctx.close()
+        return True
+
+
+_UNCHECKED = object()
+_checked: object = _UNCHECKED
