@@ -30,6 +30,7 @@
 #include <Python.h>
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -226,7 +227,6 @@ static hk_rows_fn hk_pick(int type, int nc) {
  */
 HK_TARGET void hearth_mul_mat_few(void *dst, int ith, int nth, void *userdata) {
     (void)userdata;
-    if (!hk.ready) return;
     void *const *srcs = (void *const *)((char *)dst + hk.src);
     void *w_t = srcs[0], *x_t = srcs[1];
     const int type = HK_FIELD(w_t, hk.type, int);
@@ -240,7 +240,10 @@ HK_TARGET void hearth_mul_mat_few(void *dst, int ith, int nth, void *userdata) {
     float *out = HK_FIELD(dst, hk.data, float *);
 
     const int64_t k = w_ne[0], m = w_ne[1], n = x_ne[1], nblocks = k / HK_QK;
-    if (n < 1 || n > HK_MAX_COLS || k % HK_QK || !hk_pick(type, 1)) return;
+    if (n < 1 || n > HK_MAX_COLS || k % HK_QK || !hk_pick(type, 1)) {
+        fputs("hearth: the few-rows kernel was given a case it does not handle\n", stderr);
+        abort(); /* ggml_kernels.FewRowsKernel.applies never builds such a node */
+    }
 
     /* Rows for this thread, in pairs. */
     const int64_t per = ((m + nth - 1) / nth + 1) & ~(int64_t)1;
@@ -249,10 +252,9 @@ HK_TARGET void hearth_mul_mat_few(void *dst, int ith, int nth, void *userdata) {
 
     hk_block_q8_0 *xq = malloc(sizeof(hk_block_q8_0) * nblocks * n);
     float *xd = malloc(sizeof(float) * nblocks * 4 * ((n + 3) / 4));
-    if (!xq || !xd) {
-        free(xq);
-        free(xd);
-        return;
+    if (!xq || !xd) { /* as ggml does: no silent wrong numbers (the runner is a subprocess) */
+        fputs("hearth: out of memory in the few-rows kernel\n", stderr);
+        abort();
     }
     for (int64_t j = 0; j < n; j++)
         hk.quantize_q8_0((const float *)(x + j * x_nb[1]), xq + j * nblocks, k);
