@@ -17,7 +17,14 @@ from hearth.engine.ml.ggml import GGMLBackend
 from hearth.engine.ml.ggml_kernels import MAX_ROWS, FewRowsKernel
 
 QT = gguf.GGMLQuantizationType
-TYPES = {DType.Q8_0: QT.Q8_0, DType.Q5_0: QT.Q5_0, DType.Q4_0: QT.Q4_0}
+TYPES = {
+    DType.Q8_0: QT.Q8_0,
+    DType.Q5_0: QT.Q5_0,
+    DType.Q4_0: QT.Q4_0,
+    DType.Q4_K: QT.Q4_K,
+    DType.Q6_K: QT.Q6_K,
+}
+K_TYPES = {DType.Q4_K: 144, DType.Q6_K: 210}  # bytes per 256 weights
 
 
 def _cpu_can_run_it() -> bool:
@@ -44,8 +51,30 @@ def kernel(backend):
 def _weights(dtype: DType, k: int, m: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """(raw quantized bytes [m, row bytes], the same weights dequantized by gguf [m, k])."""
     rng = np.random.default_rng(seed)
-    raw = gguf.quants.quantize(rng.standard_normal((m, k)).astype(np.float32), TYPES[dtype])
+    if dtype in K_TYPES:  # gguf cannot quantize these: random bits, fp16 scales set sanely
+        raw = rng.integers(0, 256, (m * k // 256, K_TYPES[dtype]), dtype=np.uint8)
+        scales = rng.uniform(1e-3, 3e-2, (len(raw), 2)).astype(np.float16).view(np.uint8)
+        if dtype == DType.Q4_K:
+            raw[:, :4] = scales.reshape(-1, 4)  # d, dmin
+        else:
+            raw[:, -2:] = scales[:, :2]  # d
+        raw = raw.reshape(m, -1)
+    else:
+        raw = gguf.quants.quantize(rng.standard_normal((m, k)).astype(np.float32), TYPES[dtype])
     return raw, gguf.quants.dequantize(raw, TYPES[dtype]).reshape(m, k)
+
+
+def _activations_as_ggml_rounds_them(dtype: DType, x: np.ndarray) -> np.ndarray:
+    """The activation rows after ggml's quantization for `dtype`'s dot product: Q8_0 (blocks
+    of 32, by gguf), or Q8_K (blocks of 256: scale -127/v for the value v of largest
+    magnitude, round half to even, at most 127), written out here."""
+    if dtype not in K_TYPES:
+        return gguf.quants.dequantize(gguf.quants.quantize(x, QT.Q8_0), QT.Q8_0).reshape(x.shape)
+    blocks = x.reshape(-1, 256).astype(np.float32)
+    peak = blocks[np.arange(len(blocks)), np.abs(blocks).argmax(axis=1)]
+    iscale = np.float32(-127.0) / peak
+    q = np.minimum(np.rint(blocks * iscale[:, None]), 127)
+    return (q * (np.float32(1) / iscale)[:, None]).reshape(x.shape)
 
 
 def _multiply(backend: GGMLBackend, dtype: DType, raw: np.ndarray, x: np.ndarray, *, ours: bool):
@@ -74,7 +103,7 @@ def test_the_kernel_is_built_and_enabled_where_the_cpu_has_avx2(backend):
 
 
 @pytest.mark.parametrize("dtype", list(TYPES), ids=lambda d: d.name)
-@pytest.mark.parametrize("k, m", [(32, 1), (640, 37), (2048, 130), (640, 641)])
+@pytest.mark.parametrize("k, m", [(256, 1), (768, 37), (2048, 130), (1024, 641)])
 def test_equals_ggml_bit_for_bit(backend, kernel, dtype, k, m):
     raw, _ = _weights(dtype, k, m, seed=k + m)
     rng = np.random.default_rng(m)
@@ -93,12 +122,12 @@ def test_equals_ggml_bit_for_bit(backend, kernel, dtype, k, m):
 
 @pytest.mark.parametrize("dtype", list(TYPES), ids=lambda d: d.name)
 def test_equals_a_numpy_product_of_the_dequantized_weights(backend, kernel, dtype):
-    """Independent oracle: gguf's dequantized weights times the activations rounded to Q8_0
-    as ggml rounds them, in float64. Only the float summation order differs."""
+    """Independent oracle: gguf's dequantized weights times the activations rounded as ggml
+    rounds them, in float64. Only the float summation order differs."""
     k, m, n = 1024, 96, 5
     raw, dense = _weights(dtype, k, m, seed=7)
     x = np.random.default_rng(8).standard_normal((n, k)).astype(np.float32)
-    x_q8 = gguf.quants.dequantize(gguf.quants.quantize(x, QT.Q8_0), QT.Q8_0).reshape(n, k)
+    x_q8 = _activations_as_ggml_rounds_them(dtype, x)
     got, _ = _multiply(backend, dtype, raw, x, ours=True)
     want = x_q8.astype(np.float64) @ dense.T.astype(np.float64)
     np.testing.assert_allclose(got, want, rtol=0, atol=2e-5 * np.abs(want).max())

@@ -24,7 +24,16 @@
  * rows are split between them. Tensor fields are read through byte offsets given at init
  * (from the ctypes description of struct ggml_tensor), so no ggml header is needed here.
  *
- * Weight types: Q8_0, Q5_0, Q4_0 (the 32-element types whose vec_dot has this form).
+ * Weight types: Q8_0, Q5_0, Q4_0 (blocks of 32, activations in Q8_0, as above) and Q4_K,
+ * Q6_K (blocks of 256, activations in ggml's Q8_K). For the K types the contract is ggml's
+ * AVX2 vec_dot form for them: per block, the products of each group of 32 weights are summed
+ * in 8 int32 lanes of 4 (lanes 0-3 the group's first 16, 4-7 its last 16), times the group's
+ * integer scale(s), over the 8 groups, exactly in integers (Q6_K then subtracts
+ * 32 * sum(scale * activation sums of 16) per lane pair, for its offset of 32); converted to
+ * float and accumulated by fused multiply-add with (row scale * fp16 weight scale). Q4_K adds
+ * its minimums separately: sub-block mins times activation sums of 32, in 4 lanes of 2,
+ * accumulated with (-row scale * fp16 dmin), summed as (lo2 + hi2, then lane 1 onto lane 0)
+ * and added to the main sum at the end.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -39,33 +48,40 @@
 #define HK_CHUNK_ROWS 32 /* even */
 #define HK_PREFETCH_ROWS 4 /* how far ahead the weight rows are fetched */
 
-enum { HK_Q4_0 = 2, HK_Q5_0 = 6, HK_Q8_0 = 8 }; /* ggml type ids */
+enum { HK_Q4_0 = 2, HK_Q5_0 = 6, HK_Q8_0 = 8, HK_Q4_K = 12, HK_Q6_K = 14 }; /* ggml ids */
+#define HK_QK_K 256
 
 typedef struct { uint16_t d; int8_t qs[HK_QK]; } hk_block_q8_0;
 typedef struct { uint16_t d; uint8_t qh[4]; uint8_t qs[HK_QK / 2]; } hk_block_q5_0;
 typedef struct { uint16_t d; uint8_t qs[HK_QK / 2]; } hk_block_q4_0;
+typedef struct { float d; int8_t qs[HK_QK_K]; int16_t bsums[HK_QK_K / 16]; } hk_block_q8_K;
+typedef struct { uint16_t d, dmin; uint8_t scales[12]; uint8_t qs[HK_QK_K / 2]; } hk_block_q4_K;
+typedef struct {
+    uint8_t ql[HK_QK_K / 2], qh[HK_QK_K / 4];
+    int8_t scales[HK_QK_K / 16];
+    uint16_t d;
+} hk_block_q6_K;
 
 typedef void (*hk_quantize_fn)(const float *x, void *y, int64_t k);
 
-/* Byte offsets of the struct ggml_tensor fields used, and ggml's Q8_0 quantizer. */
+/* Byte offsets of the struct ggml_tensor fields used, and ggml's activation quantizers. */
 static struct {
     size_t type, ne, nb, src, data;
-    hk_quantize_fn quantize_q8_0;
-    int ready;
+    hk_quantize_fn quantize_q8_0, quantize_q8_K;
 } hk;
 
 #define HK_FIELD(t, off, T) (*(T *)((char *)(t) + (off)))
 
-int hearth_kernels_init(void *quantize_q8_0, size_t off_type, size_t off_ne, size_t off_nb,
-                        size_t off_src, size_t off_data) {
+int hearth_kernels_init(void *quantize_q8_0, void *quantize_q8_K, size_t off_type,
+                        size_t off_ne, size_t off_nb, size_t off_src, size_t off_data) {
     hk.quantize_q8_0 = (hk_quantize_fn)quantize_q8_0;
+    hk.quantize_q8_K = (hk_quantize_fn)quantize_q8_K;
     hk.type = off_type;
     hk.ne = off_ne;
     hk.nb = off_nb;
     hk.src = off_src;
     hk.data = off_data;
-    hk.ready = quantize_q8_0 != NULL;
-    return hk.ready;
+    return quantize_q8_0 != NULL && quantize_q8_K != NULL;
 }
 
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
@@ -140,8 +156,9 @@ HK_INLINE float hk_hsum(__m256 v) {
 /* Rows [r0, r1) of the weights times NC quantized columns xq[0..NC) (their scales in xd,
  * NC per block, interleaved). Two rows at a time share each column load. */
 HK_INLINE void hk_rows(int type, const char *w, size_t w_stride, int64_t r0, int64_t r1,
-                       int64_t nblocks, const hk_block_q8_0 *const *xq, const float *xd,
+                       int64_t nblocks, const void *const *cols, const float *xd,
                        const int nc, float *out, size_t out_stride) {
+    const hk_block_q8_0 *const *xq = (const hk_block_q8_0 *const *)cols;
     int64_t r = r0;
     for (; r + 2 <= r1; r += 2) {
         __m256 acc[2][4];
@@ -193,29 +210,158 @@ HK_INLINE void hk_rows(int type, const char *w, size_t w_stride, int64_t r0, int
     }
 }
 
+/* One block of 256 K-quant weights of a row, decoded once for all the columns. */
+typedef struct {
+    __m256i q[8];     /* the 8 groups of 32 weights, unsigned (Q4_K 0..15, Q6_K 0..63) */
+    __m256i scale[8]; /* per group, int16: its first 16 weights' scale (low lane), last 16's */
+    __m256i scales16; /* Q6_K: the 16 scales as int16 (for the offset of 32) */
+    __m128i mins;     /* Q4_K: the 8 sub-block minimums as int16 */
+    float d, dmin;
+} hk_kblock;
+
+HK_INLINE void hk_decode_q4_K(const hk_block_q4_K *b, hk_kblock *kb) {
+    uint8_t sc[8], mn[8];
+    for (int s = 0; s < 4; s++) { /* 6-bit scales and minimums, packed in 12 bytes */
+        sc[s] = b->scales[s] & 63;
+        mn[s] = b->scales[s + 4] & 63;
+        sc[s + 4] = (b->scales[s + 8] & 0x0F) | ((b->scales[s] >> 6) << 4);
+        mn[s + 4] = (b->scales[s + 8] >> 4) | ((b->scales[s + 4] >> 6) << 4);
+    }
+    const __m256i low4 = _mm256_set1_epi8(0x0F);
+    for (int j = 0; j < 4; j++) { /* 32 bytes: group 2j in the low nibbles, 2j+1 high */
+        const __m256i bits = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * j));
+        kb->q[2 * j] = _mm256_and_si256(bits, low4);
+        kb->q[2 * j + 1] = _mm256_and_si256(_mm256_srli_epi16(bits, 4), low4);
+    }
+    for (int s = 0; s < 8; s++) kb->scale[s] = _mm256_set1_epi16(sc[s]);
+    kb->mins = _mm_set_epi16(mn[7], mn[6], mn[5], mn[4], mn[3], mn[2], mn[1], mn[0]);
+    kb->d = hk_half(b->d);
+    kb->dmin = hk_half(b->dmin);
+}
+
+HK_INLINE void hk_decode_q6_K(const hk_block_q6_K *b, hk_kblock *kb) {
+    const __m256i low4 = _mm256_set1_epi8(0x0F);
+    for (int j = 0; j < 2; j++) { /* each half: 64 bytes of low 4 bits, 32 of high 2 bits */
+        const __m256i lo0 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * j));
+        const __m256i lo1 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * j + 32));
+        const __m256i hi = _mm256_loadu_si256((const __m256i *)(b->qh + 32 * j));
+        const __m256i h0 = _mm256_slli_epi16(_mm256_and_si256(hi, _mm256_set1_epi8(0x03)), 4);
+        const __m256i h1 = _mm256_slli_epi16(_mm256_and_si256(hi, _mm256_set1_epi8(0x0C)), 2);
+        const __m256i h2 = _mm256_and_si256(hi, _mm256_set1_epi8(0x30));
+        const __m256i h3 = _mm256_srli_epi16(_mm256_and_si256(hi, _mm256_set1_epi8((char)0xC0)), 2);
+        kb->q[4 * j] = _mm256_or_si256(_mm256_and_si256(lo0, low4), h0);
+        kb->q[4 * j + 1] = _mm256_or_si256(_mm256_and_si256(lo1, low4), h1);
+        kb->q[4 * j + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(lo0, 4), low4), h2);
+        kb->q[4 * j + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(lo1, 4), low4), h3);
+    }
+    for (int g = 0; g < 8; g++)
+        kb->scale[g] = _mm256_set_m128i(_mm_set1_epi16(b->scales[2 * g + 1]),
+                                        _mm_set1_epi16(b->scales[2 * g]));
+    kb->scales16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->scales));
+    kb->d = hk_half(b->d);
+}
+
+/* Rows [r0, r1) of K-quant weights times NC columns of Q8_K activations. */
+HK_INLINE void hk_rows_k(int type, const char *w, size_t w_stride, int64_t r0, int64_t r1,
+                         int64_t nblocks, const void *const *cols, const int nc, float *out,
+                         size_t out_stride) {
+    const hk_block_q8_K *const *xq = (const hk_block_q8_K *const *)cols;
+    const size_t bsize = type == HK_Q4_K ? sizeof(hk_block_q4_K) : sizeof(hk_block_q6_K);
+    for (int64_t r = r0; r < r1; r++) {
+        const char *row = w + r * w_stride, *ahead = row + HK_PREFETCH_ROWS * w_stride;
+        __m256 acc[4];
+        __m128 acc_min[4];
+        for (int j = 0; j < 4; j++) {
+            acc[j] = _mm256_setzero_ps();
+            acc_min[j] = _mm_setzero_ps();
+        }
+        for (int64_t l = 0; l < nblocks; l++) {
+            for (size_t off = 0; off < bsize; off += 64)
+                _mm_prefetch(ahead + l * bsize + off, _MM_HINT_T0);
+            hk_kblock kb;
+            if (type == HK_Q4_K)
+                hk_decode_q4_K((const hk_block_q4_K *)row + l, &kb);
+            else
+                hk_decode_q6_K((const hk_block_q6_K *)row + l, &kb);
+            for (int j = 0; j < nc; j++) {
+                const hk_block_q8_K *x = &xq[j][l];
+                __m256i sum = _mm256_setzero_si256();
+                for (int g = 0; g < 8; g++) {
+                    const __m256i xg = _mm256_loadu_si256((const __m256i *)(x->qs + 32 * g));
+                    sum = _mm256_add_epi32(
+                        sum, _mm256_madd_epi16(kb.scale[g], _mm256_maddubs_epi16(kb.q[g], xg)));
+                }
+                const __m256i bsums = _mm256_loadu_si256((const __m256i *)x->bsums);
+                if (type == HK_Q6_K) /* the weights are stored + 32 */
+                    sum = _mm256_sub_epi32(
+                        sum, _mm256_slli_epi32(_mm256_madd_epi16(bsums, kb.scales16), 5));
+                acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(x->d * kb.d), _mm256_cvtepi32_ps(sum),
+                                         acc[j]);
+                if (type == HK_Q4_K) {
+                    const __m128i sums32 = _mm_hadd_epi16(_mm256_castsi256_si128(bsums),
+                                                          _mm256_extracti128_si256(bsums, 1));
+                    acc_min[j] = _mm_fmadd_ps(_mm_set1_ps(-x->d * kb.dmin),
+                                              _mm_cvtepi32_ps(_mm_madd_epi16(kb.mins, sums32)),
+                                              acc_min[j]);
+                }
+            }
+        }
+        for (int j = 0; j < nc; j++) {
+            float v = hk_hsum(acc[j]);
+            if (type == HK_Q4_K) {
+                __m128 m = _mm_add_ps(acc_min[j], _mm_movehl_ps(acc_min[j], acc_min[j]));
+                m = _mm_add_ss(m, _mm_movehdup_ps(m));
+                v += _mm_cvtss_f32(m);
+            }
+            out[j * out_stride + r] = v;
+        }
+    }
+}
+
 /* One instance per (weight type, column count) so the inner loops are fully specialised. */
+typedef void (*hk_rows_fn)(const char *, size_t, int64_t, int64_t, int64_t, const void *const *,
+                           const float *, float *, size_t);
 #define HK_VARIANT(T, NC)                                                                      \
     static HK_TARGET __attribute__((noinline)) void hk_rows_##T##_##NC(                        \
-        const char *w, size_t ws, int64_t r0, int64_t r1, int64_t nb,                           \
-        const hk_block_q8_0 *const *xq, const float *xd, float *out, size_t os) {              \
-        hk_rows(HK_##T, w, ws, r0, r1, nb, xq, xd, NC, out, os);                               \
+        const char *w, size_t ws, int64_t r0, int64_t r1, int64_t nb, const void *const *cols, \
+        const float *xd, float *out, size_t os) {                                              \
+        hk_rows(HK_##T, w, ws, r0, r1, nb, cols, xd, NC, out, os);                             \
     }
-#define HK_VARIANTS(T) HK_VARIANT(T, 1) HK_VARIANT(T, 2) HK_VARIANT(T, 3) HK_VARIANT(T, 4)
-HK_VARIANTS(Q8_0)
-HK_VARIANTS(Q5_0)
-HK_VARIANTS(Q4_0)
+#define HK_VARIANT_K(T, NC)                                                                    \
+    static HK_TARGET __attribute__((noinline)) void hk_rows_##T##_##NC(                        \
+        const char *w, size_t ws, int64_t r0, int64_t r1, int64_t nb, const void *const *cols, \
+        const float *xd, float *out, size_t os) {                                              \
+        (void)xd;                                                                              \
+        hk_rows_k(HK_##T, w, ws, r0, r1, nb, cols, NC, out, os);                               \
+    }
+#define HK_VARIANTS(V, T) V(T, 1) V(T, 2) V(T, 3) V(T, 4)
+HK_VARIANTS(HK_VARIANT, Q8_0)
+HK_VARIANTS(HK_VARIANT, Q5_0)
+HK_VARIANTS(HK_VARIANT, Q4_0)
+HK_VARIANTS(HK_VARIANT_K, Q4_K)
+HK_VARIANTS(HK_VARIANT_K, Q6_K)
 
-typedef void (*hk_rows_fn)(const char *, size_t, int64_t, int64_t, int64_t,
-                           const hk_block_q8_0 *const *, const float *, float *, size_t);
+/* What the entry point needs to know of a weight type. */
+typedef struct {
+    int64_t block;      /* weights per block: 32, or 256 for the K types */
+    size_t x_block;     /* bytes of one block of quantized activations (Q8_0 or Q8_K) */
+    hk_rows_fn rows[4]; /* by column count */
+} hk_format;
 
-static hk_rows_fn hk_pick(int type, int nc) {
-    static const hk_rows_fn q8[4] = {hk_rows_Q8_0_1, hk_rows_Q8_0_2, hk_rows_Q8_0_3, hk_rows_Q8_0_4};
-    static const hk_rows_fn q5[4] = {hk_rows_Q5_0_1, hk_rows_Q5_0_2, hk_rows_Q5_0_3, hk_rows_Q5_0_4};
-    static const hk_rows_fn q4[4] = {hk_rows_Q4_0_1, hk_rows_Q4_0_2, hk_rows_Q4_0_3, hk_rows_Q4_0_4};
+#define HK_FORMAT(T, B, X) {B, sizeof(X), {hk_rows_##T##_1, hk_rows_##T##_2, hk_rows_##T##_3, hk_rows_##T##_4}}
+
+static const hk_format *hk_format_of(int type) {
+    static const hk_format q8_0 = HK_FORMAT(Q8_0, HK_QK, hk_block_q8_0);
+    static const hk_format q5_0 = HK_FORMAT(Q5_0, HK_QK, hk_block_q8_0);
+    static const hk_format q4_0 = HK_FORMAT(Q4_0, HK_QK, hk_block_q8_0);
+    static const hk_format q4_K = HK_FORMAT(Q4_K, HK_QK_K, hk_block_q8_K);
+    static const hk_format q6_K = HK_FORMAT(Q6_K, HK_QK_K, hk_block_q8_K);
     switch (type) {
-    case HK_Q8_0: return q8[nc - 1];
-    case HK_Q5_0: return q5[nc - 1];
-    case HK_Q4_0: return q4[nc - 1];
+    case HK_Q8_0: return &q8_0;
+    case HK_Q5_0: return &q5_0;
+    case HK_Q4_0: return &q4_0;
+    case HK_Q4_K: return &q4_K;
+    case HK_Q6_K: return &q6_K;
     default: return NULL;
     }
 }
@@ -239,28 +385,32 @@ HK_TARGET void hearth_mul_mat_few(void *dst, int ith, int nth, void *userdata) {
     const char *x = HK_FIELD(x_t, hk.data, const char *);
     float *out = HK_FIELD(dst, hk.data, float *);
 
-    const int64_t k = w_ne[0], m = w_ne[1], n = x_ne[1], nblocks = k / HK_QK;
-    if (n < 1 || n > HK_MAX_COLS || k % HK_QK || !hk_pick(type, 1)) {
+    const hk_format *f = hk_format_of(type);
+    const int64_t k = w_ne[0], m = w_ne[1], n = x_ne[1];
+    if (!f || n < 1 || n > HK_MAX_COLS || k % f->block) {
         fputs("hearth: the few-rows kernel was given a case it does not handle\n", stderr);
         abort(); /* ggml_kernels.FewRowsKernel.applies never builds such a node */
     }
+    const int64_t nblocks = k / f->block;
+    const int k_family = f->block == HK_QK_K;
 
     /* Rows for this thread, in pairs. */
     const int64_t per = ((m + nth - 1) / nth + 1) & ~(int64_t)1;
     const int64_t r0 = per * ith, r1 = r0 + per < m ? r0 + per : m;
     if (r0 >= r1) return;
 
-    hk_block_q8_0 *xq = malloc(sizeof(hk_block_q8_0) * nblocks * n);
+    char *xq = malloc(f->x_block * nblocks * n);
     float *xd = malloc(sizeof(float) * nblocks * 4 * ((n + 3) / 4));
     if (!xq || !xd) { /* as ggml does: no silent wrong numbers (the runner is a subprocess) */
         fputs("hearth: out of memory in the few-rows kernel\n", stderr);
         abort();
     }
+    const hk_quantize_fn quantize = k_family ? hk.quantize_q8_K : hk.quantize_q8_0;
     for (int64_t j = 0; j < n; j++)
-        hk.quantize_q8_0((const float *)(x + j * x_nb[1]), xq + j * nblocks, k);
+        quantize((const float *)(x + j * x_nb[1]), xq + j * nblocks * f->x_block, k);
 
-    /* Column groups of up to four, their scales interleaved per block. */
-    const hk_block_q8_0 *cols[2][4];
+    /* Column groups of up to four; for Q8_0 activations, their scales interleaved per block. */
+    const void *cols[2][4];
     int group_cols[2] = {0, 0};
     const int groups = (int)((n + 3) / 4);
     for (int gi = 0; gi < groups; gi++) {
@@ -269,9 +419,10 @@ HK_TARGET void hearth_mul_mat_few(void *dst, int ith, int nth, void *userdata) {
         float *scales = xd + gi * nblocks * 4;
         group_cols[gi] = nc;
         for (int j = 0; j < 4; j++) {
-            cols[gi][j] = xq + (j0 + (j < nc ? j : 0)) * nblocks;
-            for (int64_t l = 0; l < nblocks; l++)
-                scales[l * 4 + j] = j < nc ? hk_half(cols[gi][j][l].d) : 0.0f;
+            cols[gi][j] = xq + (j0 + (j < nc ? j : 0)) * nblocks * f->x_block;
+            for (int64_t l = 0; !k_family && l < nblocks; l++)
+                scales[l * 4 + j] =
+                    j < nc ? hk_half(((const hk_block_q8_0 *)cols[gi][j])[l].d) : 0.0f;
         }
     }
     /* With two groups, both use a chunk of rows while it is in cache: the weights are
@@ -281,8 +432,8 @@ HK_TARGET void hearth_mul_mat_few(void *dst, int ith, int nth, void *userdata) {
     for (int64_t c0 = r0; c0 < r1; c0 += chunk) {
         const int64_t c1 = c0 + chunk < r1 ? c0 + chunk : r1;
         for (int gi = 0; gi < groups; gi++)
-            hk_pick(type, group_cols[gi])(w, w_nb[1], c0, c1, nblocks, cols[gi],
-                                          xd + gi * nblocks * 4, out + gi * 4 * os, os);
+            f->rows[group_cols[gi] - 1](w, w_nb[1], c0, c1, nblocks, cols[gi],
+                                        xd + gi * nblocks * 4, out + gi * 4 * os, os);
     }
     free(xq);
     free(xd);

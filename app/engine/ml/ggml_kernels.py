@@ -34,8 +34,15 @@ _log = logging.getLogger("hearth.kernels")
 
 MAX_ROWS = 8  # the kernel's limit on activation rows (the C side refuses more)
 MIN_ROWS = 2  # one row is ggml's vec_dot already, with nothing to share
-_BLOCK = 32
-_BLOCK_BYTES = {DType.Q8_0: 34, DType.Q5_0: 22, DType.Q4_0: 18}  # 32 weights each
+# Weight types: (weights per block, bytes per block).
+_BLOCKS = {
+    DType.Q8_0: (32, 34),
+    DType.Q5_0: (32, 22),
+    DType.Q4_0: (32, 18),
+    DType.Q4_K: (256, 144),
+    DType.Q6_K: (256, 210),
+}
+_Q8_K = 15  # ggml's activation type for the K types (not a weight type Hearth names)
 
 
 def _load_library() -> ctypes.CDLL | None:
@@ -50,7 +57,7 @@ def _load_library() -> ctypes.CDLL | None:
         return None
     lib.hearth_kernels_supported.restype = ctypes.c_int
     lib.hearth_kernels_init.restype = ctypes.c_int
-    lib.hearth_kernels_init.argtypes = [ctypes.c_void_p] + [ctypes.c_size_t] * 5
+    lib.hearth_kernels_init.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_size_t] * 5
     return lib
 
 
@@ -60,16 +67,18 @@ def _ggml_features_match() -> bool:
 
 
 def _random_blocks(dtype: DType, rows: int, k: int, rng: np.random.Generator) -> np.ndarray:
-    """Random but valid quantized weights: fp16 scales of weights' size, any quant bits."""
-    blocks = rows * (k // _BLOCK)
-    scales = rng.uniform(1e-3, 5e-2, blocks).astype(np.float16).view(np.uint8).reshape(-1, 2)
-    if dtype == DType.Q8_0:
-        quants = rng.integers(-127, 128, (blocks, 32)).astype(np.int8).view(np.uint8)
-    elif dtype == DType.Q5_0:
-        quants = rng.integers(0, 256, (blocks, 4 + 16), dtype=np.uint8)
-    else:
-        quants = rng.integers(0, 256, (blocks, 16), dtype=np.uint8)
-    return np.concatenate([scales, quants], axis=1).reshape(rows, -1)
+    """Random but valid quantized weights [rows, row bytes]: any quant and scale bits, fp16
+    block scales of weights' size."""
+    per_block, nbytes = _BLOCKS[dtype]
+    blocks = rng.integers(0, 256, (rows * (k // per_block), nbytes), dtype=np.uint8)
+    scale = rng.uniform(1e-3, 5e-2, (len(blocks), 2)).astype(np.float16).view(np.uint8)
+    if dtype == DType.Q6_K:  # d is last
+        blocks[:, -2:] = scale[:, :2]
+    elif dtype == DType.Q4_K:  # d, dmin first
+        blocks[:, :4] = scale.reshape(-1, 4)
+    else:  # d first
+        blocks[:, :2] = scale[:, :2]
+    return blocks.reshape(rows, -1)
 
 
 class FewRowsKernel:
@@ -99,14 +108,16 @@ class FewRowsKernel:
         lib = _load_library()
         if lib is None or not lib.hearth_kernels_supported():
             return None
-        traits = g.ggml_get_type_traits_cpu(int(DType.Q8_0)).contents
-        quantize = ctypes.cast(traits.from_float, ctypes.c_void_p).value
+        quantizers = [
+            ctypes.cast(g.ggml_get_type_traits_cpu(t).contents.from_float, ctypes.c_void_p).value
+            for t in (int(DType.Q8_0), _Q8_K)
+        ]
         fields: Any = g.ggml_tensor  # ctypes field descriptors carry byte offsets
         offsets = [getattr(fields, name).offset for name in ("type", "ne", "nb", "src", "data")]
-        if not lib.hearth_kernels_init(quantize, *offsets):
+        if not lib.hearth_kernels_init(*quantizers, *offsets):
             return None
         kernel = cls(lib)
-        for dtype in _BLOCK_BYTES:
+        for dtype in _BLOCKS:
             if kernel._agrees_with_ggml(backend, dtype):
                 kernel.types.add(dtype)
             else:
@@ -118,12 +129,12 @@ class FewRowsKernel:
         wa, xb = a.contents, b.contents
         return (
             wa.type in self.types
-            and wa.nb[0] == _BLOCK_BYTES[DType(wa.type)]  # plain blocks (not repacked)
+            and wa.nb[0] == _BLOCKS[DType(wa.type)][1]  # plain blocks (not repacked)
             and (not wa.buffer or g.ggml_backend_buffer_is_host(wa.buffer))
             and xb.type == DType.F32
             and MIN_ROWS <= xb.ne[1] <= MAX_ROWS
             and wa.ne[0] == xb.ne[0]
-            and wa.ne[0] % _BLOCK == 0
+            and wa.ne[0] % _BLOCKS[DType(wa.type)][0] == 0
             and wa.ne[2] == wa.ne[3] == xb.ne[2] == xb.ne[3] == 1
             and xb.nb[0] == 4
         )
@@ -139,7 +150,7 @@ class FewRowsKernel:
     def _agrees_with_ggml(self, backend: GGMLBackend, dtype: DType) -> bool:
         """Kernel and ggml's mul_mat give equal bits for 1..MAX_ROWS rows (odd sizes too)."""
         rng = np.random.default_rng(int(dtype))
-        k, m = 5 * _BLOCK, 37
+        k, m = 2 * _BLOCKS[dtype][0], 37
         blocks = _random_blocks(dtype, m, k, rng)
         for n in range(1, MAX_ROWS + 1):
             ctx = backend.new_context(16)
