@@ -2,10 +2,12 @@
  * Hearth's own CPU kernel: quantized weights times a *few* activation rows.
  *
  * When several sequences decode together, every weight matrix is multiplied by 2..8 rows
- * (one per sequence). ggml handles that case with llamafile's tiled sgemm, which re-decodes
- * each weight block for every tile of columns and reloads scales per product; on a two-core
- * machine that step costs about 2.5x one row instead of the ~1.3x the memory traffic allows.
- * This kernel decodes a weight block once and uses it for up to four columns at a time.
+ * (one per sequence). ggml handles that case with llamafile's tiled sgemm (Q8_0/Q5_0/Q4_0),
+ * which re-decodes each weight block for every tile of columns, or with its one-row dot
+ * product once per row (K types), which decodes every block once per row; on a two-core
+ * machine a 4-row product costs about 2.5x one row. This kernel decodes a weight block once,
+ * uses it for up to four rows, and prefetches the weight stream, which brings the 4-row
+ * product of Gemma 3's output matrix to about 1.3x one row.
  *
  * Contract: every output element is computed exactly as ggml's CPU vec_dot computes it
  * (and so as llama.cpp does), so results are bit-identical whatever the number of rows:

@@ -1,8 +1,9 @@
 """Hearth's own CPU kernel for quantized weights times a few rows (see `_kernels.c`).
 
 Decoding several sequences together multiplies every weight matrix by 2..8 activation rows.
-ggml's kernel for that case costs about 2.5x one row on two cores; ours, which decodes each
-weight block once for up to four rows, brings the whole decoding step well under that.
+ggml's kernels for that case cost about 2.5x one row on two cores; ours (Q8_0, Q5_0, Q4_0,
+Q4_K, Q6_K weights) decodes each weight block once for up to four rows, and with it four
+streams of Gemma 3 270M decode at 2.1-2.5x the tokens per second of one (ggml's: 1.7x).
 
 The kernel computes every element exactly as ggml's own dot product does, so the numbers do
 not change (they stay bit-identical to llama.cpp's). That is not taken on trust:
