@@ -101,7 +101,7 @@ int hearth_kernels_supported(void) {
 
 HK_INLINE float hk_half(uint16_t h) { return _cvtsh_ss(h); }
 
-/* The 32 signed weights of block l of a row, one per byte. */
+/* The 32 4-bit values of a block, one per byte: low nibbles are weights 0-15, high 16-31. */
 HK_INLINE __m256i hk_nibbles(const uint8_t *qs) {
     const __m128i x = _mm_loadu_si128((const __m128i *)qs);
     const __m128i lo = _mm_and_si128(x, _mm_set1_epi8(0x0F));
@@ -109,6 +109,7 @@ HK_INLINE __m256i hk_nibbles(const uint8_t *qs) {
     return _mm256_set_m128i(hi, lo);
 }
 
+/* The 32 signed weights of block l of a row, one per byte, and the block's scale. */
 HK_INLINE __m256i hk_decode(int type, const void *row, int64_t l, float *scale) {
     if (type == HK_Q8_0) {
         const hk_block_q8_0 *b = (const hk_block_q8_0 *)row + l;
