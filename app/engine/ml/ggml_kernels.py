@@ -152,20 +152,19 @@ class FewRowsKernel:
         """Kernel and ggml's mul_mat give equal bits for 1..MAX_ROWS rows (odd sizes too)."""
         rng = np.random.default_rng(int(dtype))
         k, m = 2 * _BLOCKS[dtype][0], 37
-        blocks = _random_blocks(dtype, m, k, rng)
-        for n in range(1, MAX_ROWS + 1):
-            ctx = backend.new_context(16)
-            try:
-                w = ctx.input(dtype, [k, m], blocks)
+        ctx = backend.new_context(8 * MAX_ROWS)
+        try:
+            w = ctx.input(dtype, [k, m], _random_blocks(dtype, m, k, rng))
+            pairs = []
+            for n in range(1, MAX_ROWS + 1):
                 x = ctx.input(DType.F32, [k, n], rng.standard_normal((n, k)).astype(np.float32))
                 ours = ctx._t(self.mul_mat(ctx._ctx, w.ptr, x.ptr))  # type: ignore[attr-defined]
                 theirs = ctx._t(g.ggml_mul_mat(ctx._ctx, w.ptr, x.ptr))  # type: ignore[attr-defined]
-                ctx.compute(ours, theirs)
-                if not np.array_equal(ours.numpy(), theirs.numpy()):
-                    return False
-            finally:
-                ctx.close()
-        return True
+                pairs.append((ours, theirs))
+            ctx.compute(*(t for pair in pairs for t in pair))
+            return all(np.array_equal(a.numpy(), b.numpy()) for a, b in pairs)
+        finally:
+            ctx.close()
 
 
 _UNCHECKED = object()
