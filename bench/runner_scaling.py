@@ -151,6 +151,9 @@ def main() -> None:
         c1 = statistics.median(r["one"] for r in cpp)
         c4 = statistics.median(r["many"] for r in cpp)
         print(f"model {Path(model).name}, {args.threads} threads, {args.tokens} tokens/stream")
+        kernel = runner.loaded.backend.few_rows_kernel
+        kinds = ", ".join(sorted(t.name for t in kernel.types)) if kernel else "off"
+        print(f"Hearth's few-rows CPU kernel: {kinds} (HEARTH_CPU_KERNELS=0 turns it off)")
         print(f"{'':10}{'hearth':>10}{'llama.cpp':>11}{'ratio':>8}")
         print(f"{'1 stream':10}{one_m:10.1f}{c1:11.1f}{one_m / c1:8.2f}")
         print(f"{'4 streams':10}{four_m:10.1f}{c4:11.1f}{four_m / c4:8.2f}")
