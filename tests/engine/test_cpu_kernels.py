@@ -14,7 +14,7 @@ import pytest
 
 from hearth.engine.ml.api import DType
 from hearth.engine.ml.ggml import GGMLBackend
-from hearth.engine.ml.ggml_kernels import MAX_ROWS, FewRowsKernel
+from hearth.engine.ml.ggml_kernels import MAX_ROWS, FewRowsKernel, random_blocks
 
 QT = gguf.GGMLQuantizationType
 TYPES = {
@@ -24,12 +24,16 @@ TYPES = {
     DType.Q4_K: QT.Q4_K,
     DType.Q6_K: QT.Q6_K,
 }
-K_TYPES = {DType.Q4_K: 144, DType.Q6_K: 210}  # bytes per 256 weights
+K_TYPES = {DType.Q4_K, DType.Q6_K}  # blocks of 256, activations in Q8_K
 
 
 def _cpu_can_run_it() -> bool:
-    with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
-        flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            lines = [line for line in f if line.startswith("flags")]
+    except OSError:  # not Linux: the kernel's CPU check cannot be confirmed here
+        return False
+    flags = lines[0].split(":", 1)[1].split() if lines else []
     built = all(getattr(g, f"ggml_cpu_has_{n}")() for n in ("avx2", "fma", "f16c"))
     return built and {"avx2", "fma", "f16c"} <= set(flags)
 
@@ -52,13 +56,7 @@ def _weights(dtype: DType, k: int, m: int, seed: int) -> tuple[np.ndarray, np.nd
     """(raw quantized bytes [m, row bytes], the same weights dequantized by gguf [m, k])."""
     rng = np.random.default_rng(seed)
     if dtype in K_TYPES:  # gguf cannot quantize these: random bits, fp16 scales set sanely
-        raw = rng.integers(0, 256, (m * k // 256, K_TYPES[dtype]), dtype=np.uint8)
-        scales = rng.uniform(1e-3, 3e-2, (len(raw), 2)).astype(np.float16).view(np.uint8)
-        if dtype == DType.Q4_K:
-            raw[:, :4] = scales.reshape(-1, 4)  # d, dmin
-        else:
-            raw[:, -2:] = scales[:, :2]  # d
-        raw = raw.reshape(m, -1)
+        raw = random_blocks(dtype, m, k, rng)
     else:
         raw = gguf.quants.quantize(rng.standard_normal((m, k)).astype(np.float32), TYPES[dtype])
     return raw, gguf.quants.dequantize(raw, TYPES[dtype]).reshape(m, k)

@@ -138,9 +138,13 @@ HK_INLINE __m256i hk_decode(int type, const void *row, int64_t l, float *scale) 
 }
 
 static inline size_t hk_block_size(int type) {
-    return type == HK_Q8_0 ? sizeof(hk_block_q8_0)
-         : type == HK_Q5_0 ? sizeof(hk_block_q5_0)
-                           : sizeof(hk_block_q4_0);
+    switch (type) {
+    case HK_Q8_0: return sizeof(hk_block_q8_0);
+    case HK_Q5_0: return sizeof(hk_block_q5_0);
+    case HK_Q4_0: return sizeof(hk_block_q4_0);
+    case HK_Q4_K: return sizeof(hk_block_q4_K);
+    default: return sizeof(hk_block_q6_K);
+    }
 }
 
 /* int8 x int8 products of one block, summed in 8 lanes of 4, as float. */
@@ -149,11 +153,16 @@ HK_INLINE __m256 hk_block_dot(__m256i w_abs, __m256i w, __m256i x) {
     return _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_set1_epi16(1), pairs));
 }
 
-HK_INLINE float hk_hsum(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_extractf128_ps(v, 1), _mm256_castps256_ps128(v));
+/* Four lanes summed as ggml does: (0 + 2) + (1 + 3). */
+HK_INLINE float hk_hsum4(__m128 s) {
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
+}
+
+/* Eight lanes: the upper four onto the lower, then as hk_hsum4. */
+HK_INLINE float hk_hsum(__m256 v) {
+    return hk_hsum4(_mm_add_ps(_mm256_extractf128_ps(v, 1), _mm256_castps256_ps128(v)));
 }
 
 /* Rows [r0, r1) of the weights times NC quantized columns xq[0..NC) (their scales in xd,
@@ -162,11 +171,12 @@ HK_INLINE void hk_rows(int type, const char *w, size_t w_stride, int64_t r0, int
                        int64_t nblocks, const void *const *cols, const float *xd,
                        const int nc, float *out, size_t out_stride) {
     const hk_block_q8_0 *const *xq = (const hk_block_q8_0 *const *)cols;
-    int64_t r = r0;
-    for (; r + 2 <= r1; r += 2) {
+    for (int64_t r = r0; r < r1; r += 2) {
+        /* A last odd row is paired with itself and only its first result is kept. */
+        const int pair = r + 1 < r1;
         __m256 acc[2][4];
         for (int j = 0; j < 4; j++) acc[0][j] = acc[1][j] = _mm256_setzero_ps();
-        const void *row0 = w + r * w_stride, *row1 = w + (r + 1) * w_stride;
+        const void *row0 = w + r * w_stride, *row1 = w + (r + pair) * w_stride;
         const char *ahead0 = (const char *)row0 + HK_PREFETCH_ROWS * w_stride;
         const size_t bsize = hk_block_size(type);
         for (int64_t l = 0; l < nblocks; l++) {
@@ -190,26 +200,8 @@ HK_INLINE void hk_rows(int type, const char *w, size_t w_stride, int64_t r0, int
         }
         for (int j = 0; j < nc; j++) {
             out[j * out_stride + r] = hk_hsum(acc[0][j]);
-            out[j * out_stride + r + 1] = hk_hsum(acc[1][j]);
+            if (pair) out[j * out_stride + r + 1] = hk_hsum(acc[1][j]);
         }
-    }
-    for (; r < r1; r++) {
-        __m256 acc[4];
-        for (int j = 0; j < 4; j++) acc[j] = _mm256_setzero_ps();
-        const void *row = w + r * w_stride;
-        for (int64_t l = 0; l < nblocks; l++) {
-            float d;
-            const __m256i w0 = hk_decode(type, row, l, &d);
-            const __m256i a0 = _mm256_sign_epi8(w0, w0);
-            const __m128 s = _mm_mul_ps(_mm_set1_ps(d), _mm_loadu_ps(xd + l * 4));
-            const __m256 sx = _mm256_set_m128(s, s);
-            for (int j = 0; j < nc; j++) {
-                const __m256i x = _mm256_loadu_si256((const __m256i *)xq[j][l].qs);
-                acc[j] = _mm256_fmadd_ps(_mm256_permutevar_ps(sx, _mm256_set1_epi32(j)),
-                                         hk_block_dot(a0, w0, x), acc[j]);
-            }
-        }
-        for (int j = 0; j < nc; j++) out[j * out_stride + r] = hk_hsum(acc[j]);
     }
 }
 
@@ -264,12 +256,13 @@ HK_INLINE void hk_decode_q6_K(const hk_block_q6_K *b, hk_kblock *kb) {
     kb->d = hk_half(b->d);
 }
 
-/* Rows [r0, r1) of K-quant weights times NC columns of Q8_K activations. */
+/* Rows [r0, r1) of K-quant weights times NC columns of Q8_K activations (as hk_rows). */
 HK_INLINE void hk_rows_k(int type, const char *w, size_t w_stride, int64_t r0, int64_t r1,
-                         int64_t nblocks, const void *const *cols, const int nc, float *out,
-                         size_t out_stride) {
+                         int64_t nblocks, const void *const *cols, const float *unused,
+                         const int nc, float *out, size_t out_stride) {
+    (void)unused; /* Q8_K blocks carry their float scale; hk_rows takes Q8_0's interleaved */
     const hk_block_q8_K *const *xq = (const hk_block_q8_K *const *)cols;
-    const size_t bsize = type == HK_Q4_K ? sizeof(hk_block_q4_K) : sizeof(hk_block_q6_K);
+    const size_t bsize = hk_block_size(type);
     for (int64_t r = r0; r < r1; r++) {
         const char *row = w + r * w_stride, *ahead = row + HK_PREFETCH_ROWS * w_stride;
         __m256 acc[4];
@@ -310,13 +303,8 @@ HK_INLINE void hk_rows_k(int type, const char *w, size_t w_stride, int64_t r0, i
             }
         }
         for (int j = 0; j < nc; j++) {
-            float v = hk_hsum(acc[j]);
-            if (type == HK_Q4_K) {
-                __m128 m = _mm_add_ps(acc_min[j], _mm_movehl_ps(acc_min[j], acc_min[j]));
-                m = _mm_add_ss(m, _mm_movehdup_ps(m));
-                v += _mm_cvtss_f32(m);
-            }
-            out[j * out_stride + r] = v;
+            const float v = hk_hsum(acc[j]);
+            out[j * out_stride + r] = type == HK_Q4_K ? v + hk_hsum4(acc_min[j]) : v;
         }
     }
 }
@@ -324,25 +312,19 @@ HK_INLINE void hk_rows_k(int type, const char *w, size_t w_stride, int64_t r0, i
 /* One instance per (weight type, column count) so the inner loops are fully specialised. */
 typedef void (*hk_rows_fn)(const char *, size_t, int64_t, int64_t, int64_t, const void *const *,
                            const float *, float *, size_t);
-#define HK_VARIANT(T, NC)                                                                      \
+#define HK_VARIANT(T, NC, IMPL)                                                                \
     static HK_TARGET __attribute__((noinline)) void hk_rows_##T##_##NC(                        \
         const char *w, size_t ws, int64_t r0, int64_t r1, int64_t nb, const void *const *cols, \
         const float *xd, float *out, size_t os) {                                              \
-        hk_rows(HK_##T, w, ws, r0, r1, nb, cols, xd, NC, out, os);                             \
+        IMPL(HK_##T, w, ws, r0, r1, nb, cols, xd, NC, out, os);                                \
     }
-#define HK_VARIANT_K(T, NC)                                                                    \
-    static HK_TARGET __attribute__((noinline)) void hk_rows_##T##_##NC(                        \
-        const char *w, size_t ws, int64_t r0, int64_t r1, int64_t nb, const void *const *cols, \
-        const float *xd, float *out, size_t os) {                                              \
-        (void)xd;                                                                              \
-        hk_rows_k(HK_##T, w, ws, r0, r1, nb, cols, NC, out, os);                               \
-    }
-#define HK_VARIANTS(V, T) V(T, 1) V(T, 2) V(T, 3) V(T, 4)
-HK_VARIANTS(HK_VARIANT, Q8_0)
-HK_VARIANTS(HK_VARIANT, Q5_0)
-HK_VARIANTS(HK_VARIANT, Q4_0)
-HK_VARIANTS(HK_VARIANT_K, Q4_K)
-HK_VARIANTS(HK_VARIANT_K, Q6_K)
+#define HK_VARIANTS(T, IMPL) \
+    HK_VARIANT(T, 1, IMPL) HK_VARIANT(T, 2, IMPL) HK_VARIANT(T, 3, IMPL) HK_VARIANT(T, 4, IMPL)
+HK_VARIANTS(Q8_0, hk_rows)
+HK_VARIANTS(Q5_0, hk_rows)
+HK_VARIANTS(Q4_0, hk_rows)
+HK_VARIANTS(Q4_K, hk_rows_k)
+HK_VARIANTS(Q6_K, hk_rows_k)
 
 /* What the entry point needs to know of a weight type. */
 typedef struct {

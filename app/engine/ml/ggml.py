@@ -326,8 +326,7 @@ class GGMLBackend(Backend):
         self.cpu_buffer_type = g.ggml_backend_cpu_buffer_type()
         # Quantized weights times 2..8 rows (several sequences decoding together) go to
         # Hearth's own kernel where it is built and agrees bit for bit with ggml's.
-        self.few_rows_kernel: FewRowsKernel | None = None
-        self.few_rows_kernel = FewRowsKernel.for_backend(self)
+        self.few_rows_kernel: FewRowsKernel | None = FewRowsKernel.for_backend(self)
 
     # -- scheduler ----------------------------------------------------------------------
     def _scheduler(self) -> object:

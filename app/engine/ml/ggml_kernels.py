@@ -29,7 +29,7 @@ from .api import DType
 if TYPE_CHECKING:
     from .ggml import GGMLBackend
 
-__all__ = ["FewRowsKernel", "MAX_ROWS"]
+__all__ = ["FewRowsKernel", "MAX_ROWS", "random_blocks"]
 
 _log = logging.getLogger("hearth.kernels")
 
@@ -67,9 +67,9 @@ def _ggml_features_match() -> bool:
     return all(getattr(g, f"ggml_cpu_has_{name}", lambda: 0)() for name in ("avx2", "fma", "f16c"))
 
 
-def _random_blocks(dtype: DType, rows: int, k: int, rng: np.random.Generator) -> np.ndarray:
-    """Random but valid quantized weights [rows, row bytes]: any quant and scale bits, fp16
-    block scales of weights' size."""
+def random_blocks(dtype: DType, rows: int, k: int, rng: np.random.Generator) -> np.ndarray:
+    """Random but valid quantized weights [rows, row bytes] of a kernel type, for checks:
+    any quant and scale bits, fp16 block scales of weights' size."""
     per_block, nbytes = _BLOCKS[dtype]
     blocks = rng.integers(0, 256, (rows * (k // per_block), nbytes), dtype=np.uint8)
     scale = rng.uniform(1e-3, 5e-2, (len(blocks), 2)).astype(np.float16).view(np.uint8)
@@ -128,14 +128,16 @@ class FewRowsKernel:
     def applies(self, a: Any, b: Any) -> bool:
         """Whether `ggml_mul_mat(a, b)` (ctypes tensor pointers) can be this kernel."""
         wa, xb = a.contents, b.contents
+        if wa.type not in self.types:
+            return False
+        per_block, block_bytes = _BLOCKS[DType(wa.type)]
         return (
-            wa.type in self.types
-            and wa.nb[0] == _BLOCKS[DType(wa.type)][1]  # plain blocks (not repacked)
+            wa.nb[0] == block_bytes  # plain blocks (not repacked)
             and (not wa.buffer or g.ggml_backend_buffer_is_host(wa.buffer))
             and xb.type == DType.F32
             and MIN_ROWS <= xb.ne[1] <= MAX_ROWS
             and wa.ne[0] == xb.ne[0]
-            and wa.ne[0] % _BLOCKS[DType(wa.type)][0] == 0
+            and wa.ne[0] % per_block == 0
             and wa.ne[2] == wa.ne[3] == xb.ne[2] == xb.ne[3] == 1
             and xb.nb[0] == 4
         )
@@ -154,7 +156,7 @@ class FewRowsKernel:
         k, m = 2 * _BLOCKS[dtype][0], 37
         ctx = backend.new_context(8 * MAX_ROWS)
         try:
-            w = ctx.input(dtype, [k, m], _random_blocks(dtype, m, k, rng))
+            w = ctx.input(dtype, [k, m], random_blocks(dtype, m, k, rng))
             pairs = []
             for n in range(1, MAX_ROWS + 1):
                 x = ctx.input(DType.F32, [k, n], rng.standard_normal((n, k)).astype(np.float32))
