@@ -122,7 +122,7 @@ class ServerConfig:
     api_key: str | None = None  # bearer token; required when not bound to loopback
     origins: tuple[str, ...] = ()  # extra CORS origins (HEARTH_ORIGINS), `*` wildcards allowed
     max_loaded_models: int = 3
-    num_parallel: int = 1
+    num_parallel: int = 0  # 0 = automatic: 4 slots per model where the memory allows, else 1
     context_length: int = 4096
     keep_alive: float = 300.0
     max_queue: int = 512
@@ -173,7 +173,7 @@ class ServerConfig:
             api_key=env.get("HEARTH_API_KEY", "").strip() or None,
             origins=origins,
             max_loaded_models=max_loaded or 3,  # 0 = automatic: 3 on CPU, as Ollama
-            num_parallel=_int(env, "HEARTH_NUM_PARALLEL", 1, minimum=1),
+            num_parallel=_int(env, "HEARTH_NUM_PARALLEL", 0),  # unset or 0: automatic
             context_length=_int(env, "HEARTH_CONTEXT_LENGTH", 4096, minimum=4),
             keep_alive=keep_alive,
             max_queue=_int(env, "HEARTH_MAX_QUEUE", 512),

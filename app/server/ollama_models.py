@@ -171,6 +171,7 @@ def _ps_entry(entry: Loaded) -> dict[str, Any]:
         "hearth": {
             "pid": runner.pid,
             "parallel": spec.options.parallel,
+            "parallel_reason": spec.parallel_reason,
             "active_requests": entry.refs,
             "loaded_at": iso(entry.loaded_at),
             "memory": memory,

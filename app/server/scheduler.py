@@ -10,6 +10,11 @@ memory does not fit in what the system has free, idle runners are unloaded, leas
 used first (waiting for one to become idle when none is). A runner that dies fails only the
 requests that were using it and is replaced on the next request.
 
+Parallel slots: with HEARTH_NUM_PARALLEL unset, a spec carries the (slots, estimate) pairs to
+try beside its one-slot fallback, and the load takes the first (4 slots) whose estimate fits in
+the memory available once room for one slot has been made, else one slot (Ollama's old rule).
+A runner that fails to start with several slots is started again with one.
+
 Everything here runs on the service's event loop; no locks other than the load lock.
 """
 
@@ -22,7 +27,7 @@ import math
 import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from ..engine.runner.client import RunnerOptions, RunnerProcess, RunnerStartError
@@ -81,6 +86,10 @@ class LoadFailed(RuntimeError):
     """The model could not be loaded; the message says why."""
 
 
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.1f} GiB"
+
+
 def system_available_memory() -> int | None:
     """Bytes of memory the system can give a new process, or None when unknown."""
     try:
@@ -108,6 +117,10 @@ class LoadSpec:
     explicit: frozenset[str] = frozenset()  # runtime options the request set itself
     estimate: int = 0  # bytes, for eviction decisions
     details: dict[str, Any] = field(default_factory=dict)
+    # HEARTH_NUM_PARALLEL unset: (parallel, estimate) pairs to try, most slots first, before
+    # falling back to `options` and `estimate` as they are (one slot).
+    parallel_choices: tuple[tuple[int, int], ...] = ()
+    parallel_reason: str = ""  # why `options.parallel` is what it is (for /api/ps and the log)
 
 
 @dataclass(eq=False)
@@ -251,7 +264,15 @@ class Scheduler:
             if old is not None:
                 await self._retire(old)
             await self._make_room(spec)
-            runner = await self._start(spec)
+            spec, fallback = self._choose_parallel(spec)
+            spec, runner = await self._start(spec, fallback)
+            log.info(
+                "%s loaded with %d parallel slot%s (%s)",
+                spec.name,
+                spec.options.parallel,
+                "" if spec.options.parallel == 1 else "s",
+                spec.parallel_reason or "as asked",
+            )
             memory = runner.info.get("memory")
             if isinstance(memory, dict):
                 self.measured[spec.key] = {
@@ -279,6 +300,31 @@ class Scheduler:
             log.info("unloading a model to make room for %s", spec.name)
             await self._evict_one()
 
+    def _choose_parallel(self, spec: LoadSpec) -> tuple[LoadSpec, LoadSpec | None]:
+        """The spec with its parallel slots settled (see the module docstring), and the
+        one-slot spec to fall back on when several were chosen automatically."""
+        if not spec.parallel_choices:
+            return spec, None
+        one = replace(spec, parallel_choices=())
+        available = self._available()
+        if available is None:
+            return replace(one, parallel_reason="automatic: available memory unknown"), None
+        for parallel, estimate in spec.parallel_choices:
+            if estimate <= available:
+                reason = (
+                    f"automatic: {parallel} slots need about {_gib(estimate)} "
+                    f"of the {_gib(available)} available"
+                )
+                options = replace(spec.options, parallel=parallel)
+                chosen = replace(one, options=options, estimate=estimate, parallel_reason=reason)
+                return chosen, one
+        parallel, estimate = spec.parallel_choices[0]
+        reason = (
+            f"automatic: {parallel} slots would need about {_gib(estimate)}, "
+            f"{_gib(available)} available"
+        )
+        return replace(one, parallel_reason=reason), None
+
     async def _evict_one(self) -> None:
         """Stop the least recently used idle runner, waiting for one to become idle."""
         while True:
@@ -289,11 +335,25 @@ class Scheduler:
             self._changed.clear()
             await self._changed.wait()
 
-    async def _start(self, spec: LoadSpec) -> Runner:
+    async def _start(
+        self, spec: LoadSpec, fallback: LoadSpec | None = None
+    ) -> tuple[LoadSpec, Runner]:
+        """Start a runner for `spec`; a start that fails with automatically chosen slots is
+        tried again with `fallback` (one slot). Returns the spec used and the runner."""
         while True:
             try:
-                return await self._launcher(spec.path, spec.options, self.config.load_timeout)
+                return spec, await self._launcher(spec.path, spec.options, self.config.load_timeout)
             except RunnerStartError as e:
+                if fallback is not None:
+                    log.warning(
+                        "%s did not start with %d parallel slots (%s); trying one",
+                        spec.name,
+                        spec.options.parallel,
+                        e,
+                    )
+                    reason = f"automatic: {spec.options.parallel} slots failed to start"
+                    spec, fallback = replace(fallback, parallel_reason=reason), None
+                    continue
                 # Out of memory with other models loaded: unload one and try again.
                 if self._entries and "memory" in str(e).lower():
                     await self._evict_one()

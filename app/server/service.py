@@ -10,7 +10,7 @@ import contextlib
 import json
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,8 @@ from .schemas import RUNTIME_OPTIONS, ChatMessage, Options
 from .store import ModelRecord, ModelStore
 
 __all__ = ["Service", "Target", "Settings", "Generation", "Piece", "pieces"]
+
+AUTO_PARALLEL = 4  # slots tried when HEARTH_NUM_PARALLEL is unset (Ollama's old default)
 
 _SAMPLING = [
     "num_keep",
@@ -150,7 +152,7 @@ class Service:
         flash = bool(merged.get("flash_attention", self.config.flash_attention))
         runner = RunnerOptions(
             num_ctx=num_ctx,
-            parallel=self.config.num_parallel,
+            parallel=self.config.num_parallel or 1,  # automatic: 1 here, see spec()
             num_batch=min(int(merged.get("num_batch") or 512), num_ctx),
             threads=merged.get("num_thread") or None,
             flash_attention=flash,
@@ -174,8 +176,17 @@ class Service:
         return estimate
 
     def spec(self, target: Target, settings: Settings) -> LoadSpec:
+        """What the scheduler loads. With HEARTH_NUM_PARALLEL unset, the spec is for one slot
+        and offers AUTO_PARALLEL slots (with their estimate) for the scheduler to take when
+        they fit in the available memory."""
         o = settings.runner
         estimate = self.memory(target, settings)
+        choices: tuple[tuple[int, int], ...] = ()
+        reason = f"HEARTH_NUM_PARALLEL={self.config.num_parallel}"
+        if not self.config.num_parallel:
+            more = replace(settings, runner=replace(o, parallel=AUTO_PARALLEL))
+            choices = ((AUTO_PARALLEL, self.memory(target, more)["total"]),)
+            reason = ""
         return LoadSpec(
             key=target.key,
             path=str(target.path),
@@ -185,6 +196,8 @@ class Service:
             explicit=settings.explicit,
             estimate=estimate["total"],
             details=target.info.details(),
+            parallel_choices=choices,
+            parallel_reason=reason,
         )
 
     def images(self, images: list[str] | None) -> list[str]:
