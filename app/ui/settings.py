@@ -30,6 +30,9 @@ class Settings:
     theme: str = "system"
     models_dir: str = ""  # empty: the service's default folder
     default_model: str = DEFAULT_MODEL
+    # The model last picked (a chat's model chooser, or a chat started from the models page):
+    # new chats use it while it is installed, else `default_model`.
+    last_model: str = ""
     think: bool = True
     window_geometry: str = ""
 

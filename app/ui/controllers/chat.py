@@ -6,6 +6,7 @@ killed app keeps what was on screen; ChatStore marks such a reply interrupted on
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from typing import Any
@@ -18,7 +19,7 @@ from ..history import Chat, ChatStore
 from ..history.records import DONE, ERROR, STOPPED, STREAMING
 from ..history.store import make_title
 from ..models.conversation import ConversationModel, MessageItem
-from ..settings import Settings
+from ..settings import Settings, save_settings
 from .errors import friendly_error
 from .models import ModelsController
 from .reply import chat_body, context_used, context_window, reply_stats
@@ -70,7 +71,24 @@ class ChatController(QObject):
 
     @property
     def model(self) -> str:
-        return self.chat.model if self.chat else self._settings().default_model
+        return self.chat.model if self.chat else self.new_chat_model()
+
+    def new_chat_model(self) -> str:
+        """The model a new chat gets: the one last picked while it is installed (or while the
+        list of installed models has not arrived yet), else the default model."""
+        settings = self._settings()
+        last = settings.last_model
+        if last and (not self._models.loaded or last in self._models.names()):
+            return last
+        return settings.default_model
+
+    def _remember(self, name: str) -> None:
+        """Keep `name` as the model last picked, for later new chats (and after a restart)."""
+        settings = self._settings()
+        if name and name != settings.last_model:
+            settings.last_model = name
+            with contextlib.suppress(OSError):  # unsaved, it still applies until the app quits
+                save_settings(settings)
 
     def _reload(self, full: bool = False) -> None:
         if self.chat is None:
@@ -113,10 +131,14 @@ class ChatController(QObject):
         self.chat_opened.emit(chat.id)
 
     def new_chat(self, model: str | None = None) -> int:
-        """Open an empty chat (reusing the open one if it is still empty)."""
-        model = model or (self.chat.model if self.chat else self._settings().default_model)
+        """Open an empty chat (reusing the open one if it is still empty) on `model`, which
+        counts as picked (the models page's "chat with"), else on `new_chat_model()`."""
+        if model:
+            self._remember(model)
+        else:
+            model = self.new_chat_model()
         if self.chat is not None and self.chat.current_leaf is None and not self.busy:
-            self.set_model(model)
+            self._switch_model(model)
             self.chat_opened.emit(self.chat.id)
             return self.chat.id
         chat = self._store.create_chat(model)
@@ -130,6 +152,14 @@ class ChatController(QObject):
         self.chat_opened.emit(0)
 
     def set_model(self, name: str) -> None:
+        """The user picked `name` for the open chat (its model chooser): later new chats use
+        it too."""
+        if self.chat is None or not name:
+            return
+        self._remember(name)
+        self._switch_model(name)
+
+    def _switch_model(self, name: str) -> None:
         if self.chat is None or not name or name == self.chat.model:
             return
         self._store.update_chat(self.chat.id, model=name)
