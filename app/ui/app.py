@@ -75,7 +75,7 @@ class HearthApp:
         if chats:
             self.chat.open_chat(chats[0].id)
         else:
-            self.chat.new_chat(self.settings.default_model)  # first run
+            self.chat.new_chat()  # first run: the last-picked model, else the default
         if self.store.recovered:
             n = self.store.recovered
             self.window.notify(

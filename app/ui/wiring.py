@@ -189,7 +189,7 @@ class Wiring:
             if rest:
                 self.h.chat.open_chat(rest[0].id)
             else:
-                self.h.chat.new_chat(self.h.settings.default_model)
+                self.h.chat.new_chat()
 
     # -- models --------------------------------------------------------------------------------
 
