@@ -145,9 +145,14 @@ def test_generation_continues_past_num_ctx_through_a_shift(which, request):
     n_ctx = runner.engine.num_ctx
     req = _requests(runner, n_ctx + 40)[0]
     text, done = collect(runner.completion(req))
-    assert done["eval_count"] == n_ctx + 40
     assert done["shifted"] is True
-    assert done["done_reason"] == "length"
+    prompt_len = len(req.tokens) if req.tokens else done["prompt_eval_count"]
+    assert prompt_len + done["eval_count"] > n_ctx + 16  # went on well past the context
+    # A random model may sample its end-of-text token after the shift; else it ran to the limit.
+    if done["done_reason"] == "length":
+        assert done["eval_count"] == n_ctx + 40
+    else:
+        assert done["done_reason"] == "stop"  # no stop strings were given: end of text
     assert len(text) > 0
 
 

@@ -18,9 +18,10 @@ import numpy as np
 from .api import Backend, CacheConfig, Context, DType, OutOfMemoryError, RopeOptions, Tensor
 from .ggml_kernels import FewRowsKernel
 from .ggml_lib import address as _addr
-from .ggml_lib import metadata_context, physical_cores
+from .ggml_lib import layout_key, metadata_context, physical_cores
 from .ggml_tensor import FLOAT_TYPES as _FLOAT_TYPES
 from .ggml_tensor import GGMLTensor, host_data
+from .invariance import PADDING_CANDIDATES, ProductRule, probe_kv_padding
 
 __all__ = ["GGMLBackend", "GGMLContext", "GGMLTensor", "metadata_context", "physical_cores"]
 
@@ -87,12 +88,11 @@ class GGMLContext(Context):
 
     def mul_mat(self, a: Tensor, b: Tensor, full_precision: bool = False) -> GGMLTensor:
         ne = b.ptr.contents.ne  # type: ignore[attr-defined]
-        groups = self.row_groups.get(ne[1]) if a.dtype in _FLOAT_TYPES else None
+        groups = self.row_groups.get(ne[1]) if self._backend.rows_apart(a) else None
         if groups is not None and len(groups) > 1 and ne[2] == 1 and ne[3] == 1:
-            # ggml multiplies a float matrix by one row with another kernel than by several
-            # (llamafile's sgemm needs n >= 2), rounding differently: multiply each sequence's
+            # This kernel path rounds a lone row differently from a batch of rows (e.g.
+            # llamafile's sgemm needs n >= 2; see invariance.py): multiply each sequence's
             # rows on their own so its numbers do not depend on the rest of the batch.
-            # (Quantized weights give identical rows either way.)
             nb1 = b.strides[1]
             out = None
             for start, count in groups:
@@ -327,6 +327,19 @@ class GGMLBackend(Backend):
         # Quantized weights times 2..8 rows (several sequences decoding together) go to
         # Hearth's own kernel where it is built and agrees bit for bit with ggml's.
         self.few_rows_kernel: FewRowsKernel | None = FewRowsKernel.for_backend(self)
+        # What the weight store probed at load (invariance.py), by layout_key.
+        self.product_rules: dict[tuple[int, int], ProductRule] = {}
+        self._kv_padding: int | None = None
+        self._kv_padding_exact = True  # flash attention: its kernel skips masked cells
+
+    def rows_apart(self, weight: Tensor) -> bool:
+        """Whether products with `weight` must take each sequence's rows on their own to stay
+        batch-invariant: as probed for its type and layout, else (layouts never probed) for
+        float types, whose lone rows ggml computes with another kernel."""
+        rule = self.product_rules.get(layout_key(weight.ptr))  # type: ignore[attr-defined]
+        if rule is None:
+            return weight.dtype in _FLOAT_TYPES
+        return rule is not ProductRule.INVARIANT
 
     # -- scheduler ----------------------------------------------------------------------
     def _scheduler(self) -> object:
@@ -420,7 +433,25 @@ class GGMLBackend(Backend):
     def cache_config(self) -> CacheConfig:
         if self.flash_attention:
             return CacheConfig(padding=256, permuted_v=False, mask_dtype=DType.F16)
-        return CacheConfig(padding=32, permuted_v=True, mask_dtype=DType.F32)
+        return CacheConfig(padding=self.kv_padding, permuted_v=True, mask_dtype=DType.F32)
+
+    @property
+    def kv_padding(self) -> int:
+        """The KV padding of the soft_max path: the smallest under which masked cells add
+        exact zeros on this CPU (probed once per backend; 32 with AVX2, 64 with AVX-512),
+        or llama.cpp's 256 where none does (`kv_padding_exact` then says so)."""
+        if self.flash_attention:
+            return 256
+        if self._kv_padding is None:
+            probed = probe_kv_padding(self)
+            self._kv_padding_exact = probed is not None
+            self._kv_padding = probed or PADDING_CANDIDATES[-1]
+        return self._kv_padding
+
+    @property
+    def kv_padding_exact(self) -> bool:
+        """Whether attention over spans stretched by masked cells was found exact here."""
+        return self.kv_padding > 0 and self._kv_padding_exact
 
     def close(self) -> None:
         with self._lock:

@@ -93,3 +93,14 @@ def metadata_context(n_tensors: int) -> Any:
     if not ctx:
         raise OutOfMemoryError("could not create a ggml context")
     return ctx
+
+
+def layout_key(p: Any) -> tuple[int, int]:
+    """(element type, buffer type address) of a tensor, following views to the tensor that
+    owns the memory; the buffer type is 0 while the tensor has none (graph intermediates).
+    Weights of one type in one buffer type are multiplied by the same kernels."""
+    t = p.contents
+    while not t.buffer and t.view_src:
+        t = t.view_src.contents
+    buft = g.ggml_backend_buffer_get_type(t.buffer) if t.buffer else None
+    return int(p.contents.type), address(buft)

@@ -13,9 +13,12 @@ therefore loaded twice: once for row lookups, once laid out for matmul, as llama
 
 One condition is ours: a repacked layout is used only if it is batch-invariant, i.e. a row's
 result is bit-identical whether it is multiplied alone or among others (checked at load on one
-real tensor of each type). Some repacked kernels (e.g. Q4_K's on AVX2) round a row differently
-in a 4-row block than alone, which would make a sequence's output depend on which other
-requests share its batch; with the check, the same seed gives the same text under any load.
+real tensor of each type, see invariance.py). Some repacked kernels (e.g. Q4_K's) round a row
+differently in a 4-row block than alone, which would make a sequence's output depend on which
+other requests share its batch; with the check, the same seed gives the same text under any
+load. After loading, every (type, layout) pair the model multiplies by is probed the same way
+and the outcome is registered with the backend, which routes products accordingly
+(`GGMLBackend.rows_apart`) and reports it (`invariance_report`).
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ import numpy as np
 from ..gguf import GGUFError, GGUFFile, TensorInfo
 from .api import DType, OutOfMemoryError
 from .ggml import GGMLBackend, GGMLTensor, metadata_context
+from .ggml_lib import layout_key
+from .invariance import InvarianceReport, ProductRule, probe_product
 
 __all__ = ["WeightStore", "MissingTensorError", "ProgressFn"]
 
@@ -82,7 +87,7 @@ class WeightStore:
         self._contexts: list[object] = []
         self.loaded = False
         self.bytes_by_buffer_type: dict[str, int] = {}
-        self._invariance: dict[tuple[int, int], bool] = {}
+        self.product_rules: dict[str, ProductRule] = {}  # "Q4_K (CPU)" -> probed rule
         self._raw: np.ndarray | None = None
         # Graphs need room for every op of every layer: scale the scheduler's node budget.
         backend.graph_nodes = max(backend.graph_nodes, 16 * len(file.tensors) + 1024)
@@ -173,6 +178,30 @@ class WeightStore:
             if progress is not None:
                 progress(done / total)
         self.loaded = True
+        self._probe_layouts()
+
+    def _probe_layouts(self) -> None:
+        """Probe each (type, layout) the model multiplies by (one tensor each; repacked ones
+        were probed when chosen) and register the rule with the backend."""
+        for slot in self._slots.values():
+            if not slot.matmul or len(slot.info.shape) != 2:
+                continue
+            key = layout_key(slot.tensor.ptr)
+            if key not in self.backend.product_rules:
+                self._record(key, slot, probe_product(self.backend, slot.tensor))
+
+    def _record(self, key: tuple[int, int], slot: _Slot, rule: ProductRule) -> None:
+        self.backend.product_rules[key] = rule
+        buft = g.ggml_backend_buft_name(slot.buft).decode() if slot.buft else "CPU"
+        self.product_rules[f"{slot.info.type_name} ({buft})"] = rule
+
+    def invariance_report(self) -> InvarianceReport:
+        """What the probes found for this model's weights and the backend's attention."""
+        return InvarianceReport(
+            kv_padding=self.backend.cache_config.padding,
+            kv_padding_exact=self.backend.kv_padding_exact,
+            products=dict(self.product_rules),
+        )
 
     def _rehome(self, slots: list[_Slot]) -> object:
         """Move the handles' tensors into a fresh context (one per buffer)."""
@@ -225,12 +254,18 @@ class WeightStore:
         return self.backend.cpu_buffer_type
 
     def _batch_invariant(self, buft: object, slot: _Slot) -> bool:
-        key = (_address(buft), slot.info.type_id)
-        if key not in self._invariance:
-            self._invariance[key] = _probe_batch_invariance(
+        """Whether `slot`'s type laid out in `buft` gives rows the same bits in any batch."""
+        key = (slot.info.type_id, _address(buft))
+        rule = self.backend.product_rules.get(key)
+        if rule is None:
+            rule = _probe_in_layout(
                 self.backend, buft, slot.tensor, self.file.tensor_bytes(slot.info.name)
             )
-        return self._invariance[key]
+            self.backend.product_rules[key] = rule
+        if rule is not ProductRule.INVARIANT:  # the plain layout is used; it gets probed
+            name = g.ggml_backend_buft_name(buft).decode()
+            self.product_rules.setdefault(f"{slot.info.type_name} ({name}, not used)", rule)
+        return rule is ProductRule.INVARIANT
 
     @property
     def nbytes(self) -> int:
@@ -259,39 +294,24 @@ def _address(ptr: object) -> int:
     return int(ctypes.cast(ptr, ctypes.c_void_p).value or 0)  # type: ignore[arg-type]
 
 
-def _probe_batch_invariance(
+def _probe_in_layout(
     backend: GGMLBackend, buft: object, weight: GGMLTensor, data: memoryview
-) -> bool:
-    """Whether multiplying by `weight` laid out in `buft` gives each row the same bits alone
-    as within batches of several sizes."""
+) -> ProductRule:
+    """probe_product on a copy of `weight` laid out in `buft` (a temporary buffer)."""
     ctx = metadata_context(2)
     buf = None
     try:
         w = g.ggml_dup_tensor(ctx, weight.ptr)
         buf = g.ggml_backend_alloc_ctx_tensors_from_buft(ctx, buft)
         if not buf:
-            return False
+            return ProductRule.NOT_INVARIANT
         raw = np.frombuffer(data, dtype=np.uint8)
         g.ggml_backend_tensor_set(w, raw.ctypes.data, 0, raw.nbytes)
-        handle = GGMLTensor(w, ctx)
-        x = np.random.default_rng(0).standard_normal((9, weight.ne[0])).astype(np.float32)
-        alone = np.concatenate([_multiply(backend, handle, x[i : i + 1]) for i in range(9)])
-        return all(np.array_equal(_multiply(backend, handle, x[:n]), alone[:n]) for n in (2, 4, 9))
+        return probe_product(backend, GGMLTensor(w, ctx))
     finally:
         if buf:
             g.ggml_backend_buffer_free(buf)
         g.ggml_free(ctx)
-
-
-def _multiply(backend: GGMLBackend, weight: GGMLTensor, x: np.ndarray) -> np.ndarray:
-    """weight · rows of x, computed on their own: `[len(x), out]`."""
-    c = backend.new_context()
-    try:
-        out = c.mul_mat(weight, c.from_numpy(x))
-        c.compute(out)
-        return out.numpy().reshape(len(x), -1)
-    finally:
-        c.close()
 
 
 _ExtraBuftsFn = ctypes.CFUNCTYPE(ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p)

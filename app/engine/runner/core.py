@@ -3,6 +3,7 @@ request operations the HTTP layer exposes (see protocol.py)."""
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,6 +17,8 @@ from .protocol import CompletionRequest, RunnerOptions
 from .sequence import PromptTooLongError, Sequence, SequenceSettings, settings_from_request
 
 __all__ = ["RunnerConfig", "Runner", "RequestError"]
+
+_log = logging.getLogger("hearth.runner")
 
 _KV_TYPES = {"f16": DType.F16, "q8_0": DType.Q8_0, "q4_0": DType.Q4_0}
 
@@ -62,6 +65,10 @@ class Runner:
         except BaseException:
             self.loaded.close()
             raise
+        # Probed while loading (ml/invariance.py): whether "same tokens under any load" holds.
+        self.invariance = self.loaded.weights.invariance_report()
+        log = _log.info if self.invariance.holds else _log.warning
+        log("%s: %s", self.loaded.file.path.name, self.invariance.summary())
         self.tokenizer = self.loaded.tokenizer
         self.loop = BatchLoop(
             self.engine, multi_user=config.multi_user_cache, pipelined=config.pipelined
@@ -155,6 +162,7 @@ class Runner:
                 "graph": mem.graph,
                 "total": mem.total,
             },
+            "batch_invariance": self.invariance.to_json(),
         }
 
     def close(self) -> None:

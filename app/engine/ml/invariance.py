@@ -1,0 +1,192 @@
+"""Batch invariance, probed on this CPU: which ggml kernel paths keep a row's numbers
+independent of what else is in its batch, and how the engine routes around those that don't.
+
+Hearth promises that a request gives the same tokens alone, beside other requests, or with its
+prompt served from the cache. ggml's CPU kernels make that true only on some paths, and which
+ones depends on the CPU (AVX2, AVX-512, NEON...) and on the build, so nothing is assumed:
+
+* **Weight products** (`probe_product`). For each weight type and memory layout a model uses,
+  random activation rows are multiplied alone, in batches of several sizes and shifted by one
+  row. Three outcomes:
+  - *invariant*: every row has the same bits however it is batched;
+  - *lone rows apart*: batches of two or more rows agree with each other, but a row multiplied
+    alone comes out differently (llamafile's sgemm needs two rows; one row goes to ggml's
+    vec_dot). The engine then multiplies each sequence's rows on their own (`row_groups` in
+    `GGMLContext.mul_mat`) and the runner evaluates prompt pieces of at least two rows;
+  - *not invariant*: rows depend on their batch even then. For a repacked layout the plain one
+    is used instead; for a plain layout there is no other path, and the report says so.
+* **Attention padding** (`probe_kv_padding`). A sequence attends over its cells rounded up to
+  the padding; decoding several sequences together stretches each one's span to the longest
+  (the extra cells masked). That only adds exact zeros if the kernels that sum over the cells
+  (soft_max, and the product of the probabilities with V) see the extra cells in whole SIMD
+  steps: ggml's F16 dot product works in steps of 32 values with AVX2 but 64 with AVX-512, and
+  sums a shorter tail separately. The probe picks the smallest padding under which stretched
+  spans give the same bits.
+
+`InvarianceReport` collects the outcomes for one loaded model; the runner logs it and reports
+it (the service shows it in `/api/show` and `/api/ps`), so the claim is made only where it was
+checked.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from .api import DType
+
+if TYPE_CHECKING:
+    from .ggml import GGMLBackend, GGMLTensor
+
+__all__ = [
+    "ProductRule",
+    "InvarianceReport",
+    "probe_product",
+    "probe_kv_padding",
+    "PADDING_CANDIDATES",
+]
+
+PADDING_CANDIDATES = (32, 64, 128, 256)
+_PROBE_ROWS = 17  # odd, past the few-rows kernel's 8 and several SIMD/tile widths
+# Row slices (start, stop) multiplied as one batch, compared with the full batch's rows.
+_ROW_SLICES = ((0, 2), (0, 3), (0, 4), (0, 5), (0, 8), (0, 9), (0, 16), (1, 17), (3, 12))
+
+
+class ProductRule(Enum):
+    """How rows multiplied by one weight type and layout behave (module docstring)."""
+
+    INVARIANT = "invariant"
+    LONE_ROWS_APART = "lone rows apart"
+    NOT_INVARIANT = "not invariant"
+
+    @property
+    def holds(self) -> bool:
+        """Whether the engine can keep rows batch-invariant with this kernel path."""
+        return self is not ProductRule.NOT_INVARIANT
+
+
+@dataclass
+class InvarianceReport:
+    """What the probes found for one model on this CPU."""
+
+    kv_padding: int
+    kv_padding_exact: bool = True  # stretched attention spans give the same bits
+    products: dict[str, ProductRule] = field(default_factory=dict)  # "Q4_K (CPU)" -> rule
+
+    @property
+    def holds(self) -> bool:
+        return self.kv_padding_exact and all(rule.holds for rule in self.products.values())
+
+    def summary(self) -> str:
+        """One sentence for the log and the API."""
+        problems = [
+            f"ggml's products with {key} weights round rows differently by batch size"
+            for key, rule in sorted(self.products.items())
+            if not rule.holds
+        ]
+        if not self.kv_padding_exact:
+            problems.append("attention over a longer masked span rounds differently")
+        if problems:
+            return (
+                "a sequence's numbers may depend on what shares its batch on this CPU: "
+                + "; ".join(problems)
+            )
+        apart = sorted(k for k, r in self.products.items() if r is ProductRule.LONE_ROWS_APART)
+        extra = f"; kept apart per sequence: {', '.join(apart)}" if apart else ""
+        return f"batch-invariant (checked at load; KV padding {self.kv_padding}{extra})"
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "holds": self.holds,
+            "summary": self.summary(),
+            "kv_padding": self.kv_padding,
+            "kv_padding_exact": self.kv_padding_exact,
+            "products": {k: rule.value for k, rule in sorted(self.products.items())},
+        }
+
+
+def probe_product(backend: GGMLBackend, weight: GGMLTensor) -> ProductRule:
+    """Multiply `weight` (loaded, in the layout under test) by random rows in every batch
+    shape of `_ROW_SLICES` and alone, all in one graph, and classify (module docstring).
+    The engine's own mul_mat is used, so Hearth's kernels are probed with ggml's."""
+    k = weight.ne[0]
+    x = np.random.default_rng(7).standard_normal((_PROBE_ROWS, k)).astype(np.float32)
+    ctx = backend.new_context(4 * (_PROBE_ROWS + len(_ROW_SLICES)) + 16)
+    try:
+        rows = ctx.input(DType.F32, [k, _PROBE_ROWS], x)
+
+        def product(start: int, stop: int) -> object:
+            part = ctx.view(rows, (k, stop - start), (rows.strides[1],), start * rows.strides[1])
+            return ctx.mul_mat(weight, part)
+
+        full = product(0, _PROBE_ROWS)
+        alone = [product(i, i + 1) for i in range(_PROBE_ROWS)]
+        sliced = [(start, stop, product(start, stop)) for start, stop in _ROW_SLICES]
+        ctx.compute(full, *alone, *(t for _, _, t in sliced))  # type: ignore[arg-type]
+        reference = full.numpy().reshape(_PROBE_ROWS, -1)  # type: ignore[attr-defined]
+        batches_agree = all(
+            np.array_equal(t.numpy().reshape(stop - start, -1), reference[start:stop])  # type: ignore[attr-defined]
+            for start, stop, t in sliced
+        )
+        if not batches_agree:
+            return ProductRule.NOT_INVARIANT
+        lone = np.concatenate([t.numpy().reshape(1, -1) for t in alone])  # type: ignore[attr-defined]
+        return (
+            ProductRule.INVARIANT
+            if np.array_equal(lone, reference)
+            else ProductRule.LONE_ROWS_APART
+        )
+    finally:
+        ctx.close()
+
+
+def probe_kv_padding(backend: GGMLBackend, head_dim: int = 128) -> int | None:
+    """The smallest padding (of `PADDING_CANDIDATES`) under which attention over a span
+    stretched by masked cells gives the same bits as over the span itself, for one and for
+    several query rows; None if none does."""
+    for padding in PADDING_CANDIDATES:
+        if _padding_holds(backend, padding, head_dim):
+            return padding
+    return None
+
+
+def _padding_holds(backend: GGMLBackend, padding: int, head_dim: int) -> bool:
+    """soft_max and the probabilities-times-V product (the attention ops that sum over
+    cells, in the layout the non-flash path uses) over n cells vs n + extra masked cells."""
+    rng = np.random.default_rng(padding)
+    extra = 2 * padding
+    ctx = backend.new_context(256)
+    try:
+        pairs = []
+        for n in (padding, 3 * padding):
+            for tokens in (1, 2, 5):
+                total = n + extra
+                # V as the cache holds it for this path: [cells, head_dim] rows of cells.
+                values = rng.standard_normal((head_dim, total)).astype(np.float16)
+                scores = rng.standard_normal((tokens, total)).astype(np.float32) * 4
+                mask = np.zeros((tokens, total), np.float32)
+                mask[:, n:] = -np.inf
+                long_v = ctx.input(DType.F16, [total, head_dim], values)
+                short_v = ctx.view(long_v, (n, head_dim), (long_v.strides[1],), 0)
+                outs = []
+                for cells, v in ((total, long_v), (n, short_v)):
+                    kq = ctx.input(
+                        DType.F32, [cells, tokens], np.ascontiguousarray(scores[:, :cells])
+                    )
+                    m = ctx.input(DType.F32, [cells, tokens], np.ascontiguousarray(mask[:, :cells]))
+                    probs = ctx.soft_max(kq, m, 0.125)
+                    outs.append((probs, ctx.mul_mat(v, probs), cells))
+                pairs.append((n, tokens, outs))
+        ctx.compute(*(t for _, _, outs in pairs for p, o, _ in outs for t in (p, o)))
+        for n, tokens, ((p_long, o_long, total), (p_short, o_short, _)) in pairs:
+            long_probs = p_long.numpy().reshape(tokens, total)
+            if not np.array_equal(long_probs[:, :n], p_short.numpy().reshape(tokens, n)):
+                return False
+            if not np.array_equal(o_long.numpy(), o_short.numpy()):
+                return False
+        return True
+    finally:
+        ctx.close()
