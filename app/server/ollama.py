@@ -40,6 +40,7 @@ __all__ = [
     "final_stats",
     "hearth_extras",
     "think_flag",
+    "think_level",
     "run_format",
     "chat_prompt",
 ]
@@ -81,6 +82,12 @@ def think_flag(target: Target, think: bool | str | None) -> bool | None:
     return bool(think)
 
 
+def think_level(think: bool | str | None) -> dict[str, Any]:
+    """A thinking level ("low", "high", ...) as the template variable `reasoning_effort` (the
+    Hugging Face name, read by e.g. gpt-oss's template); nothing for a plain on/off."""
+    return {"reasoning_effort": think} if isinstance(think, str) and think else {}
+
+
 def run_format(fmt: Format) -> str | dict[str, Any] | None:
     if fmt in (None, ""):
         return None
@@ -93,13 +100,15 @@ def chat_prompt(
     messages: Sequence[ChatMessage],
     tools: list[dict[str, Any]],
     think: bool | None,
+    level: str | None = None,
 ) -> tuple[str, list[str]]:
     """The prompt text for a chat and the checked images it refers to (by `[img-N]` tags).
 
     Shared by /api/chat and /v1/chat/completions: the model's system message and preset
     messages are added (`prompts.conversation`), the images are checked (`Service.images`, which
     raises 400 on a bad one), a model without vision refuses images (400), and the model's
-    template is rendered with `tools` (none when the list is empty) and `think`.
+    template is rendered with `tools` (none when the list is empty), `think` and, while
+    thinking, its `level` (see `think_level`).
     """
     conv, raw_images = conversation(messages, target.system, target.preset)
     images = svc.images(raw_images)
@@ -112,6 +121,7 @@ def chat_prompt(
         target.info.eos_text,
         tools=tools or None,
         think=think,
+        **(think_level(level) if think else {}),
     )
     return prompt, images
 
@@ -185,6 +195,7 @@ async def generate(body: GenerateRequest, request: Request) -> Response:
             target.info.bos_text,
             target.info.eos_text,
             think=think,
+            **(think_level(body.think) if think else {}),
             prompt=body.prompt,
             system=system or "",
             suffix=body.suffix or "",
@@ -317,7 +328,8 @@ async def chat(body: ChatRequest, request: Request) -> Response:
     if tools:
         target.require("tools", "tools")
     think = think_flag(target, body.think)
-    prompt, images = chat_prompt(svc, target, body.messages, tools, think)
+    level = body.think if isinstance(body.think, str) else None
+    prompt, images = chat_prompt(svc, target, body.messages, tools, think, level)
     settings = svc.settings(target, body.options)
     gen = await svc.generate(target, settings, _request(settings, body, prompt, images), keep_alive)
     parser = OutputParser(think=bool(think), tools={t["function"]["name"] for t in tools})

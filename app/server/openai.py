@@ -41,18 +41,13 @@ from .outputs import OutputParser
 from .prompts import render
 from .responses import sse
 from .schemas import Options
-from .service import Generation, Service, Target, pieces
+from .service import Generation, Piece, Service, Target, pieces
 from .store import ModelNotFound, ModelRecord
 
 __all__ = ["router"]
 
 router = APIRouter(tags=["openai"])
 _FINGERPRINT = "fp_hearth"
-
-
-def _check_n(n: int | None) -> None:
-    if n is not None and n > 1:
-        raise APIError(400, "n > 1 is not supported: ask for one completion per request")
 
 
 async def _start(
@@ -105,33 +100,53 @@ def _last_chunks(
         yield {**head, "choices": [], "usage": convert.usage(final)}
 
 
+def _chat_format(body: OAChatRequest, forced: dict[str, Any] | None) -> Any:
+    """The output format: the response_format, or the schema of a call tool_choice forces."""
+    fmt = convert.response_format(body.response_format)
+    if forced is not None and fmt is not None:
+        raise APIError(
+            400,
+            "a tool_choice that requires a call cannot be combined with a JSON response_format: "
+            "both would constrain the same output",
+        )
+    return forced if forced is not None else fmt
+
+
+async def _parsed(gen: Generation, parser: OutputParser, one_call: bool) -> AsyncIterator[Piece]:
+    """The pieces of a chat reply, with at most one tool call when `one_call`
+    (parallel_tool_calls: false)."""
+    async for p in pieces(gen, parser):
+        if one_call and len(p.tool_calls) > 1:
+            p.tool_calls = p.tool_calls[:1]
+        yield p
+
+
 @router.post("/v1/chat/completions", summary="OpenAI chat completions")
 async def chat_completions(body: OAChatRequest, request: Request) -> Response:
     svc = service_of(request)
-    _check_n(body.n)
+    convert.check_chat(body)
     target = await svc.target(body.model)
     target.require("completion", "chat")
     tools = [t.model_dump(exclude_none=True) for t in body.tools or []]
-    if body.tool_choice == "none":
-        tools = []
+    tools, forced = convert.tool_choice(body.tool_choice, tools)
+    fmt = _chat_format(body, forced)
     if tools:
         target.require("tools", "tools")
     effort = body.reasoning_effort
     think = think_flag(target, None if effort is None else effort != "none")
     messages = [convert.message(m) for m in body.messages]
-    prompt, images = chat_prompt(svc, target, messages, tools, think)
+    prompt, images = chat_prompt(svc, target, messages, tools, think, effort)
     top = (body.top_logprobs or 0) if body.logprobs else None
     opts = convert.options(body, body.max_completion_tokens or body.max_tokens)
-    gen = await _start(
-        svc, target, body, opts, prompt, images, convert.response_format(body.response_format), top
-    )
+    gen = await _start(svc, target, body, opts, prompt, images, fmt, top)
     parser = OutputParser(think=bool(think), tools={t["function"]["name"] for t in tools})
+    items = _parsed(gen, parser, body.parallel_tool_calls is False)
     head = _head("chatcmpl-", "chat.completion.chunk", target)
     if body.stream:
         usage = bool(body.stream_options and body.stream_options.include_usage)
-        return sse(_chat_chunks(gen, parser, head, usage, top is not None), gen.close)
+        return sse(_chat_chunks(items, head, usage, top is not None), gen.close)
     text, thinking, logprobs = [], [], []
-    async for p in pieces(gen, parser):
+    async for p in items:
         text.append(p.content)
         thinking.append(p.thinking)
         logprobs.extend(p.logprobs or [])
@@ -152,9 +167,9 @@ async def chat_completions(body: OAChatRequest, request: Request) -> Response:
 
 
 async def _chat_chunks(
-    gen: Generation, parser: OutputParser, head: dict[str, Any], usage: bool, logprobs: bool
+    items: AsyncIterator[Piece], head: dict[str, Any], usage: bool, logprobs: bool
 ) -> AsyncIterator[dict[str, Any]]:
-    async for p in pieces(gen, parser):
+    async for p in items:
         delta: dict[str, Any] = {"role": "assistant", "content": p.content}
         if p.thinking:
             delta["reasoning"] = p.thinking
@@ -175,7 +190,7 @@ async def _chat_chunks(
 @router.post("/v1/completions", summary="OpenAI text completions")
 async def completions(body: OACompletionRequest, request: Request) -> Response:
     svc = service_of(request)
-    _check_n(body.n)
+    convert.check_sampling(body)
     if body.echo:
         raise APIError(400, "echo is not supported")
     if body.best_of is not None and body.best_of > 1:

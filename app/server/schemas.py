@@ -4,13 +4,36 @@ They are the validation layer (a wrong type or range is a 400 with the field nam
 OpenAPI spec the fuzz tests run against. Unknown fields are ignored, as Ollama does; the field
 names and defaults are Ollama's. Responses are plain dicts built by the routes, so the
 Ollama-compatible keys stay exactly as clients expect.
+
+Every known field is either honoured or refused (400 with a sentence) when set to a value
+Hearth cannot honour; a few are accepted and ignored because honouring them could not change
+the answer. The ones that are not plainly honoured:
+
+| field                                   | decision                                            |
+|-----------------------------------------|-----------------------------------------------------|
+| messages[].role                         | system, user, assistant or tool; others refused     |
+| options.typical_p                       | refused unless 1 (off): the sampler has no typical  |
+|                                         | sampling (also in /api/create `parameters`)         |
+| options.num_gpu, main_gpu, use_mmap,    | ignored: placement and loading hints, Hearth places |
+| numa                                    | the model itself and the answer is the same         |
+| think: "low" / "medium" / "high" / "max"| thinking on, and the level reaches the template as  |
+|                                         | `reasoning_effort` (templates that read it use it)  |
+| tool_calls[].type, tools[].type,        | ignored: "function" is the only kind there is; the  |
+| tool_calls[].function.index             | list's order is the calls' order                    |
+| options on /api/embed(dings)            | only the runtime ones (num_ctx, ...) apply: there   |
+|                                         | is no sampling in an embedding, as in Ollama        |
+| pull `insecure`                         | ignored: Hearth has no registry to pull from        |
+| create `quantize`, `adapters`,          | refused by /api/create (create.py)                  |
+| `modelfile`                             |                                                     |
+| unknown fields, unknown option names    | ignored, as Ollama does (mirostat, tfs_z, ...)      |
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
+from pydantic_core import PydanticCustomError
 
 __all__ = [
     "Options",
@@ -29,6 +52,9 @@ __all__ = [
     "KeepAlive",
     "Format",
     "RUNTIME_OPTIONS",
+    "ROLES",
+    "Role",
+    "refuse_unsampled",
 ]
 
 _EXAMPLE_MODEL = "gemma3:270m"
@@ -97,6 +123,22 @@ RUNTIME_OPTIONS = frozenset(
 )
 
 
+def refuse_unsampled(options: dict[str, Any] | None) -> None:
+    """Raise (a 400 naming the option) for a sampling option the sampler does not have, rather
+    than let a generation quietly differ from what was asked."""
+    typical = (options or {}).get("typical_p")
+    if typical is not None and typical != 1:
+        raise PydanticCustomError(
+            "unsupported",
+            "typical_p (locally typical sampling) is not supported; leave it out or set it "
+            "to 1, and use top_p, top_k or min_p instead",
+        )
+
+
+Role = Literal["system", "user", "assistant", "tool"]
+ROLES: tuple[str, ...] = get_args(Role)
+
+
 class FunctionCall(_Body):
     name: str = Field(min_length=1, max_length=256)
     arguments: dict[str, Any] = Field(default_factory=dict)
@@ -110,13 +152,26 @@ class ToolCall(_Body):
 
 
 class ChatMessage(_Body):
-    role: str = Field(min_length=1, max_length=32, examples=["user"])
+    role: Role = Field(examples=["user"])
     content: str | None = ""
     thinking: str | None = None
     images: list[str] | None = Field(None, max_length=16)
     tool_calls: list[ToolCall] | None = None
     tool_name: str | None = None
     tool_call_id: str | None = None
+
+    @field_validator("role", mode="before")
+    @classmethod
+    def _known_role(cls, v: Any) -> Any:
+        """A sentence naming the roles (before the enum's terser message); a template would
+        otherwise render an unknown role as it likes, or drop the message."""
+        if isinstance(v, str) and v not in ROLES:
+            raise PydanticCustomError(
+                "role",
+                "'{role}' is not a message role; use system, user, assistant or tool",
+                {"role": v[:40]},
+            )
+        return v
 
 
 class FunctionSpec(_Body):
@@ -143,6 +198,12 @@ class _Generation(_Body):
     top_logprobs: int = Field(0, ge=0, le=20)
     truncate: bool = True
     shift: bool = True
+
+    @field_validator("options")
+    @classmethod
+    def _sampled(cls, v: Options | None) -> Options | None:
+        refuse_unsampled(v.model_dump(exclude_none=True) if v else None)
+        return v
 
 
 class GenerateRequest(_Generation):
@@ -220,3 +281,9 @@ class CreateRequest(_Body):
     modelfile: str | None = None
     stream: bool = True
     link: bool = False
+
+    @field_validator("parameters")
+    @classmethod
+    def _sampled(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        refuse_unsampled(v)
+        return v
