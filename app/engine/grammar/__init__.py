@@ -4,6 +4,8 @@
 The sampler samples a token as usual, keeps it if `constraint.accepts(tok)` (the fast path),
 otherwise sets `logits[~constraint.mask()] = -inf` and samples again; then
 `constraint.advance(tok)`. When `constraint.complete` the runner ends the sequence.
+`constraint.reader()` follows the *streamed text* with the same grammar, so the runner can tell
+where that text is a whole document (a stop string may only end the output there).
 
 Output is checked byte by byte by a pushdown automaton (`automaton.py`) built from the schema
 (`schema.py` documents the supported subset), so whatever the model does, the text is always
@@ -18,13 +20,44 @@ from typing import Any
 
 import numpy as np
 
-from .automaton import K_STR, K_TKEY, can_end, initial_state, is_done, run
+from .automaton import K_STR, K_TKEY, State, can_end, initial_state, is_done, run
 from .masking import LRU, string_mask, walk_mask
 from .nodes import Limits
 from .schema import compile_schema, schema_from_format
 from .vocab import TokenTable
 
-__all__ = ["JsonConstraint", "Limits", "TokenTable", "schema_from_format"]
+__all__ = ["DocumentReader", "JsonConstraint", "Limits", "TokenTable", "schema_from_format"]
+
+
+class DocumentReader:
+    """Follows a text with a constraint's grammar to tell where it is a whole document.
+
+    The runner reads the text it streams, not the constraint's bytes: the detokenizer may have
+    tidied that text (a leading space dropped, spaces cleaned up), and the client parses what
+    it was sent. A text that leaves the grammar is never whole again.
+    """
+
+    def __init__(self, state: State) -> None:
+        self._state = state
+
+    def whole_at(self, text: str) -> list[int]:
+        """Every offset p (0..len(text), ascending) at which what was fed plus `text[:p]` is a
+        whole document. The reader does not move."""
+        state = self._state
+        out: list[int] = []
+        for i, ch in enumerate(text):
+            if not state:
+                return out
+            if can_end(state):
+                out.append(i)
+            state = run(state, ch.encode())
+        if can_end(state):
+            out.append(len(text))
+        return out
+
+    def feed(self, text: str) -> None:
+        if self._state:
+            self._state = run(self._state, text.encode())
 
 
 class JsonConstraint:
@@ -39,7 +72,8 @@ class JsonConstraint:
         """Raises `ValueError` naming the problem for an unsupported or invalid schema."""
         self.table = table
         self.limits = limits or Limits()
-        self._state = initial_state(compile_schema(schema, self.limits), self.limits)
+        self._start = initial_state(compile_schema(schema, self.limits), self.limits)
+        self._state = self._start
         self._eos = frozenset(table.eos_ids.tolist())
         self._out = bytearray()
         self._ended = False  # an end-of-sequence token was advanced
@@ -112,6 +146,10 @@ class JsonConstraint:
     def can_end(self) -> bool:
         """The output so far is a whole document (end-of-sequence is allowed)."""
         return not self._ended and can_end(self._state)
+
+    def reader(self) -> DocumentReader:
+        """A reader of output text from its start, with this constraint's schema and limits."""
+        return DocumentReader(self._start)
 
     @property
     def text(self) -> str:

@@ -3,6 +3,17 @@
 The batching loop owns the order of work; a Sequence decides what each sampled token means:
 end of turn, a stop string, the token limit, text to stream (never half a UTF-8 character and
 never the start of a stop string that may still complete), logprobs.
+
+Stop strings with structured output (`format`): the output must always parse, so a stop string
+only ends the output where the text before it is a whole document by the grammar (read from
+the streamed text with `JsonConstraint.reader()`). A match inside a JSON string, a key or an
+unfinished value is ignored and streams on as text; nothing is held back for a stop string
+that could not be honoured where it starts. The grammar allows nothing after an object, array
+or string, so in practice such a stop string can only cut a top-level number or literal
+(`12` when `3` is a stop in `123`); a finished document ends the sequence by itself.
+
+Text held back for a stop string that never completed is sent when the sequence ends for any
+other reason (end of turn, the grammar's end, the token limit, a cancel).
 """
 
 from __future__ import annotations
@@ -137,6 +148,9 @@ class Sequence:
         self._decoder = StreamDecoder(tokenizer)
         self._stops = [s for s in settings.stop if s]
         self._held = ""  # text withheld because it may begin a stop string
+        self._cut = False  # a stop string ended the output (the text after it is dropped)
+        # With structured output, where the streamed text is a whole document (see above).
+        self._doc = constraint.reader() if constraint is not None and self._stops else None
         self._held_logprobs: list[dict[str, Any]] = []
         self.generated: list[int] = []  # sampled tokens, in order
         self.fed = 0  # generated tokens evaluated into the cache (set by the loop)
@@ -250,27 +264,49 @@ class Sequence:
         }
 
     def _emit(self, text: str) -> bool:
-        """Send what is safe to send; True when a stop string matched."""
+        """Send what is safe to send; True when a stop string matched (the output ends there)."""
         self._held += text
-        if self._stops:
-            cut = min((i for i in (self._held.find(s) for s in self._stops) if i >= 0), default=-1)
-            if cut >= 0:
-                self._send(self._held[:cut])
-                self._held = ""
-                return True
-            hold = 0
-            for s in self._stops:
-                for k in range(min(len(s) - 1, len(self._held)), 0, -1):
-                    if self._held.endswith(s[:k]):
-                        hold = max(hold, k)
-                        break
-            out = self._held[: len(self._held) - hold]
-            self._held = self._held[len(out) :]
+        if not self._stops:
+            keep, matched = len(self._held), False
+        elif self._doc is None:
+            keep, matched = self._plain_cut(self._held)
         else:
-            out, self._held = self._held, ""
-        if out:
+            keep, matched = self._document_cut(self._held)
+        out = self._held[:keep]
+        self._held = "" if matched else self._held[keep:]
+        if self._doc is not None:
+            self._doc.feed(out)
+        if out or matched:
             self._send(out)
-        return False
+        self._cut = matched
+        return matched
+
+    def _plain_cut(self, held: str) -> tuple[int, bool]:
+        """(where to cut, matched): the earliest stop string, else keep back the longest tail
+        that begins one."""
+        cut = min((i for i in (held.find(s) for s in self._stops) if i >= 0), default=-1)
+        if cut >= 0:
+            return cut, True
+        hold = 0
+        for s in self._stops:
+            for k in range(min(len(s) - 1, len(held)), 0, -1):
+                if held.endswith(s[:k]):
+                    hold = max(hold, k)
+                    break
+        return len(held) - hold, False
+
+    def _document_cut(self, held: str) -> tuple[int, bool]:
+        """`_plain_cut` with structured output: only offsets where the text so far is a whole
+        document may start a stop string (anywhere else cutting would leave it unparseable)."""
+        ends = self._doc.whole_at(held) if self._doc is not None else []
+        for p in ends:
+            if any(held.startswith(s, p) for s in self._stops):
+                return p, True
+        for p in ends:
+            rest = held[p:]
+            if rest and any(s.startswith(rest) for s in self._stops):
+                return p, False  # a stop string may still complete here: hold from p
+        return len(held), False
 
     def _send(self, text: str) -> None:
         self._sent_len += len(text)
@@ -289,11 +325,12 @@ class Sequence:
     def finish(self, reason: str) -> None:
         if self.done:
             return
-        if reason != "stop" or not self._stops:
-            tail = self._held + self._decoder.flush()
-            self._held = ""
-            if tail:
-                self._send(tail)
+        if not self._cut:  # the end is not a stop string: what is held is real output
+            if self._emit(self._decoder.flush()):
+                reason = "stop"  # the detokenizer's last text completed a stop string
+            elif self._held:
+                self._send(self._held)
+                self._held = ""
         self.done = True
         now = time.perf_counter()
         first = self.t_first or now
