@@ -182,18 +182,17 @@ class WeightStore:
 
     def _probe_layouts(self) -> None:
         """Probe each (type, layout) the model multiplies by (one tensor each; repacked ones
-        were probed when chosen) and register the rule with the backend."""
+        were probed when chosen), register the rule with the backend and name it in the
+        report."""
         for slot in self._slots.values():
             if not slot.matmul or len(slot.info.shape) != 2:
                 continue
             key = layout_key(slot.tensor.ptr)
-            if key not in self.backend.product_rules:
-                self._record(key, slot, probe_product(self.backend, slot.tensor))
-
-    def _record(self, key: tuple[int, int], slot: _Slot, rule: ProductRule) -> None:
-        self.backend.product_rules[key] = rule
-        buft = g.ggml_backend_buft_name(slot.buft).decode() if slot.buft else "CPU"
-        self.product_rules[f"{slot.info.type_name} ({buft})"] = rule
+            rule = self.backend.product_rules.get(key)
+            if rule is None:
+                rule = self.backend.product_rules[key] = probe_product(self.backend, slot.tensor)
+            buft = g.ggml_backend_buft_name(slot.buft).decode() if slot.buft else "CPU"
+            self.product_rules[f"{slot.info.type_name} ({buft})"] = rule
 
     def invariance_report(self) -> InvarianceReport:
         """What the probes found for this model's weights and the backend's attention."""
