@@ -143,7 +143,7 @@ def test_kv_padding_makes_masked_cells_exact_zeros(store, tokens, heads):
     1..5 padding steps stretched by 1..4 steps (the probe checks fewer cases)."""
     backend = store[0]
     padding = backend.cache_config.padding
-    assert backend.kv_padding_exact, "no padding gives exact attention on this CPU"
+    assert backend.attention_exact, "no padding gives exact attention on this CPU"
     kv_heads, n_heads = heads
     rng = np.random.default_rng(tokens)
     head_dim, cells = 64, 10 * padding
@@ -171,3 +171,20 @@ def test_kv_padding_makes_masked_cells_exact_zeros(store, tokens, heads):
                 ctx.close()
         for stretched in results[1:]:
             assert np.array_equal(results[0], stretched), f"span {n} stretched: other bits"
+
+
+def test_flash_attention_is_probed_and_a_failure_is_reported(tiny_llama_path):
+    """ggml computes many query rows of flash attention in tiles and a lone row on its own
+    (and splits a lone row's cells between threads past 512): where that changes a row's bits,
+    a model loaded with flash attention must withdraw the claim and say why."""
+    from hearth.engine.model import load_model
+
+    loaded = load_model(tiny_llama_path, num_threads=2, flash_attention=True)
+    try:
+        report = loaded.weights.invariance_report()
+        assert report.flash_attention and report.kv_padding == 256
+        assert report.attention_exact is loaded.backend.attention_exact
+        if not report.attention_exact:
+            assert not report.holds and "flash attention" in report.summary()
+    finally:
+        loaded.close()

@@ -21,7 +21,12 @@ from .ggml_lib import address as _addr
 from .ggml_lib import layout_key, metadata_context, physical_cores
 from .ggml_tensor import FLOAT_TYPES as _FLOAT_TYPES
 from .ggml_tensor import GGMLTensor, host_data
-from .invariance import PADDING_CANDIDATES, ProductRule, probe_kv_padding
+from .invariance import (
+    PADDING_CANDIDATES,
+    ProductRule,
+    probe_flash_attention,
+    probe_kv_padding,
+)
 
 __all__ = ["GGMLBackend", "GGMLContext", "GGMLTensor", "metadata_context", "physical_cores"]
 
@@ -330,7 +335,7 @@ class GGMLBackend(Backend):
         # What the weight store probed at load (invariance.py), by layout_key.
         self.product_rules: dict[tuple[int, int], ProductRule] = {}
         self._kv_padding: int | None = None
-        self._kv_padding_exact = True  # flash attention: its kernel skips masked cells
+        self._attention_exact: bool | None = None
 
     def rows_apart(self, weight: Tensor) -> bool:
         """Whether products with `weight` must take each sequence's rows on their own to stay
@@ -439,19 +444,25 @@ class GGMLBackend(Backend):
     def kv_padding(self) -> int:
         """The KV padding of the soft_max path: the smallest under which masked cells add
         exact zeros on this CPU (probed once per backend; 32 with AVX2, 64 with AVX-512),
-        or llama.cpp's 256 where none does (`kv_padding_exact` then says so)."""
+        or llama.cpp's 256 where none does (`attention_exact` then says so)."""
         if self.flash_attention:
             return 256
         if self._kv_padding is None:
             probed = probe_kv_padding(self)
-            self._kv_padding_exact = probed is not None
+            self._attention_exact = probed is not None
             self._kv_padding = probed or PADDING_CANDIDATES[-1]
         return self._kv_padding
 
     @property
-    def kv_padding_exact(self) -> bool:
-        """Whether attention over spans stretched by masked cells was found exact here."""
-        return self.kv_padding > 0 and self._kv_padding_exact
+    def attention_exact(self) -> bool:
+        """Whether attention gives a row the same bits whatever shares its batch (probed
+        once per backend): the soft_max path under `kv_padding`, or flash attention."""
+        if self._attention_exact is None:
+            if self.flash_attention:
+                self._attention_exact = probe_flash_attention(self)
+            else:
+                self.kv_padding  # noqa: B018  (probes and sets _attention_exact)
+        return bool(self._attention_exact)
 
     def close(self) -> None:
         with self._lock:

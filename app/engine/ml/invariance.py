@@ -22,6 +22,9 @@ ones depends on the CPU (AVX2, AVX-512, NEON...) and on the build, so nothing is
   steps: ggml's F16 dot product works in steps of 32 values with AVX2 but 64 with AVX-512, and
   sums a shorter tail separately. The probe picks the smallest padding under which stretched
   spans give the same bits.
+* **Flash attention** (`probe_flash_attention`, when it is switched on). ggml computes many
+  query rows in tiles and one row on its own; the probe checks that a row's output is the
+  same alone, in pieces of a prompt, and over a span padded further.
 
 `InvarianceReport` collects the outcomes for one loaded model; the runner logs it and reports
 it (the service shows it in `/api/show` and `/api/ps`), so the claim is made only where it was
@@ -46,6 +49,7 @@ __all__ = [
     "InvarianceReport",
     "probe_product",
     "probe_kv_padding",
+    "probe_flash_attention",
     "PADDING_CANDIDATES",
 ]
 
@@ -73,12 +77,13 @@ class InvarianceReport:
     """What the probes found for one model on this CPU."""
 
     kv_padding: int
-    kv_padding_exact: bool = True  # stretched attention spans give the same bits
+    attention_exact: bool = True  # attention gives a row the same bits in any batch
+    flash_attention: bool = False
     products: dict[str, ProductRule] = field(default_factory=dict)  # "Q4_K (CPU)" -> rule
 
     @property
     def holds(self) -> bool:
-        return self.kv_padding_exact and all(rule.holds for rule in self.products.values())
+        return self.attention_exact and all(rule.holds for rule in self.products.values())
 
     def summary(self) -> str:
         """One sentence for the log and the API."""
@@ -87,7 +92,9 @@ class InvarianceReport:
             for key, rule in sorted(self.products.items())
             if not rule.holds
         ]
-        if not self.kv_padding_exact:
+        if not self.attention_exact and self.flash_attention:
+            problems.append("flash attention computes a row alone differently than in a tile")
+        elif not self.attention_exact:
             problems.append("attention over a longer masked span rounds differently")
         if problems:
             return (
@@ -103,7 +110,8 @@ class InvarianceReport:
             "holds": self.holds,
             "summary": self.summary(),
             "kv_padding": self.kv_padding,
-            "kv_padding_exact": self.kv_padding_exact,
+            "attention_exact": self.attention_exact,
+            "flash_attention": self.flash_attention,
             "products": {k: rule.value for k, rule in sorted(self.products.items())},
         }
 
@@ -188,5 +196,50 @@ def _padding_holds(backend: GGMLBackend, padding: int, head_dim: int) -> bool:
             if not np.array_equal(o_long.numpy(), o_short.numpy()):
                 return False
         return True
+    finally:
+        ctx.close()
+
+
+def probe_flash_attention(backend: GGMLBackend, head_dim: int = 64) -> bool:
+    """Whether ggml's flash attention gives each query row the same bits alone, in pieces of
+    several rows, and over a span stretched by masked cells (F16 cache)."""
+    rng = np.random.default_rng(1)
+    # Past ggml's query tile (tiled path) and 512 cells (a lone row's split-KV path).
+    rows, heads, span = 72, 2, 512
+    q = rng.standard_normal((heads, rows, head_dim)).astype(np.float32)
+    k = rng.standard_normal((1, 2 * span, head_dim)).astype(np.float16)
+    v = rng.standard_normal((1, 2 * span, head_dim)).astype(np.float16)
+    visible = span - rows - 40 + np.arange(rows)  # row i sees cells up to visible[i]
+    ctx = backend.new_context(256)
+    try:
+        keys = ctx.input(DType.F16, [head_dim, 2 * span, 1], k)
+        vals = ctx.input(DType.F16, [head_dim, 2 * span, 1], v)
+        queries = ctx.input(DType.F32, [head_dim, rows, heads], q)
+
+        def attend(start: int, count: int, cells: int) -> object:
+            mask_rows = -(-count // 32) * 32  # ggml wants mask rows padded (GGML_KQ_MASK_PAD)
+            mask = np.full((mask_rows, cells), -np.inf, np.float32)
+            for r in range(count):
+                mask[r, : visible[start + r] + 1] = 0
+            m = ctx.input(DType.F16, [cells, mask_rows], mask.astype(np.float16))
+            qv = ctx.view(
+                queries, (head_dim, count, heads), queries.strides[1:3], start * queries.strides[1]
+            )
+            k_span = ctx.view(keys, (head_dim, cells, 1), keys.strides[1:3], 0)
+            v_span = ctx.view(vals, (head_dim, cells, 1), vals.strides[1:3], 0)
+            return ctx.flash_attention(qv, k_span, v_span, m, 0.125)  # [head_dim, heads, count]
+
+        whole = attend(0, rows, span)
+        parts = [(s, c, attend(s, c, span)) for s, c in ((0, 2), (2, 3), (5, 67))]
+        alone = [(r, 1, attend(r, 1, span)) for r in (0, 1, rows - 1)]
+        stretched = attend(0, rows, 2 * span)
+        ctx.compute(whole, stretched, *(t for _, _, t in parts + alone))  # type: ignore[arg-type]
+        reference = whole.numpy().reshape(rows, -1)  # type: ignore[attr-defined]
+        if not np.array_equal(stretched.numpy().reshape(rows, -1), reference):  # type: ignore[attr-defined]
+            return False
+        return all(
+            np.array_equal(t.numpy().reshape(c, -1), reference[s : s + c])  # type: ignore[attr-defined]
+            for s, c, t in parts + alone
+        )
     finally:
         ctx.close()

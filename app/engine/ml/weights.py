@@ -198,7 +198,8 @@ class WeightStore:
         """What the probes found for this model's weights and the backend's attention."""
         return InvarianceReport(
             kv_padding=self.backend.cache_config.padding,
-            kv_padding_exact=self.backend.kv_padding_exact,
+            attention_exact=self.backend.attention_exact,
+            flash_attention=self.backend.flash_attention,
             products=dict(self.product_rules),
         )
 
