@@ -149,9 +149,20 @@ async def show(body: ShowRequest, request: Request) -> dict[str, Any]:
             "file_size": info.file_size,
             "supported": info.supported,
             "problem": info.problem,
+            "batch_invariance": _batch_invariance(svc, target.name),
         },
     }
     return out
+
+
+def _batch_invariance(svc: Service, name: str) -> dict[str, Any] | None:
+    """What the runner probed at load (same tokens under any load, or why not), for a model
+    that is loaded now; None before it has been loaded (the kernels are probed at load)."""
+    for entry in svc.scheduler.loaded():
+        if entry.spec.name == name:
+            found = entry.runner.info.get("batch_invariance")
+            return found if isinstance(found, dict) else None
+    return None
 
 
 def _ps_entry(entry: Loaded) -> dict[str, Any]:
@@ -175,6 +186,7 @@ def _ps_entry(entry: Loaded) -> dict[str, Any]:
             "active_requests": entry.refs,
             "loaded_at": iso(entry.loaded_at),
             "memory": memory,
+            "batch_invariance": runner.info.get("batch_invariance"),
         },
     }
 

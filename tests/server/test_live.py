@@ -69,6 +69,14 @@ def test_ollama_client_list_show_chat_generate_embed_ps(live_server, oc):
     assert loaded[0].context_length == 1024 and loaded[0].size > 200_000_000
     assert loaded[0].expires_at is not None
 
+    # What the runner's load-time probes found is reported, loaded or in /api/show.
+    ps = httpx.get(live_server.url + "/api/ps").json()["models"][0]["hearth"]["batch_invariance"]
+    assert isinstance(ps["holds"], bool) and ps["summary"]
+    assert {"Q4_K (CPU)", "Q5_0 (CPU)", "Q6_K (CPU)", "Q8_0 (CPU)"} <= set(ps["products"])
+    assert ps["kv_padding"] in (32, 64, 128, 256)
+    show = httpx.post(live_server.url + "/api/show", json={"model": MODEL}).json()["hearth"]
+    assert show["batch_invariance"] == ps
+
 
 def test_ollama_client_create_from_blob_copy_delete(live_server, oc, tiny_llama_path):
     digest = oc.create_blob(tiny_llama_path)
