@@ -21,10 +21,12 @@ Stacked decoding: when every run is one row and their first cells are evenly spa
 decoding of several sequences), `get()` returns one 4-D view instead (`KVView.streams`), so
 attention is a handful of broadcast ops rather than a handful per sequence. Each stream spans
 as many cells as the longest run; a shorter run's extra cells are masked, and because they
-come in whole multiples of the padding they only add exact zeros to its sums. Each stream's
-slice is computed by the same kernels, so its numbers are unchanged (tests compare them bit
-for bit with each sequence alone; the parity tests show llama.cpp padding to 256 and us to 32
-give identical logits by the same argument).
+come in whole multiples of the padding they only add exact zeros to its sums. That holds only
+if the kernels summing over cells take the extra cells in whole SIMD steps, so the backend
+chooses the padding by probing them (ml/invariance.py: 32 with AVX2, 64 with AVX-512, where
+ggml's F16 dot product steps 64 values and sums a shorter tail on its own). Each stream's
+slice is then computed by the same kernels, so its numbers are unchanged (tests compare them
+bit for bit with each sequence alone).
 """
 
 from __future__ import annotations
