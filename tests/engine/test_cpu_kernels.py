@@ -1,8 +1,10 @@
-"""Hearth's CPU kernel for quantized weights times a few rows (ml/_kernels.c).
+"""Hearth's CPU kernel for quantized weights times several rows (ml/_kernels.c).
 
 The kernel must give exactly ggml's numbers (so llama.cpp's): it is compared bit for bit with
 ggml's mul_mat, for both of ggml's code paths (one row: vec_dot; several rows: llamafile's
-sgemm), and independently with a numpy product of gguf's dequantized weights.
+sgemm, or vec_dot again for K-quants), on each of the kernel's code paths the CPU has
+(AVX-512 and AVX2 for K-quants at any row count), and independently with a numpy product of
+gguf's dequantized weights.
 """
 
 from __future__ import annotations
@@ -12,9 +14,17 @@ import gguf
 import numpy as np
 import pytest
 
+from hearth.engine.ml import ggml_kernels
 from hearth.engine.ml.api import DType
 from hearth.engine.ml.ggml import GGMLBackend
-from hearth.engine.ml.ggml_kernels import MAX_ROWS, FewRowsKernel, random_blocks
+from hearth.engine.ml.ggml_kernels import (
+    FEW_ROWS,
+    ISA_AVX2,
+    ISA_AVX512,
+    MAX_ROWS,
+    FewRowsKernel,
+    random_blocks,
+)
 
 QT = gguf.GGMLQuantizationType
 TYPES = {
@@ -24,18 +34,22 @@ TYPES = {
     DType.Q4_K: QT.Q4_K,
     DType.Q6_K: QT.Q6_K,
 }
-K_TYPES = {DType.Q4_K, DType.Q6_K}  # blocks of 256, activations in Q8_K
+K_TYPES = [DType.Q4_K, DType.Q6_K]  # blocks of 256, activations in Q8_K; any row count
+ISAS = {ISA_AVX512: "avx512", ISA_AVX2: "avx2"}
 
 
-def _cpu_can_run_it() -> bool:
+def _cpu_flags() -> set[str]:
     try:
         with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
             lines = [line for line in f if line.startswith("flags")]
     except OSError:  # not Linux: the kernel's CPU check cannot be confirmed here
-        return False
-    flags = lines[0].split(":", 1)[1].split() if lines else []
+        return set()
+    return set(lines[0].split(":", 1)[1].split()) if lines else set()
+
+
+def _cpu_can_run_it() -> bool:
     built = all(getattr(g, f"ggml_cpu_has_{n}")() for n in ("avx2", "fma", "f16c"))
-    return built and {"avx2", "fma", "f16c"} <= set(flags)
+    return built and {"avx2", "fma", "f16c"} <= _cpu_flags()
 
 
 @pytest.fixture(scope="module")
@@ -50,6 +64,14 @@ def kernel(backend):
     if backend.few_rows_kernel is None:
         pytest.skip("Hearth's CPU kernel is not in use on this machine")
     return backend.few_rows_kernel
+
+
+@pytest.fixture(params=list(ISAS), ids=list(ISAS.values()))
+def path(request, kernel):
+    """The kernel on one code path (every enabled type on it); skipped where the CPU lacks it."""
+    if request.param > kernel.best_isa:
+        pytest.skip(f"this CPU has no {ISAS[request.param]} path")
+    return kernel.using(request.param)
 
 
 def _weights(dtype: DType, k: int, m: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -75,11 +97,11 @@ def _activations_as_ggml_rounds_them(dtype: DType, x: np.ndarray) -> np.ndarray:
     return (q * (np.float32(1) / iscale)[:, None]).reshape(x.shape)
 
 
-def _multiply(backend: GGMLBackend, dtype: DType, raw: np.ndarray, x: np.ndarray, *, ours: bool):
-    """ctx.mul_mat(weights, x) with the kernel on or off; also says which op ran."""
+def _multiply(backend: GGMLBackend, dtype: DType, raw: np.ndarray, x: np.ndarray, kernel):
+    """ctx.mul_mat(weights, x) with `kernel` (None: ggml's mul_mat); also says which op ran."""
     m, n, k = raw.shape[0], x.shape[0], x.shape[1]
     saved = backend.few_rows_kernel
-    backend.few_rows_kernel = saved if ours else None
+    backend.few_rows_kernel = kernel
     ctx = backend.new_context(16)
     try:
         w = ctx.input(dtype, [k, m], raw)
@@ -92,12 +114,32 @@ def _multiply(backend: GGMLBackend, dtype: DType, raw: np.ndarray, x: np.ndarray
         backend.few_rows_kernel = saved
 
 
+def _assert_equals_ggml(backend, kernel, dtype, raw, x, one_row_checks):
+    """The kernel's product equals ggml's mul_mat and, for rows `one_row_checks`, ggml's
+    one-row product (vec_dot), bit for bit."""
+    n = len(x)
+    got, op = _multiply(backend, dtype, raw, x, kernel)
+    assert op == g.GGML_OP_CUSTOM, "the kernel was not used"
+    want, op = _multiply(backend, dtype, raw, x, None)
+    assert op == g.GGML_OP_MUL_MAT
+    assert np.array_equal(got, want), f"n={n}: differs from ggml's mul_mat"
+    # ...and from ggml's one-row kernel (vec_dot), which a sequence decoding alone uses.
+    for j in one_row_checks:
+        one, _ = _multiply(backend, dtype, raw, x[j : j + 1], None)
+        assert np.array_equal(got[j], one[0]), f"n={n}, row {j}: differs from vec_dot"
+
+
 def test_the_kernel_is_built_and_enabled_where_the_cpu_has_avx2(backend):
     """A silent build failure would only cost speed, so check it is there."""
     if not _cpu_can_run_it():
         pytest.skip("this CPU (or this ggml build) lacks AVX2, FMA or F16C")
     assert backend.few_rows_kernel is not None, "the _kernels extension was not built or loaded"
     assert backend.few_rows_kernel.types == set(TYPES)
+    cpu_has_512 = {"avx512f", "avx512bw", "avx512vl", "avx512_vnni"} <= _cpu_flags()
+    want = ISA_AVX512 if cpu_has_512 else ISA_AVX2
+    assert backend.few_rows_kernel.best_isa == want
+    for dtype in K_TYPES:
+        assert backend.few_rows_kernel.isa[dtype] == want
 
 
 @pytest.mark.parametrize("dtype", list(TYPES), ids=lambda d: d.name)
@@ -105,53 +147,94 @@ def test_the_kernel_is_built_and_enabled_where_the_cpu_has_avx2(backend):
 def test_equals_ggml_bit_for_bit(backend, kernel, dtype, k, m):
     raw, _ = _weights(dtype, k, m, seed=k + m)
     rng = np.random.default_rng(m)
-    for n in range(2, MAX_ROWS + 1):
+    for n in range(2, FEW_ROWS + 1):
         x = rng.standard_normal((n, k)).astype(np.float32) * 3
-        got, op = _multiply(backend, dtype, raw, x, ours=True)
-        assert op == g.GGML_OP_CUSTOM, "the kernel was not used"
-        want, op = _multiply(backend, dtype, raw, x, ours=False)
-        assert op == g.GGML_OP_MUL_MAT
-        assert np.array_equal(got, want), f"n={n}: differs from ggml's sgemm"
-        # ...and from ggml's one-row kernel (vec_dot), which a sequence decoding alone uses.
-        for j in range(n):
-            one, _ = _multiply(backend, dtype, raw, x[j : j + 1], ours=False)
-            assert np.array_equal(got[j], one[0]), f"n={n}, row {j}: differs from vec_dot"
+        _assert_equals_ggml(backend, kernel, dtype, raw, x, range(n))
+
+
+@pytest.mark.parametrize("dtype", K_TYPES, ids=lambda d: d.name)
+@pytest.mark.parametrize("k, m", [(256, 1), (512, 640), (768, 37), (2048, 130), (1024, 641)])
+def test_k_quants_equal_ggml_bit_for_bit_at_any_row_count(backend, path, dtype, k, m):
+    """Each code path, from a few rows to a prompt's worth: full and partial 16-row vectors,
+    a short 8-row one, threads sharing weight rows (n < 64) or activation rows."""
+    raw, _ = _weights(dtype, k, m, seed=k + m)
+    rng = np.random.default_rng(m + 1)
+    for n in (*range(2, 10), 16, 17, 31, 64, 100, 512):
+        if n * k * m > 300_000_000:  # ggml's own product is the slow part
+            continue
+        x = rng.standard_normal((n, k)).astype(np.float32) * 3
+        x[-1] *= 1e-3  # a row of small values: other row scales in the same vector
+        _assert_equals_ggml(backend, path, dtype, raw, x, sorted({0, 1, n // 2, n - 1}))
+
+
+def test_k_quants_at_extreme_values(backend, path):
+    """Largest quants and scales, activations at +-127: no integer sum saturates or wraps."""
+    k, m, n = 512, 40, 48
+    x = np.full((n, k), 5.0, np.float32)
+    x[1::2] = -5.0
+    x[2, ::3] = -7.0
+    for dtype in K_TYPES:
+        raw = random_blocks(dtype, m, k, np.random.default_rng(3))  # sane fp16 scales
+        blocks = raw.reshape(-1, raw.shape[1] // (k // 256))
+        if dtype == DType.Q4_K:  # 6-bit scales and minimums, 4-bit quants: all at 63 / 15
+            blocks[:, 4:] = 0xFF
+        else:  # 6-bit quants at 63, int8 scales at -128 and 127
+            blocks[:, :192] = 0xFF
+            blocks[0::2, 192:208] = 0x80
+            blocks[1::2, 192:208] = 0x7F
+        _assert_equals_ggml(backend, path, dtype, raw, x, [0, 2])
 
 
 @pytest.mark.parametrize("dtype", list(TYPES), ids=lambda d: d.name)
 def test_equals_a_numpy_product_of_the_dequantized_weights(backend, kernel, dtype):
     """Independent oracle: gguf's dequantized weights times the activations rounded as ggml
     rounds them, in float64. Only the float summation order differs."""
-    k, m, n = 1024, 96, 5
+    k, m = 1024, 96
     raw, dense = _weights(dtype, k, m, seed=7)
-    x = np.random.default_rng(8).standard_normal((n, k)).astype(np.float32)
-    x_q8 = _activations_as_ggml_rounds_them(dtype, x)
-    got, _ = _multiply(backend, dtype, raw, x, ours=True)
-    want = x_q8.astype(np.float64) @ dense.T.astype(np.float64)
-    np.testing.assert_allclose(got, want, rtol=0, atol=2e-5 * np.abs(want).max())
+    paths = [kernel.using(isa) for isa in ISAS if isa <= kernel.best_isa]
+    for n in (5, 40) if dtype in K_TYPES else (5,):
+        x = np.random.default_rng(8).standard_normal((n, k)).astype(np.float32)
+        x_q8 = _activations_as_ggml_rounds_them(dtype, x)
+        want = x_q8.astype(np.float64) @ dense.T.astype(np.float64)
+        for p in paths if dtype in K_TYPES else [kernel]:
+            got, op = _multiply(backend, dtype, raw, x, p)
+            assert op == g.GGML_OP_CUSTOM
+            np.testing.assert_allclose(got, want, rtol=0, atol=2e-5 * np.abs(want).max())
 
 
-@pytest.mark.parametrize("threads", [1, 3])
+@pytest.mark.parametrize("threads", [1, 3, 4])
 def test_rows_split_between_any_number_of_threads(kernel, threads):
-    """Each ggml worker takes a share of the rows (pairs, with odd counts left over)."""
+    """Each ggml worker takes a share of the rows: weight rows (pairs, odd counts left over)
+    for few activation rows; for K-quants and many rows, activation rows where each thread
+    gets at least 32, weight rows otherwise, or both (4 threads: 2 x 2)."""
     b = GGMLBackend(num_threads=threads)
     try:
-        raw, _ = _weights(DType.Q8_0, 256, 131, seed=threads)
-        x = np.random.default_rng(threads).standard_normal((7, 256)).astype(np.float32)
-        got, op = _multiply(b, DType.Q8_0, raw, x, ours=True)
-        want, _ = _multiply(b, DType.Q8_0, raw, x, ours=False)
-        assert op == g.GGML_OP_CUSTOM
-        assert np.array_equal(got, want)
+        cases = [(DType.Q8_0, 256, 7)] + [(t, 512, n) for t in K_TYPES for n in (9, 40, 100)]
+        for dtype, k, n in cases:
+            raw, _ = _weights(dtype, k, 131, seed=threads)
+            x = np.random.default_rng(threads).standard_normal((n, k)).astype(np.float32)
+            for p in [kernel.using(isa) for isa in ISAS if isa <= kernel.best_isa]:
+                got, op = _multiply(b, dtype, raw, x, p)
+                want, _ = _multiply(b, dtype, raw, x, None)
+                assert op == g.GGML_OP_CUSTOM
+                assert np.array_equal(got, want), f"{dtype.name}, n={n}"
     finally:
         b.close()
 
 
 def test_not_used_outside_its_cases(backend, kernel):
-    """One row, more than MAX_ROWS rows and float weights stay with ggml."""
+    """One row, more than FEW_ROWS rows of a 32-block type and float weights stay with
+    ggml; K-quants take any number of rows from two on."""
     raw, _ = _weights(DType.Q8_0, 64, 8, seed=1)
-    for n in (1, MAX_ROWS + 1, 64):
-        _, op = _multiply(backend, DType.Q8_0, raw, np.ones((n, 64), np.float32), ours=True)
+    assert MAX_ROWS[DType.Q8_0] == FEW_ROWS
+    for n in (1, FEW_ROWS + 1, 64):
+        _, op = _multiply(backend, DType.Q8_0, raw, np.ones((n, 64), np.float32), kernel)
         assert op == g.GGML_OP_MUL_MAT
+    for dtype in K_TYPES:
+        raw, _ = _weights(dtype, 256, 8, seed=1)
+        for n, want in ((1, g.GGML_OP_MUL_MAT), (2, g.GGML_OP_CUSTOM), (700, g.GGML_OP_CUSTOM)):
+            _, op = _multiply(backend, dtype, raw, np.ones((n, 256), np.float32), kernel)
+            assert op == want
     ctx = backend.new_context(8)
     try:
         w = ctx.input(DType.F16, [64, 8], np.ones((8, 64), np.float16))
@@ -169,3 +252,33 @@ def test_switched_off_by_the_environment(monkeypatch):
         assert FewRowsKernel.for_backend(b) is None
     finally:
         b.close()
+
+
+def test_kept_to_avx2_by_the_environment(monkeypatch, kernel):
+    """`HEARTH_CPU_KERNELS=avx2`: only the AVX2 paths are checked and used."""
+    monkeypatch.setenv("HEARTH_CPU_KERNELS", "avx2")
+    b = GGMLBackend(num_threads=2)
+    try:
+        checked = FewRowsKernel._checked_on(b)  # the check itself (for_backend keeps one)
+        assert checked is not None
+        assert checked.best_isa == ISA_AVX2
+        assert set(checked.isa.values()) == {ISA_AVX2}
+        assert checked.types == kernel.types
+    finally:
+        b.close()
+
+
+def test_the_check_at_load_is_cheap(backend, kernel):
+    """It runs on every model load: every type, row count and code path in well under a
+    second (about 0.1 s on two cores)."""
+    import time
+
+    start = time.perf_counter()
+    assert FewRowsKernel._checked_on(backend) is not None
+    assert time.perf_counter() - start < 1.0
+
+
+def test_check_covers_many_rows():
+    for dtype in K_TYPES:
+        rows = ggml_kernels._CHECK_ROWS[dtype]
+        assert {9, 16, 17, 33, 64} <= set(rows) and max(rows) >= 64

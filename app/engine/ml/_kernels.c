@@ -44,6 +44,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
 
 #define HK_QK 32
 #define HK_MAX_COLS 8
@@ -351,13 +352,329 @@ static const hk_format *hk_format_of(int type) {
     }
 }
 
+/* ---- Many rows, K types ---------------------------------------------------------------
+ *
+ * For more than a few activation rows the integer part dominates, so it is laid out for
+ * throughput: a vector holds one lane of the per-block lane sums for L = 16 (or 8) activation
+ * rows, the weights are broadcast. With the rows in the vector lanes, lane i of ggml's sum
+ * for block b of (weight row r, activation row c) is
+ *     sum over groups g of scale(g, i) * sum over t < 4 of w[32g + 4i + t] * x[32g + 4i + t],
+ * eight accumulators i per row r; the products of 4 go by maddubs (pairs) and vpdpwssd (pairs
+ * of pairs, times the scale) or madd + add (AVX2), all exact in integers, so each lane holds
+ * the same integer as ggml's. The float part is then element-wise (the same fused
+ * multiply-add per lane with the same scale product), and the horizontal sum in ggml's
+ * order becomes vertical adds of the eight accumulators.
+ */
+
+/* One weight block of 256, decoded once per thread (384 bytes). */
+typedef struct {
+    uint8_t q[HK_QK_K]; /* the weights, unsigned, in order (Q4_K 0..15, Q6_K 0..63) */
+    int32_t s[16];      /* per half-group h (16 weights): its scale as an int16 pair (s, s) */
+    int32_t aux[8];     /* Q4_K: minimum pairs (mn[2j], mn[2j+1]), j < 4;
+                           Q6_K: (-32 sc[2i], -32 sc[2i+1]) for the offset of 32 */
+    float d, neg_dmin;  /* fp16 scales as float (Q4_K's minimum scale negated) */
+    uint8_t pad[24];
+} hk_wblock;
+
+static inline int32_t hk_pair16(int a, int b) {
+    return (int32_t)(((uint32_t)(uint16_t)(int16_t)b << 16) | (uint16_t)(int16_t)a);
+}
+
+HK_INLINE void hk_wdecode_q4_K(const hk_block_q4_K *b, hk_wblock *o) {
+    uint8_t sc[8], mn[8];
+    for (int s = 0; s < 4; s++) { /* as hk_decode_q4_K */
+        sc[s] = b->scales[s] & 63;
+        mn[s] = b->scales[s + 4] & 63;
+        sc[s + 4] = (b->scales[s + 8] & 0x0F) | ((b->scales[s] >> 6) << 4);
+        mn[s + 4] = (b->scales[s + 8] >> 4) | ((b->scales[s + 4] >> 6) << 4);
+    }
+    const __m256i low4 = _mm256_set1_epi8(0x0F);
+    for (int j = 0; j < 4; j++) {
+        const __m256i bits = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * j));
+        _mm256_store_si256((__m256i *)(o->q + 64 * j), _mm256_and_si256(bits, low4));
+        _mm256_store_si256((__m256i *)(o->q + 64 * j + 32),
+                           _mm256_and_si256(_mm256_srli_epi16(bits, 4), low4));
+    }
+    for (int g = 0; g < 8; g++) o->s[2 * g] = o->s[2 * g + 1] = hk_pair16(sc[g], sc[g]);
+    for (int j = 0; j < 4; j++) {
+        o->aux[j] = hk_pair16(mn[2 * j], mn[2 * j + 1]);
+        o->aux[j + 4] = 0;
+    }
+    o->d = hk_half(b->d);
+    o->neg_dmin = -hk_half(b->dmin);
+}
+
+HK_INLINE void hk_wdecode_q6_K(const hk_block_q6_K *b, hk_wblock *o) {
+    hk_kblock kb;
+    hk_decode_q6_K(b, &kb);
+    for (int g = 0; g < 8; g++) _mm256_store_si256((__m256i *)(o->q + 32 * g), kb.q[g]);
+    for (int h = 0; h < 16; h++) o->s[h] = hk_pair16(b->scales[h], b->scales[h]);
+    for (int i = 0; i < 8; i++) o->aux[i] = hk_pair16(-32 * b->scales[2 * i], -32 * b->scales[2 * i + 1]);
+    o->d = kb.d;
+    o->neg_dmin = 0.0f;
+}
+
+/* Activation rows, quantized to Q8_K, packed L to a vector: per block, in int32 units,
+ * x[64][L] (4 consecutive int8 per lane: group g = u / 8, lane i = u % 8), yd[L] (row scale),
+ * bs[8][L] (int16 pairs: Q4_K (q8s[2j], q8s[2j+1]) with q8s[g] the sum of group g, j < 4;
+ * Q6_K (bsums[2i], bsums[2i+1])), then padding to HK_XB_UNITS. */
+#define HK_XB_UNITS 74
+#define HK_XB_YD 64
+#define HK_XB_BS 65
+
+static void hk_pack_rows(int type, const hk_block_q8_K *const *rows, int nrows, int L,
+                         int64_t nblocks, int32_t *out) {
+    for (int64_t b = 0; b < nblocks; b++) {
+        int32_t *xb = out + b * HK_XB_UNITS * L;
+        memset(xb, 0, sizeof(int32_t) * HK_XB_UNITS * L);
+        for (int c = 0; c < nrows; c++) {
+            const hk_block_q8_K *y = rows[c] + b;
+            for (int u = 0; u < 64; u++) memcpy(&xb[u * L + c], y->qs + 4 * u, 4);
+            memcpy(&xb[HK_XB_YD * L + c], &y->d, 4);
+            for (int i = 0; i < 8; i++) {
+                int32_t v;
+                if (type == HK_Q4_K) {
+                    v = i < 4 ? hk_pair16((int16_t)(y->bsums[4 * i] + y->bsums[4 * i + 1]),
+                                          (int16_t)(y->bsums[4 * i + 2] + y->bsums[4 * i + 3]))
+                              : 0;
+                } else {
+                    v = hk_pair16(y->bsums[2 * i], y->bsums[2 * i + 1]);
+                }
+                xb[(HK_XB_BS + i) * L + c] = v;
+            }
+        }
+    }
+}
+
+/* The microkernel: weight rows [r0, r1) (decoded, wt[(r - r0) * nblocks + b]) times one
+ * packed vector of activation rows; out[c * os + r] for the first nc lanes c. Written once
+ * with the vector operations as macros, instantiated per instruction set and width. */
+#define HK_MANY_BODY(TYPE, L, UNROLL_G, VI, VF, ZI, ZF, LDI, LDF, B32, BF, DOT, MADD, CVT, FMA, MUL, ADD, \
+                     STF)                                                                       \
+    for (int64_t r = r0; r < r1; r++) {                                                        \
+        const hk_wblock *wr = wt + (r - r0) * nblocks;                                         \
+        VF facc[8], macc[4];                                                                   \
+        for (int i = 0; i < 8; i++) facc[i] = ZF();                                            \
+        for (int j = 0; j < 4; j++) macc[j] = ZF();                                            \
+        for (int64_t b = 0; b < nblocks; b++) {                                                \
+            const hk_wblock *w = wr + b;                                                       \
+            const int32_t *xb = xv + b * HK_XB_UNITS * L;                                      \
+            const int32_t *wq = (const int32_t *)w->q;                                         \
+            VI acc[8];                                                                         \
+            for (int i = 0; i < 8; i++)                                                        \
+                acc[i] = TYPE == HK_Q6_K ? MADD(LDI(xb + (HK_XB_BS + i) * L), B32(w->aux[i]))  \
+                                         : ZI();                                               \
+            _Pragma(UNROLL_G) for (int g = 0; g < 8; g++) {                                   \
+                const VI s0 = B32(w->s[2 * g]), s1 = B32(w->s[2 * g + 1]);                     \
+                _Pragma("GCC unroll 8") for (int i = 0; i < 8; i++) acc[i] =                   \
+                    DOT(acc[i], B32(wq[8 * g + i]), LDI(xb + (8 * g + i) * L), i < 4 ? s0 : s1); \
+            }                                                                                  \
+            const VF yd = LDF((const float *)xb + HK_XB_YD * L);                               \
+            const VF d = MUL(yd, BF(w->d));                                                    \
+            for (int i = 0; i < 8; i++) facc[i] = FMA(d, CVT(acc[i]), facc[i]);                \
+            if (TYPE == HK_Q4_K) {                                                             \
+                const VF dm = MUL(yd, BF(w->neg_dmin));                                        \
+                for (int j = 0; j < 4; j++)                                                    \
+                    macc[j] = FMA(dm, CVT(MADD(LDI(xb + (HK_XB_BS + j) * L), B32(w->aux[j]))), \
+                                  macc[j]);                                                    \
+            }                                                                                  \
+        }                                                                                      \
+        VF sum = ADD(ADD(ADD(facc[0], facc[4]), ADD(facc[2], facc[6])),                        \
+                     ADD(ADD(facc[1], facc[5]), ADD(facc[3], facc[7])));                       \
+        if (TYPE == HK_Q4_K) sum = ADD(sum, ADD(ADD(macc[0], macc[2]), ADD(macc[1], macc[3]))); \
+        float lanes[L] __attribute__((aligned(64)));                                           \
+        STF(lanes, sum);                                                                       \
+        for (int c = 0; c < nc; c++) out[c * os + r] = lanes[c];                               \
+    }
+
+typedef void (*hk_many_fn)(const hk_wblock *, int64_t, int64_t, int64_t, const int32_t *, int,
+                           float *, size_t);
+
+#define HK_MANY_FN(NAME, TARGET, TYPE, L, UNROLL_G, ...)                                                  \
+    static TARGET __attribute__((noinline)) void NAME(const hk_wblock *wt, int64_t r0,         \
+                                                      int64_t r1, int64_t nblocks,             \
+                                                      const int32_t *xv, int nc, float *out,   \
+                                                      size_t os) {                             \
+        HK_MANY_BODY(TYPE, L, UNROLL_G, __VA_ARGS__)                                                     \
+    }
+
+/* AVX2: 8 rows a vector; products by maddubs, madd (times the scale) and add. */
+#define HK_AVX2_DOT(acc, q, x, s) \
+    _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(q, x), s))
+#define HK_AVX2_OPS                                                                            \
+    __m256i, __m256, _mm256_setzero_si256, _mm256_setzero_ps, HK_LD256, _mm256_load_ps,        \
+        _mm256_set1_epi32, _mm256_set1_ps, HK_AVX2_DOT, _mm256_madd_epi16, _mm256_cvtepi32_ps, \
+        _mm256_fmadd_ps, _mm256_mul_ps, _mm256_add_ps, _mm256_store_ps
+#define HK_LD256(p) _mm256_load_si256((const __m256i *)(p))
+HK_MANY_FN(hk_many_q4_K_avx2, HK_TARGET, HK_Q4_K, 8, "GCC unroll 1", HK_AVX2_OPS)
+HK_MANY_FN(hk_many_q6_K_avx2, HK_TARGET, HK_Q6_K, 8, "GCC unroll 1", HK_AVX2_OPS)
+
+/* AVX-512 (F, BW, VL, VNNI): 16 rows a vector (8 for a short last group); vpdpwssd does the
+ * scale's multiply-add. */
+#define HK_TARGET512 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
+#define HK_LD512(p) _mm512_load_si512((const void *)(p))
+#define HK_512_DOT(acc, q, x, s) _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(q, x), s)
+#define HK_VNNI256_DOT(acc, q, x, s) _mm256_dpwssd_epi32(acc, _mm256_maddubs_epi16(q, x), s)
+#define HK_512_OPS                                                                             \
+    __m512i, __m512, _mm512_setzero_si512, _mm512_setzero_ps, HK_LD512, _mm512_load_ps,        \
+        _mm512_set1_epi32, _mm512_set1_ps, HK_512_DOT, _mm512_madd_epi16, _mm512_cvtepi32_ps,  \
+        _mm512_fmadd_ps, _mm512_mul_ps, _mm512_add_ps, _mm512_store_ps
+#define HK_VNNI256_OPS                                                                         \
+    __m256i, __m256, _mm256_setzero_si256, _mm256_setzero_ps, HK_LD256, _mm256_load_ps,        \
+        _mm256_set1_epi32, _mm256_set1_ps, HK_VNNI256_DOT, _mm256_madd_epi16,                  \
+        _mm256_cvtepi32_ps, _mm256_fmadd_ps, _mm256_mul_ps, _mm256_add_ps, _mm256_store_ps
+HK_MANY_FN(hk_many_q4_K_512, HK_TARGET512, HK_Q4_K, 16, "GCC unroll 8", HK_512_OPS)
+HK_MANY_FN(hk_many_q6_K_512, HK_TARGET512, HK_Q6_K, 16, "GCC unroll 8", HK_512_OPS)
+HK_MANY_FN(hk_many_q4_K_512h, HK_TARGET512, HK_Q4_K, 8, "GCC unroll 8", HK_VNNI256_OPS)
+HK_MANY_FN(hk_many_q6_K_512h, HK_TARGET512, HK_Q6_K, 8, "GCC unroll 8", HK_VNNI256_OPS)
+
+enum { HK_ISA_NONE = 0, HK_ISA_AVX2 = 1, HK_ISA_AVX512 = 2 };
+
+int hearth_kernels_isa(void) {
+    if (!hearth_kernels_supported()) return HK_ISA_NONE;
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni"))
+        return HK_ISA_AVX512;
+    return HK_ISA_AVX2;
+}
+
+/* A per-thread scratch buffer kept between calls (freed when the thread ends). */
+static pthread_key_t hk_scratch_key;
+static pthread_once_t hk_scratch_once = PTHREAD_ONCE_INIT;
+typedef struct { void *p; size_t size; } hk_scratch;
+
+static void hk_scratch_free(void *v) {
+    hk_scratch *s = v;
+    free(s->p);
+    free(s);
+}
+static void hk_scratch_init(void) { pthread_key_create(&hk_scratch_key, hk_scratch_free); }
+
+static void *hk_scratch_get(size_t size) {
+    pthread_once(&hk_scratch_once, hk_scratch_init);
+    hk_scratch *s = pthread_getspecific(hk_scratch_key);
+    if (!s) {
+        s = calloc(1, sizeof *s);
+        if (!s || pthread_setspecific(hk_scratch_key, s)) {
+            free(s);
+            return NULL;
+        }
+    }
+    if (s->size < size) {
+        free(s->p);
+        s->p = NULL;
+        s->size = 0;
+        if (posix_memalign(&s->p, 64, size)) return NULL;
+        s->size = size;
+    }
+    return s->p;
+}
+
+#ifndef HK_TILE_BYTES
+#define HK_TILE_BYTES (96 * 1024) /* decoded weights per tile, reused by every row group */
+#endif
+
+/*
+ * K-type weights [k, m] times n activation rows, for this thread (ith of nth). Threads take
+ * a share of the activation rows each where there are enough (each quantizes only its own),
+ * and otherwise share the weight rows.
+ */
+static HK_TARGET void hk_mul_mat_many(int isa, int type, const char *w, size_t w_stride, int64_t m,
+                            int64_t nblocks, const char *x, size_t x_stride, int64_t n,
+                            float *out, size_t os, int ith, int nth) {
+    int nt_c = 1; /* threads along the activation rows: each at least 32 of them */
+    for (int d = nth; d >= 1; d--)
+        if (nth % d == 0 && n / d >= 32) {
+            nt_c = d;
+            break;
+        }
+    const int nt_r = nth / nt_c, ic = ith % nt_c, ir = ith / nt_c;
+    const int64_t units = (n + 7) / 8; /* activation rows in eights */
+    const int64_t a0 = units * ic / nt_c * 8, a1_ = units * (ic + 1) / nt_c * 8;
+    const int64_t a1 = a1_ < n ? a1_ : n;
+    const int64_t r0 = m * ir / nt_r, r1 = m * (ir + 1) / nt_r;
+    if (a0 >= a1 || r0 >= r1) return;
+
+    const int wide = isa >= HK_ISA_AVX512; /* 16-row vectors (8 for a short last one) */
+    const int64_t na = a1 - a0;
+    int64_t ngroups = 0, packed_units = 0; /* row groups (vectors), their size in int32 */
+    for (int64_t c = 0; c < na; ngroups++) {
+        const int L = wide && na - c > 8 ? 16 : 8;
+        packed_units += (int64_t)L * HK_XB_UNITS * nblocks;
+        c += L;
+    }
+    int64_t tile = HK_TILE_BYTES / (nblocks * (int64_t)sizeof(hk_wblock));
+    if (tile < 1) tile = 1;
+    if (tile > r1 - r0) tile = r1 - r0;
+
+    const size_t q8_block = sizeof(hk_block_q8_K);
+    const size_t packed_bytes = sizeof(int32_t) * packed_units;
+    const size_t tile_bytes = sizeof(hk_wblock) * tile * nblocks;
+    const size_t quant_bytes = (q8_block * 16 * nblocks + 63) & ~(size_t)63;
+    char *scratch = hk_scratch_get(packed_bytes + tile_bytes + quant_bytes);
+    if (!scratch) {
+        fputs("hearth: out of memory in the many-rows kernel\n", stderr);
+        abort();
+    }
+    int32_t *packed = (int32_t *)scratch;
+    hk_wblock *wt = (hk_wblock *)(scratch + packed_bytes);
+    char *quant = scratch + packed_bytes + tile_bytes;
+
+    /* Quantize (ggml's quantizer) and pack this thread's activation rows, a group at a time. */
+    {
+        int32_t *dst = packed;
+        for (int64_t c = 0; c < na;) {
+            const int L = wide && na - c > 8 ? 16 : 8;
+            const int nr = na - c < L ? (int)(na - c) : L;
+            const hk_block_q8_K *rows[16];
+            for (int j = 0; j < nr; j++) {
+                hk.quantize_q8_K((const float *)(x + (a0 + c + j) * x_stride),
+                                 quant + j * q8_block * nblocks, nblocks * HK_QK_K);
+                rows[j] = (const hk_block_q8_K *)(quant + j * q8_block * nblocks);
+            }
+            hk_pack_rows(type, rows, nr, L, nblocks, dst);
+            dst += (int64_t)L * HK_XB_UNITS * nblocks;
+            c += L;
+        }
+    }
+
+    hk_many_fn full, half;
+    if (wide) {
+        full = type == HK_Q4_K ? hk_many_q4_K_512 : hk_many_q6_K_512;
+        half = type == HK_Q4_K ? hk_many_q4_K_512h : hk_many_q6_K_512h;
+    } else {
+        full = half = type == HK_Q4_K ? hk_many_q4_K_avx2 : hk_many_q6_K_avx2;
+    }
+    const size_t bsize = hk_block_size(type);
+    for (int64_t t0 = r0; t0 < r1; t0 += tile) {
+        const int64_t t1 = t0 + tile < r1 ? t0 + tile : r1;
+        for (int64_t r = t0; r < t1; r++) {
+            const char *row = w + r * w_stride;
+            for (int64_t b = 0; b < nblocks; b++) {
+                hk_wblock *o = wt + (r - t0) * nblocks + b;
+                if (type == HK_Q4_K)
+                    hk_wdecode_q4_K((const hk_block_q4_K *)(row + b * bsize), o);
+                else
+                    hk_wdecode_q6_K((const hk_block_q6_K *)(row + b * bsize), o);
+            }
+        }
+        const int32_t *xv = packed;
+        for (int64_t c = 0; c < na;) {
+            const int L = wide && na - c > 8 ? 16 : 8;
+            const int nr = na - c < L ? (int)(na - c) : L;
+            (L == 16 ? full : half)(wt, t0, t1, nblocks, xv, nr, out + (a0 + c) * os, os);
+            xv += (int64_t)L * HK_XB_UNITS * nblocks;
+            c += L;
+        }
+    }
+}
+
 /*
  * ggml custom op (ggml_custom_4d, sources: weights [k, m], activations [k, n] f32 with
  * 1 <= n <= 8, destination [m, n] f32 contiguous). Each thread quantizes the few activation
  * rows itself (a few microseconds; no barrier needed) and computes its share of the rows.
  */
 HK_TARGET void hearth_mul_mat_few(void *dst, int ith, int nth, void *userdata) {
-    (void)userdata;
     void *const *srcs = (void *const *)((char *)dst + hk.src);
     void *w_t = srcs[0], *x_t = srcs[1];
     const int type = HK_FIELD(w_t, hk.type, int);
@@ -372,6 +689,13 @@ HK_TARGET void hearth_mul_mat_few(void *dst, int ith, int nth, void *userdata) {
 
     const hk_format *f = hk_format_of(type);
     const int64_t k = w_ne[0], m = w_ne[1], n = x_ne[1];
+    if (f && f->block == HK_QK_K && n > HK_MAX_COLS && k % HK_QK_K == 0) {
+        int isa = (int)(intptr_t)userdata, best = hearth_kernels_isa();
+        if (isa < HK_ISA_AVX2 || isa > best) isa = best;
+        hk_mul_mat_many(isa, type, w, w_nb[1], m, k / HK_QK_K, x, x_nb[1], n, out,
+                        d_nb[1] / sizeof(float), ith, nth);
+        return;
+    }
     if (!f || n < 1 || n > HK_MAX_COLS || k % f->block) {
         fputs("hearth: the few-rows kernel was given a case it does not handle\n", stderr);
         abort(); /* ggml_kernels.FewRowsKernel.applies never builds such a node */
@@ -427,6 +751,8 @@ HK_TARGET void hearth_mul_mat_few(void *dst, int ith, int nth, void *userdata) {
 #else /* not x86 with GCC/Clang: the kernel is absent and ggml's mul_mat is used */
 
 int hearth_kernels_supported(void) { return 0; }
+
+int hearth_kernels_isa(void) { return 0; }
 
 void hearth_mul_mat_few(void *dst, int ith, int nth, void *userdata) {
     (void)dst;

@@ -29,12 +29,21 @@ from .api import DType
 if TYPE_CHECKING:
     from .ggml import GGMLBackend
 
-__all__ = ["FewRowsKernel", "MAX_ROWS", "random_blocks"]
+__all__ = ["FewRowsKernel", "MAX_ROWS", "ISA_AVX2", "ISA_AVX512", "random_blocks"]
 
 _log = logging.getLogger("hearth.kernels")
 
-MAX_ROWS = 8  # the kernel's limit on activation rows (the C side refuses more)
 MIN_ROWS = 2  # one row is ggml's vec_dot already, with nothing to share
+FEW_ROWS = 8  # the 32-weight block types: the C side's limit on activation rows
+# K-quant weights have a path for any number of rows (prompt evaluation): no small limit.
+MANY_ROWS = 1 << 16
+MAX_ROWS = {
+    DType.Q8_0: FEW_ROWS,
+    DType.Q5_0: FEW_ROWS,
+    DType.Q4_0: FEW_ROWS,
+    DType.Q4_K: MANY_ROWS,
+    DType.Q6_K: MANY_ROWS,
+}
 # Weight types: (weights per block, bytes per block).
 _BLOCKS = {
     DType.Q8_0: (32, 34),
@@ -43,7 +52,23 @@ _BLOCKS = {
     DType.Q4_K: (256, 144),
     DType.Q6_K: (256, 210),
 }
+_K_TYPES = frozenset({DType.Q4_K, DType.Q6_K})
 _Q8_K = 15  # ggml's activation type for the K types (not a weight type Hearth names)
+# Code paths of the many-rows K-type kernel (the C side's numbers): AVX2, or AVX-512
+# (F, BW, VL, VNNI). The few-rows path is AVX2 whatever the CPU.
+ISA_AVX2 = 1
+ISA_AVX512 = 2
+_ISA_NAMES = {ISA_AVX2: "AVX2", ISA_AVX512: "AVX-512"}
+# Activation row counts of the check at load: every few-rows count, then the many-rows
+# kernel's cases (a short 8-row vector, full and partial 16-row ones, threads sharing the
+# weight rows (under 32 rows each) or the activation rows).
+_CHECK_ROWS = {
+    DType.Q8_0: tuple(range(1, FEW_ROWS + 1)),
+    DType.Q5_0: tuple(range(1, FEW_ROWS + 1)),
+    DType.Q4_0: tuple(range(1, FEW_ROWS + 1)),
+    DType.Q4_K: (*range(1, 10), 16, 17, 24, 33, 64),
+    DType.Q6_K: (*range(1, 10), 16, 17, 24, 33, 64),
+}
 
 
 def _load_library() -> ctypes.CDLL | None:
@@ -57,6 +82,7 @@ def _load_library() -> ctypes.CDLL | None:
         _log.warning("could not load Hearth's CPU kernels (%s); ggml's mul_mat is used", exc)
         return None
     lib.hearth_kernels_supported.restype = ctypes.c_int
+    lib.hearth_kernels_isa.restype = ctypes.c_int
     lib.hearth_kernels_init.restype = ctypes.c_int
     lib.hearth_kernels_init.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_size_t] * 5
     return lib
@@ -85,16 +111,23 @@ def random_blocks(dtype: DType, rows: int, k: int, rng: np.random.Generator) -> 
 class FewRowsKernel:
     """The kernel as a ggml custom op, for the weight types it was verified on."""
 
-    def __init__(self, lib: ctypes.CDLL) -> None:
+    def __init__(self, lib: ctypes.CDLL, best_isa: int) -> None:
         self._lib = lib
         address = ctypes.cast(lib.hearth_mul_mat_few, ctypes.c_void_p).value or 0
         self._fn = g.ggml_custom_op_t(address)
-        self.types: set[DType] = set()
+        self.best_isa = best_isa  # the best code path this CPU (and the settings) allow
+        # Enabled weight types, each with the code path its check passed on.
+        self.isa: dict[DType, int] = {}
+
+    @property
+    def types(self) -> set[DType]:
+        return set(self.isa)
 
     @classmethod
     def for_backend(cls, backend: GGMLBackend) -> FewRowsKernel | None:
         """The kernel, or None where it cannot be used. The check runs once per process (on
-        the first backend); `HEARTH_CPU_KERNELS=0` turns the kernel off."""
+        the first backend); `HEARTH_CPU_KERNELS=0` turns the kernel off, `=avx2` keeps it to
+        its AVX2 code paths."""
         if os.environ.get("HEARTH_CPU_KERNELS", "1") == "0":
             return None
         global _checked
@@ -117,25 +150,52 @@ class FewRowsKernel:
         offsets = [getattr(fields, name).offset for name in ("type", "ne", "nb", "src", "data")]
         if not lib.hearth_kernels_init(*quantizers, *offsets):
             return None
-        kernel = cls(lib)
+        best = lib.hearth_kernels_isa()
+        if os.environ.get("HEARTH_CPU_KERNELS", "").lower() == "avx2":
+            best = min(best, ISA_AVX2)
+        if best < ISA_AVX2:
+            return None
+        kernel = cls(lib, best)
+        # Every code path the CPU has is checked (a type falls back to AVX2 if its AVX-512
+        # path disagrees); the best that agrees is used.
+        paths = [isa for isa in (ISA_AVX512, ISA_AVX2) if isa <= best]
         for dtype in _BLOCKS:
-            if kernel._agrees_with_ggml(backend, dtype):
-                kernel.types.add(dtype)
-            else:
-                _log.warning("Hearth's %s kernel differs from ggml here; not used", dtype.name)
-        return kernel if kernel.types else None
+            agreeing = [
+                isa
+                for isa in (paths if dtype in _K_TYPES else paths[-1:])
+                if kernel._agrees_with_ggml(backend, dtype, isa)
+            ]
+            for isa in paths if dtype in _K_TYPES else paths[-1:]:
+                if isa not in agreeing:
+                    _log.warning(
+                        "Hearth's %s kernel (%s) differs from ggml here; not used",
+                        dtype.name,
+                        _ISA_NAMES[isa],
+                    )
+            if agreeing:
+                kernel.isa[dtype] = agreeing[0]
+        return kernel if kernel.isa else None
+
+    def using(self, isa: int) -> FewRowsKernel:
+        """A copy that runs every enabled type on code path `isa` (for checks and tests)."""
+        if not ISA_AVX2 <= isa <= self.best_isa:
+            raise ValueError(f"code path {isa} is not available on this CPU")
+        other = FewRowsKernel(self._lib, self.best_isa)
+        other.isa = dict.fromkeys(self.isa, isa)
+        return other
 
     def applies(self, a: Any, b: Any) -> bool:
         """Whether `ggml_mul_mat(a, b)` (ctypes tensor pointers) can be this kernel."""
         wa, xb = a.contents, b.contents
-        if wa.type not in self.types:
+        if wa.type not in self.isa:
             return False
-        per_block, block_bytes = _BLOCKS[DType(wa.type)]
+        dtype = DType(wa.type)
+        per_block, block_bytes = _BLOCKS[dtype]
         return (
             wa.nb[0] == block_bytes  # plain blocks (not repacked)
             and (not wa.buffer or g.ggml_backend_buffer_is_host(wa.buffer))
             and xb.type == DType.F32
-            and MIN_ROWS <= xb.ne[1] <= MAX_ROWS
+            and MIN_ROWS <= xb.ne[1] <= MAX_ROWS[dtype]
             and wa.ne[0] == xb.ne[0]
             and wa.ne[0] % per_block == 0
             and wa.ne[2] == wa.ne[3] == xb.ne[2] == xb.ne[3] == 1
@@ -146,19 +206,24 @@ class FewRowsKernel:
         """A node equal to `ggml_mul_mat(ctx, a, b)`, computed by the kernel."""
         args = (ctypes.POINTER(g.ggml_tensor) * 2)(a, b)
         m, n = a.contents.ne[1], b.contents.ne[1]
+        isa = ctypes.c_void_p(self.isa.get(DType(a.contents.type), ISA_AVX2))
         return g.ggml_custom_4d(
-            ctx, g.GGML_TYPE_F32, m, n, 1, 1, args, 2, self._fn, g.GGML_N_TASKS_MAX, None
+            ctx, g.GGML_TYPE_F32, m, n, 1, 1, args, 2, self._fn, g.GGML_N_TASKS_MAX, isa
         )
 
-    def _agrees_with_ggml(self, backend: GGMLBackend, dtype: DType) -> bool:
-        """Kernel and ggml's mul_mat give equal bits for 1..MAX_ROWS rows (odd sizes too)."""
+    def _agrees_with_ggml(self, backend: GGMLBackend, dtype: DType, isa: int) -> bool:
+        """Kernel (on code path `isa`) and ggml's mul_mat give equal bits for each row count
+        of `_CHECK_ROWS` (odd sizes too)."""
         rng = np.random.default_rng(int(dtype))
         k, m = 2 * _BLOCKS[dtype][0], 37
-        ctx = backend.new_context(8 * MAX_ROWS)
+        counts = _CHECK_ROWS[dtype]
+        ctx = backend.new_context(4 * len(counts) + 4)
+        saved = self.isa.get(dtype)
+        self.isa[dtype] = isa
         try:
             w = ctx.input(dtype, [k, m], random_blocks(dtype, m, k, rng))
             pairs = []
-            for n in range(1, MAX_ROWS + 1):
+            for n in counts:
                 x = ctx.input(DType.F32, [k, n], rng.standard_normal((n, k)).astype(np.float32))
                 ours = ctx._t(self.mul_mat(ctx._ctx, w.ptr, x.ptr))  # type: ignore[attr-defined]
                 theirs = ctx._t(g.ggml_mul_mat(ctx._ctx, w.ptr, x.ptr))  # type: ignore[attr-defined]
@@ -166,6 +231,10 @@ class FewRowsKernel:
             ctx.compute(*(t for pair in pairs for t in pair))
             return all(np.array_equal(a.numpy(), b.numpy()) for a, b in pairs)
         finally:
+            if saved is None:
+                self.isa.pop(dtype, None)
+            else:
+                self.isa[dtype] = saved
             ctx.close()
 
 
