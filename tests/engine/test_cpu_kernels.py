@@ -159,7 +159,7 @@ def test_k_quants_equal_ggml_bit_for_bit_at_any_row_count(backend, path, dtype, 
     a short 8-row one, threads sharing weight rows (n < 64) or activation rows."""
     raw, _ = _weights(dtype, k, m, seed=k + m)
     rng = np.random.default_rng(m + 1)
-    for n in (*range(2, 10), 16, 17, 31, 64, 100, 512):
+    for n in (*range(2, 13), 16, 17, 31, 64, 100, 512):
         if n * k * m > 300_000_000:  # ggml's own product is the slow part
             continue
         x = rng.standard_normal((n, k)).astype(np.float32) * 3
@@ -183,6 +183,30 @@ def test_k_quants_at_extreme_values(backend, path):
             blocks[0::2, 192:208] = 0x80
             blocks[1::2, 192:208] = 0x7F
         _assert_equals_ggml(backend, path, dtype, raw, x, [0, 2])
+
+
+def test_k_quant_activations_quantized_as_ggml_does(backend, path):
+    """The kernel's vectorized Q8_K quantizer is in use (x86) and matches ggml's, also on
+    exact ties, a negative largest value, a zero block; rows with NaN, infinity or values too
+    small for a finite scale go to ggml's quantizer: the same bits (NaN included) either way."""
+    assert path._lib.hearth_kernels_own_quantizer() == 1
+    k, m, n = 512, 24, 20
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((n, k)).astype(np.float32)
+    x[0, :256] = np.arange(256) % 64 - 31.0  # with -254 below: iscale 0.5, products .5
+    x[0, 100] = -254.0
+    x[1, :256] = 0.0
+    x[2, 7] = np.nan
+    x[3, 300] = np.inf
+    x[4, :256] = 1e-39  # subnormal: -127 / 1e-39 overflows
+    x[5, 3], x[5, 9] = -7.5, 7.5  # equal magnitudes: the first decides the sign
+    for dtype in K_TYPES:
+        raw, _ = _weights(dtype, k, m, seed=5)
+        for rows in (x[:6], x):  # the few-rows and the many-rows paths
+            got, op = _multiply(backend, dtype, raw, rows, path)
+            assert op == g.GGML_OP_CUSTOM
+            want, _ = _multiply(backend, dtype, raw, rows, None)
+            assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
 
 
 @pytest.mark.parametrize("dtype", list(TYPES), ids=lambda d: d.name)

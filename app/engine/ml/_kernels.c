@@ -48,6 +48,7 @@
 
 #define HK_QK 32
 #define HK_MAX_COLS 8
+#define HK_FEW_MAX_K_AVX2 11 /* K types on the AVX2 path: few-rows code up to 11 rows */
 #define HK_CHUNK_ROWS 32 /* even */
 #define HK_PREFETCH_ROWS 4 /* how far ahead the weight rows are fetched */
 
@@ -627,8 +628,8 @@ static HK_TARGET void hk_pack_rows(int type, const hk_block_q8_K *const *rows, i
                                   macc[j]);                                                    \
             }                                                                                  \
         }                                                                                      \
-        VF sum = ADD(ADD(ADD(facc[0], facc[4]), ADD(facc[2], facc[6])),                        \
-                     ADD(ADD(facc[1], facc[5]), ADD(facc[3], facc[7])));                       \
+        VF sum = ADD(ADD(ADD(facc[4], facc[0]), ADD(facc[6], facc[2])),                        \
+                     ADD(ADD(facc[5], facc[1]), ADD(facc[7], facc[3])));                       \
         if (TYPE == HK_Q4_K) sum = ADD(sum, ADD(ADD(macc[0], macc[2]), ADD(macc[1], macc[3]))); \
         float lanes[L] __attribute__((aligned(64)));                                           \
         STF(lanes, sum);                                                                       \
@@ -837,14 +838,15 @@ HK_TARGET void hearth_mul_mat_few(void *dst, int ith, int nth, void *userdata) {
 
     const hk_format *f = hk_format_of(type);
     const int64_t k = w_ne[0], m = w_ne[1], n = x_ne[1];
-    if (f && f->block == HK_QK_K && n > HK_MAX_COLS && k % HK_QK_K == 0) {
-        int isa = (int)(intptr_t)userdata, best = hearth_kernels_isa();
-        if (isa < HK_ISA_AVX2 || isa > best) isa = best;
+    int isa = (int)(intptr_t)userdata, best = hearth_kernels_isa();
+    if (isa < HK_ISA_AVX2 || isa > best) isa = best;
+    const int few_max = isa == HK_ISA_AVX2 ? HK_FEW_MAX_K_AVX2 : HK_MAX_COLS;
+    if (f && f->block == HK_QK_K && n > few_max && k % HK_QK_K == 0) {
         hk_mul_mat_many(isa, type, w, w_nb[1], m, k / HK_QK_K, x, x_nb[1], n, out,
                         d_nb[1] / sizeof(float), ith, nth);
         return;
     }
-    if (!f || n < 1 || n > HK_MAX_COLS || k % f->block) {
+    if (!f || n < 1 || n > (f->block == HK_QK_K ? few_max : HK_MAX_COLS) || k % f->block) {
         fputs("hearth: the few-rows kernel was given a case it does not handle\n", stderr);
         abort(); /* ggml_kernels.FewRowsKernel.applies never builds such a node */
     }
@@ -867,8 +869,8 @@ HK_TARGET void hearth_mul_mat_few(void *dst, int ith, int nth, void *userdata) {
         quantize((const float *)(x + j * x_nb[1]), xq + j * nblocks * f->x_block, k);
 
     /* Column groups of up to four; for Q8_0 activations, their scales interleaved per block. */
-    const void *cols[2][4];
-    int group_cols[2] = {0, 0};
+    const void *cols[HK_FEW_MAX_K_AVX2 / 4 + 1][4];
+    int group_cols[HK_FEW_MAX_K_AVX2 / 4 + 1] = {0};
     const int groups = (int)((n + 3) / 4);
     for (int gi = 0; gi < groups; gi++) {
         const int64_t j0 = gi * 4;

@@ -59,15 +59,17 @@ _Q8_K = 15  # ggml's activation type for the K types (not a weight type Hearth n
 ISA_AVX2 = 1
 ISA_AVX512 = 2
 _ISA_NAMES = {ISA_AVX2: "AVX2", ISA_AVX512: "AVX-512"}
-# Activation row counts of the check at load: every few-rows count, then the many-rows
-# kernel's cases (a short 8-row vector, full and partial 16-row ones, threads sharing the
-# weight rows (under 32 rows each) or the activation rows).
+# Activation row counts of the check at load: every few-rows count, then for K-quants the
+# few-rows code's three column groups (9 and 11 rows on AVX2) and the many-rows code's
+# cases: a partial and a full 16-row vector, a short 8-row one, threads sharing the weight
+# rows (under 32 rows each) or the activation rows.
+_K_CHECK_ROWS = (*range(1, 13), 16, 17, 24, 33, 64)
 _CHECK_ROWS = {
     DType.Q8_0: tuple(range(1, FEW_ROWS + 1)),
     DType.Q5_0: tuple(range(1, FEW_ROWS + 1)),
     DType.Q4_0: tuple(range(1, FEW_ROWS + 1)),
-    DType.Q4_K: (*range(1, 10), 16, 17, 24, 33, 64),
-    DType.Q6_K: (*range(1, 10), 16, 17, 24, 33, 64),
+    DType.Q4_K: _K_CHECK_ROWS,
+    DType.Q6_K: _K_CHECK_ROWS,
 }
 
 
