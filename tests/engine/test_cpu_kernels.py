@@ -21,9 +21,10 @@ from hearth.engine.ml.ggml_kernels import (
     FEW_ROWS,
     ISA_AVX2,
     ISA_AVX512,
-    MAX_ROWS,
+    MANY_FROM_32,
     FewRowsKernel,
     random_blocks,
+    takes,
 )
 
 QT = gguf.GGMLQuantizationType
@@ -36,6 +37,7 @@ TYPES = {
 }
 K_TYPES = [DType.Q4_K, DType.Q6_K]  # blocks of 256, activations in Q8_K; any row count
 ISAS = {ISA_AVX512: "avx512", ISA_AVX2: "avx2"}
+_BLOCK_BYTES = {DType.Q8_0: 34, DType.Q5_0: 22, DType.Q4_0: 18, DType.Q4_K: 144, DType.Q6_K: 210}
 
 
 def _cpu_flags() -> set[str]:
@@ -138,7 +140,7 @@ def test_the_kernel_is_built_and_enabled_where_the_cpu_has_avx2(backend):
     cpu_has_512 = {"avx512f", "avx512bw", "avx512vl", "avx512_vnni"} <= _cpu_flags()
     want = ISA_AVX512 if cpu_has_512 else ISA_AVX2
     assert backend.few_rows_kernel.best_isa == want
-    for dtype in K_TYPES:
+    for dtype in TYPES:
         assert backend.few_rows_kernel.isa[dtype] == want
 
 
@@ -152,37 +154,49 @@ def test_equals_ggml_bit_for_bit(backend, kernel, dtype, k, m):
         _assert_equals_ggml(backend, kernel, dtype, raw, x, range(n))
 
 
-@pytest.mark.parametrize("dtype", K_TYPES, ids=lambda d: d.name)
+@pytest.mark.parametrize("dtype", list(TYPES), ids=lambda d: d.name)
 @pytest.mark.parametrize("k, m", [(256, 1), (512, 640), (768, 37), (2048, 130), (1024, 641)])
-def test_k_quants_equal_ggml_bit_for_bit_at_any_row_count(backend, path, dtype, k, m):
+def test_equals_ggml_bit_for_bit_at_any_row_count(backend, path, dtype, k, m):
     """Each code path, from a few rows to a prompt's worth: full and partial 16-row vectors,
-    a short 8-row one, threads sharing weight rows (n < 64) or activation rows."""
+    a short 8-row one, threads sharing weight rows (n < 64) or activation rows (row counts
+    the path does not take stay with ggml)."""
     raw, _ = _weights(dtype, k, m, seed=k + m)
     rng = np.random.default_rng(m + 1)
+    isa = path.isa[dtype]
     for n in (*range(2, 13), 16, 17, 31, 64, 100, 512):
-        if n * k * m > 300_000_000:  # ggml's own product is the slow part
+        if n * k * m > 300_000_000 or not takes(dtype, isa, n):  # ggml's is the slow part
             continue
         x = rng.standard_normal((n, k)).astype(np.float32) * 3
         x[-1] *= 1e-3  # a row of small values: other row scales in the same vector
         _assert_equals_ggml(backend, path, dtype, raw, x, sorted({0, 1, n // 2, n - 1}))
 
 
-def test_k_quants_at_extreme_values(backend, path):
-    """Largest quants and scales, activations at +-127: no integer sum saturates or wraps."""
+def test_at_extreme_values(backend, path):
+    """Largest quants and scales, activations at +-127: no integer sum saturates or wraps
+    (K-quants' scaled sums; Q8_0's -128 weights against activations shifted by 128)."""
     k, m, n = 512, 40, 48
     x = np.full((n, k), 5.0, np.float32)
     x[1::2] = -5.0
     x[2, ::3] = -7.0
-    for dtype in K_TYPES:
+    for dtype in TYPES:
         raw = random_blocks(dtype, m, k, np.random.default_rng(3))  # sane fp16 scales
-        blocks = raw.reshape(-1, raw.shape[1] // (k // 256))
+        blocks = raw.reshape(-1, _BLOCK_BYTES[dtype])
         if dtype == DType.Q4_K:  # 6-bit scales and minimums, 4-bit quants: all at 63 / 15
             blocks[:, 4:] = 0xFF
-        else:  # 6-bit quants at 63, int8 scales at -128 and 127
+        elif dtype == DType.Q6_K:  # 6-bit quants at 63, int8 scales at -128 and 127
             blocks[:, :192] = 0xFF
             blocks[0::2, 192:208] = 0x80
             blocks[1::2, 192:208] = 0x7F
-        _assert_equals_ggml(backend, path, dtype, raw, x, [0, 2])
+        elif dtype == DType.Q8_0:  # weights at -128 and 127
+            blocks[0::2, 2:] = 0x80
+            blocks[1::2, 2:] = 0x7F
+        else:  # Q5_0, Q4_0: the most negative quants (0 bits), then the largest
+            blocks[0::2, 2:] = 0x00
+            blocks[1::2, 2:] = 0xFF
+        rows = [0, 2]
+        for nx in (6, n):
+            if takes(dtype, path.isa[dtype], nx):
+                _assert_equals_ggml(backend, path, dtype, raw, x[:nx], rows)
 
 
 def test_k_quant_activations_quantized_as_ggml_does(backend, path):
@@ -216,11 +230,13 @@ def test_equals_a_numpy_product_of_the_dequantized_weights(backend, kernel, dtyp
     k, m = 1024, 96
     raw, dense = _weights(dtype, k, m, seed=7)
     paths = [kernel.using(isa) for isa in ISAS if isa <= kernel.best_isa]
-    for n in (5, 40) if dtype in K_TYPES else (5,):
+    for n in (5, 40):
         x = np.random.default_rng(8).standard_normal((n, k)).astype(np.float32)
         x_q8 = _activations_as_ggml_rounds_them(dtype, x)
         want = x_q8.astype(np.float64) @ dense.T.astype(np.float64)
-        for p in paths if dtype in K_TYPES else [kernel]:
+        for p in paths:
+            if not takes(dtype, p.isa[dtype], n):
+                continue
             got, op = _multiply(backend, dtype, raw, x, p)
             assert op == g.GGML_OP_CUSTOM
             np.testing.assert_allclose(got, want, rtol=0, atol=2e-5 * np.abs(want).max())
@@ -233,11 +249,15 @@ def test_rows_split_between_any_number_of_threads(kernel, threads):
     gets at least 32, weight rows otherwise, or both (4 threads: 2 x 2)."""
     b = GGMLBackend(num_threads=threads)
     try:
-        cases = [(DType.Q8_0, 256, 7)] + [(t, 512, n) for t in K_TYPES for n in (9, 40, 100)]
+        cases = [(DType.Q8_0, 256, 7)] + [
+            (t, 512, n) for t in (*K_TYPES, DType.Q5_0) for n in (9, 12, 40, 100)
+        ]
         for dtype, k, n in cases:
             raw, _ = _weights(dtype, k, 131, seed=threads)
             x = np.random.default_rng(threads).standard_normal((n, k)).astype(np.float32)
             for p in [kernel.using(isa) for isa in ISAS if isa <= kernel.best_isa]:
+                if not takes(dtype, p.isa[dtype], n):
+                    continue
                 got, op = _multiply(b, dtype, raw, x, p)
                 want, _ = _multiply(b, dtype, raw, x, None)
                 assert op == g.GGML_OP_CUSTOM
@@ -247,18 +267,24 @@ def test_rows_split_between_any_number_of_threads(kernel, threads):
 
 
 def test_not_used_outside_its_cases(backend, kernel):
-    """One row, more than FEW_ROWS rows of a 32-block type and float weights stay with
-    ggml; K-quants take any number of rows from two on."""
-    raw, _ = _weights(DType.Q8_0, 64, 8, seed=1)
-    assert MAX_ROWS[DType.Q8_0] == FEW_ROWS
-    for n in (1, FEW_ROWS + 1, 64):
-        _, op = _multiply(backend, DType.Q8_0, raw, np.ones((n, 64), np.float32), kernel)
-        assert op == g.GGML_OP_MUL_MAT
-    for dtype in K_TYPES:
-        raw, _ = _weights(dtype, 256, 8, seed=1)
-        for n, want in ((1, g.GGML_OP_MUL_MAT), (2, g.GGML_OP_CUSTOM), (700, g.GGML_OP_CUSTOM)):
-            _, op = _multiply(backend, dtype, raw, np.ones((n, 256), np.float32), kernel)
-            assert op == want
+    """One row and float weights stay with ggml; K-quants take any number of rows from two
+    on; the 32-weight block types 2..FEW_ROWS, and on AVX-512 from MANY_FROM_32 on."""
+    for isa in [isa for isa in ISAS if isa <= kernel.best_isa]:
+        path = kernel.using(isa)
+        raw, _ = _weights(DType.Q8_0, 64, 8, seed=1)
+        many = g.GGML_OP_CUSTOM if isa == ISA_AVX512 else g.GGML_OP_MUL_MAT
+        cases = [(1, g.GGML_OP_MUL_MAT), (FEW_ROWS, g.GGML_OP_CUSTOM)]
+        cases += [(FEW_ROWS + 1, g.GGML_OP_MUL_MAT), (MANY_FROM_32, many), (64, many)]
+        for n, want in cases:
+            _, op = _multiply(backend, DType.Q8_0, raw, np.ones((n, 64), np.float32), path)
+            assert op == want, (ISAS[isa], n)
+        for dtype in K_TYPES:
+            raw, _ = _weights(dtype, 256, 8, seed=1)
+            for n, want in ((1, g.GGML_OP_MUL_MAT), (2, g.GGML_OP_CUSTOM), (9, g.GGML_OP_CUSTOM)):
+                _, op = _multiply(backend, dtype, raw, np.ones((n, 256), np.float32), path)
+                assert op == want
+            _, op = _multiply(backend, dtype, raw, np.ones((700, 256), np.float32), path)
+            assert op == g.GGML_OP_CUSTOM
     ctx = backend.new_context(8)
     try:
         w = ctx.input(DType.F16, [64, 8], np.ones((8, 64), np.float16))
@@ -287,6 +313,7 @@ def test_kept_to_avx2_by_the_environment(monkeypatch, kernel):
         assert checked is not None
         assert checked.best_isa == ISA_AVX2
         assert set(checked.isa.values()) == {ISA_AVX2}
+        assert not takes(DType.Q5_0, ISA_AVX2, 64)
         assert checked.types == kernel.types
     finally:
         b.close()
@@ -303,6 +330,5 @@ def test_the_check_at_load_is_cheap(backend, kernel):
 
 
 def test_check_covers_many_rows():
-    for dtype in K_TYPES:
-        rows = ggml_kernels._CHECK_ROWS[dtype]
-        assert {9, 16, 17, 33, 64} <= set(rows) and max(rows) >= 64
+    rows = set(ggml_kernels._CHECK_ROWS)
+    assert set(range(1, 13)) | {16, 17, 33, 64} <= rows

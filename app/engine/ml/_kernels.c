@@ -560,8 +560,9 @@ HK_INLINE void hk_transpose8(__m256i r[8]) {
     }
 }
 
-static HK_TARGET void hk_pack_rows(int type, const hk_block_q8_K *const *rows, int nrows,
-                                   int L, int64_t nblocks, int32_t *out) {
+static HK_TARGET void hk_pack_rows(int type, const void *const *rows_, int nrows, int L,
+                                   int64_t nblocks, int32_t *out) {
+    const hk_block_q8_K *const *rows = (const hk_block_q8_K *const *)rows_;
     for (int64_t b = 0; b < nblocks; b++) {
         int32_t *xb = out + b * HK_XB_UNITS * L;
         for (int h = 0; h < L; h += 8) { /* the quants: 8 rows x 8 units at a time */
@@ -601,7 +602,7 @@ static HK_TARGET void hk_pack_rows(int type, const hk_block_q8_K *const *rows, i
 #define HK_MANY_BODY(TYPE, L, UNROLL_G, VI, VF, ZI, ZF, LDI, LDF, B32, BF, DOT, MADD, CVT, FMA, MUL, ADD, \
                      STF)                                                                       \
     for (int64_t r = r0; r < r1; r++) {                                                        \
-        const hk_wblock *wr = wt + (r - r0) * nblocks;                                         \
+        const hk_wblock *wr = (const hk_wblock *)wt_ + (r - r0) * nblocks;                     \
         VF facc[8], macc[4];                                                                   \
         for (int i = 0; i < 8; i++) facc[i] = ZF();                                            \
         for (int j = 0; j < 4; j++) macc[j] = ZF();                                            \
@@ -636,11 +637,11 @@ static HK_TARGET void hk_pack_rows(int type, const hk_block_q8_K *const *rows, i
         for (int c = 0; c < nc; c++) out[c * os + r] = lanes[c];                               \
     }
 
-typedef void (*hk_many_fn)(const hk_wblock *, int64_t, int64_t, int64_t, const int32_t *, int,
-                           float *, size_t);
+typedef void (*hk_many_fn)(const void *, int64_t, int64_t, int64_t, const int32_t *, int, float *,
+                           size_t);
 
 #define HK_MANY_FN(NAME, TARGET, TYPE, L, UNROLL_G, ...)                                                  \
-    static TARGET __attribute__((noinline)) void NAME(const hk_wblock *wt, int64_t r0,         \
+    static TARGET __attribute__((noinline)) void NAME(const void *wt_, int64_t r0,             \
                                                       int64_t r1, int64_t nblocks,             \
                                                       const int32_t *xv, int nc, float *out,   \
                                                       size_t os) {                             \
@@ -676,6 +677,97 @@ HK_MANY_FN(hk_many_q4_K_512, HK_TARGET512, HK_Q4_K, 16, "GCC unroll 8", HK_512_O
 HK_MANY_FN(hk_many_q6_K_512, HK_TARGET512, HK_Q6_K, 16, "GCC unroll 8", HK_512_OPS)
 HK_MANY_FN(hk_many_q4_K_512h, HK_TARGET512, HK_Q4_K, 8, "GCC unroll 8", HK_VNNI256_OPS)
 HK_MANY_FN(hk_many_q6_K_512h, HK_TARGET512, HK_Q6_K, 8, "GCC unroll 8", HK_VNNI256_OPS)
+
+/* ---- Many rows, 32-weight blocks (Q8_0, Q5_0, Q4_0; AVX-512 VNNI only) ------------------
+ *
+ * ggml's lane sums are plain here: lane i of a block is w[4i..4i+3] . x[4i..4i+3], which is
+ * exactly one vpdpbusd lane. vpdpbusd takes one operand unsigned, so the activations are
+ * stored + 128 (x + 128 in 0..255) and each lane starts from -128 * (w[4i] + .. + w[4i+3]),
+ * which leaves the same integer. (AVX2 has no exact equivalent as cheap as ggml's own
+ * tiled code, so there these types keep ggml's mul_mat above FEW rows.)
+ */
+typedef struct {
+    int8_t q[HK_QK];   /* the signed weights */
+    int32_t corr[8];   /* -128 * sum of each lane's four weights */
+    float d;
+    int32_t pad[3];
+} hk_wblock32;
+
+HK_INLINE void hk_wdecode32(int type, const char *row, int64_t b, hk_wblock32 *o) {
+    float d;
+    const __m256i q = hk_decode(type, row, b, &d);
+    const __m256i sum4 = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), q),
+                                           _mm256_set1_epi16(1));
+    _mm256_storeu_si256((__m256i *)o->q, q);
+    _mm256_storeu_si256((__m256i *)o->corr,
+                        _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(sum4, 7)));
+    o->d = d;
+}
+
+/* Activations quantized to Q8_0 (ggml's quantizer), packed L to a vector: per block, in
+ * int32 units, u[8][L] (4 consecutive int8 + 128 per lane), xd[L] (row scale), padding. */
+#define HK_XB32_UNITS 10
+#define HK_XB32_YD 8
+
+static HK_TARGET void hk_pack_rows32(int type, const void *const *rows_, int nrows, int L,
+                                     int64_t nblocks, int32_t *out) {
+    (void)type;
+    const hk_block_q8_0 *const *rows = (const hk_block_q8_0 *const *)rows_;
+    const __m256i flip = _mm256_set1_epi8((char)0x80);
+    for (int64_t b = 0; b < nblocks; b++) {
+        int32_t *xb = out + b * HK_XB32_UNITS * L;
+        for (int h = 0; h < L; h += 8) {
+            __m256i r[8];
+            for (int c = 0; c < 8; c++)
+                r[c] = _mm256_xor_si256(
+                    h + c < nrows ? _mm256_loadu_si256((const __m256i *)rows[h + c][b].qs)
+                                  : _mm256_setzero_si256(),
+                    flip);
+            hk_transpose8(r);
+            for (int t = 0; t < 8; t++) _mm256_storeu_si256((__m256i *)(xb + t * L + h), r[t]);
+        }
+        memset(xb + HK_XB32_YD * L, 0, sizeof(int32_t) * (HK_XB32_UNITS - HK_XB32_YD) * L);
+        for (int c = 0; c < nrows; c++) {
+            const float d = hk_half(rows[c][b].d);
+            memcpy(&xb[HK_XB32_YD * L + c], &d, 4);
+        }
+    }
+}
+
+#define HK_MANY32_BODY(L, VI, VF, ZF, LDI, LDF, B32, BF, DPBUSD, CVT, FMA, MUL, ADD, STF)        \
+    for (int64_t r = r0; r < r1; r++) {                                                        \
+        const hk_wblock32 *wr = (const hk_wblock32 *)wt_ + (r - r0) * nblocks;                 \
+        VF facc[8];                                                                            \
+        for (int i = 0; i < 8; i++) facc[i] = ZF();                                            \
+        for (int64_t b = 0; b < nblocks; b++) {                                                \
+            const hk_wblock32 *w = wr + b;                                                     \
+            const int32_t *xb = xv + b * HK_XB32_UNITS * L;                                    \
+            const int32_t *wq = (const int32_t *)w->q;                                         \
+            const VF d = MUL(LDF((const float *)xb + HK_XB32_YD * L), BF(w->d));               \
+            _Pragma("GCC unroll 8") for (int i = 0; i < 8; i++) facc[i] =                      \
+                FMA(d, CVT(DPBUSD(B32(w->corr[i]), LDI(xb + i * L), B32(wq[i]))), facc[i]);    \
+        }                                                                                      \
+        const VF sum = ADD(ADD(ADD(facc[4], facc[0]), ADD(facc[6], facc[2])),                  \
+                           ADD(ADD(facc[5], facc[1]), ADD(facc[7], facc[3])));                 \
+        float lanes[L] __attribute__((aligned(64)));                                           \
+        STF(lanes, sum);                                                                       \
+        for (int c = 0; c < nc; c++) out[c * os + r] = lanes[c];                               \
+    }
+
+#define HK_MANY32_FN(NAME, L, ...)                                                             \
+    static HK_TARGET512 __attribute__((noinline)) void NAME(                                   \
+        const void *wt_, int64_t r0, int64_t r1, int64_t nblocks, const int32_t *xv, int nc,   \
+        float *out, size_t os) {                                                               \
+        HK_MANY32_BODY(L, __VA_ARGS__)                                                         \
+    }
+#define HK_512_DPBUSD(acc, u, s) _mm512_dpbusd_epi32(acc, u, s)
+#define HK_VNNI256_DPBUSD(acc, u, s) _mm256_dpbusd_epi32(acc, u, s)
+HK_MANY32_FN(hk_many32_512, 16, __m512i, __m512, _mm512_setzero_ps, HK_LD512, _mm512_load_ps,
+             _mm512_set1_epi32, _mm512_set1_ps, HK_512_DPBUSD, _mm512_cvtepi32_ps,
+             _mm512_fmadd_ps, _mm512_mul_ps, _mm512_add_ps, _mm512_store_ps)
+HK_MANY32_FN(hk_many32_512h, 8, __m256i, __m256, _mm256_setzero_ps, HK_LD256, _mm256_load_ps,
+             _mm256_set1_epi32, _mm256_set1_ps, HK_VNNI256_DPBUSD, _mm256_cvtepi32_ps,
+             _mm256_fmadd_ps, _mm256_mul_ps, _mm256_add_ps, _mm256_store_ps)
 
 enum { HK_ISA_NONE = 0, HK_ISA_AVX2 = 1, HK_ISA_AVX512 = 2 };
 
@@ -723,14 +815,54 @@ static void *hk_scratch_get(size_t size) {
 #define HK_TILE_BYTES (96 * 1024) /* decoded weights per tile, reused by every row group */
 #endif
 
+/* What the many-rows driver needs to know of a weight family. */
+typedef struct {
+    size_t wblock;           /* bytes of one decoded weight block */
+    int xunits;              /* int32 units per lane of one packed activation block */
+    size_t qblock;           /* bytes of one quantized activation block (Q8_K or Q8_0) */
+    void (*decode)(int type, const char *row, int64_t b, void *out);
+    void (*pack)(int type, const void *const *rows, int nrows, int L, int64_t nblocks,
+                 int32_t *out);
+    hk_many_fn full[2], half[2]; /* by type: [Q4_K or 32-blocks, Q6_K] */
+} hk_many_kind;
+
+static HK_TARGET void hk_wdecode_k(int type, const char *row, int64_t b, void *out) {
+    if (type == HK_Q4_K)
+        hk_wdecode_q4_K((const hk_block_q4_K *)row + b, out);
+    else
+        hk_wdecode_q6_K((const hk_block_q6_K *)row + b, out);
+}
+
+static HK_TARGET void hk_wdecode_32(int type, const char *row, int64_t b, void *out) {
+    hk_wdecode32(type, row, b, out);
+}
+
+static const hk_many_kind hk_many_k512 = {
+    sizeof(hk_wblock), HK_XB_UNITS, sizeof(hk_block_q8_K), hk_wdecode_k, hk_pack_rows,
+    {hk_many_q4_K_512, hk_many_q6_K_512}, {hk_many_q4_K_512h, hk_many_q6_K_512h}};
+static const hk_many_kind hk_many_k256 = {
+    sizeof(hk_wblock), HK_XB_UNITS, sizeof(hk_block_q8_K), hk_wdecode_k, hk_pack_rows,
+    {hk_many_q4_K_avx2, hk_many_q6_K_avx2}, {hk_many_q4_K_avx2, hk_many_q6_K_avx2}};
+static const hk_many_kind hk_many_32 = {
+    sizeof(hk_wblock32), HK_XB32_UNITS, sizeof(hk_block_q8_0), hk_wdecode_32, hk_pack_rows32,
+    {hk_many32_512, hk_many32_512}, {hk_many32_512h, hk_many32_512h}};
+
 /*
- * K-type weights [k, m] times n activation rows, for this thread (ith of nth). Threads take
- * a share of the activation rows each where there are enough (each quantizes only its own),
- * and otherwise share the weight rows.
+ * Weights [k, m] (nblocks blocks a row) times n activation rows, for this thread (ith of
+ * nth). Threads take a share of the activation rows each where there are enough (each
+ * quantizes only its own), and otherwise share the weight rows. The 32-weight block types
+ * come here on the AVX-512 path only.
  */
-static HK_TARGET void hk_mul_mat_many(int isa, int type, const char *w, size_t w_stride, int64_t m,
-                            int64_t nblocks, const char *x, size_t x_stride, int64_t n,
-                            float *out, size_t os, int ith, int nth) {
+static HK_TARGET void hk_mul_mat_many(int isa, int type, const char *w, size_t w_stride,
+                                      int64_t m, int64_t nblocks, const char *x,
+                                      size_t x_stride, int64_t n, float *out, size_t os,
+                                      int ith, int nth) {
+    const int k_family = type == HK_Q4_K || type == HK_Q6_K;
+    const int wide = isa >= HK_ISA_AVX512; /* 16-row vectors (8 for a short last one) */
+    const hk_many_kind *kind = !k_family ? &hk_many_32 : wide ? &hk_many_k512 : &hk_many_k256;
+    const hk_quantize_fn quantize = k_family ? hk_quantize_q8_K : hk.quantize_q8_0;
+    const int64_t block_k = k_family ? HK_QK_K : HK_QK;
+
     int nt_c = 1; /* threads along the activation rows: each at least 32 of them */
     for (int d = nth; d >= 1; d--)
         if (nth % d == 0 && n / d >= 32) {
@@ -744,75 +876,60 @@ static HK_TARGET void hk_mul_mat_many(int isa, int type, const char *w, size_t w
     const int64_t r0 = m * ir / nt_r, r1 = m * (ir + 1) / nt_r;
     if (a0 >= a1 || r0 >= r1) return;
 
-    const int wide = isa >= HK_ISA_AVX512; /* 16-row vectors (8 for a short last one) */
     const int64_t na = a1 - a0;
-    int64_t ngroups = 0, packed_units = 0; /* row groups (vectors), their size in int32 */
-    for (int64_t c = 0; c < na; ngroups++) {
+    int64_t packed_units = 0; /* all row groups (vectors), in int32 */
+    for (int64_t c = 0; c < na;) {
         const int L = wide && na - c > 8 ? 16 : 8;
-        packed_units += (int64_t)L * HK_XB_UNITS * nblocks;
+        packed_units += (int64_t)L * kind->xunits * nblocks;
         c += L;
     }
-    int64_t tile = HK_TILE_BYTES / (nblocks * (int64_t)sizeof(hk_wblock));
+    int64_t tile = HK_TILE_BYTES / (nblocks * (int64_t)kind->wblock);
     if (tile < 1) tile = 1;
     if (tile > r1 - r0) tile = r1 - r0;
 
-    const size_t q8_block = sizeof(hk_block_q8_K);
     const size_t packed_bytes = sizeof(int32_t) * packed_units;
-    const size_t tile_bytes = sizeof(hk_wblock) * tile * nblocks;
-    const size_t quant_bytes = (q8_block * 16 * nblocks + 63) & ~(size_t)63;
+    const size_t tile_bytes = (kind->wblock * tile * nblocks + 63) & ~(size_t)63;
+    const size_t quant_bytes = (kind->qblock * 16 * nblocks + 63) & ~(size_t)63;
     char *scratch = hk_scratch_get(packed_bytes + tile_bytes + quant_bytes);
     if (!scratch) {
         fputs("hearth: out of memory in the many-rows kernel\n", stderr);
         abort();
     }
     int32_t *packed = (int32_t *)scratch;
-    hk_wblock *wt = (hk_wblock *)(scratch + packed_bytes);
+    char *wt = scratch + packed_bytes;
     char *quant = scratch + packed_bytes + tile_bytes;
 
-    /* Quantize (ggml's quantizer) and pack this thread's activation rows, a group at a time. */
+    /* Quantize and pack this thread's activation rows, a group at a time. */
     {
         int32_t *dst = packed;
         for (int64_t c = 0; c < na;) {
             const int L = wide && na - c > 8 ? 16 : 8;
             const int nr = na - c < L ? (int)(na - c) : L;
-            const hk_block_q8_K *rows[16];
+            const void *rows[16];
             for (int j = 0; j < nr; j++) {
-                hk_quantize_q8_K((const float *)(x + (a0 + c + j) * x_stride),
-                                 quant + j * q8_block * nblocks, nblocks * HK_QK_K);
-                rows[j] = (const hk_block_q8_K *)(quant + j * q8_block * nblocks);
+                char *q = quant + j * kind->qblock * nblocks;
+                quantize((const float *)(x + (a0 + c + j) * x_stride), q, nblocks * block_k);
+                rows[j] = q;
             }
-            hk_pack_rows(type, rows, nr, L, nblocks, dst);
-            dst += (int64_t)L * HK_XB_UNITS * nblocks;
+            kind->pack(type, rows, nr, L, nblocks, dst);
+            dst += (int64_t)L * kind->xunits * nblocks;
             c += L;
         }
     }
 
-    hk_many_fn full, half;
-    if (wide) {
-        full = type == HK_Q4_K ? hk_many_q4_K_512 : hk_many_q6_K_512;
-        half = type == HK_Q4_K ? hk_many_q4_K_512h : hk_many_q6_K_512h;
-    } else {
-        full = half = type == HK_Q4_K ? hk_many_q4_K_avx2 : hk_many_q6_K_avx2;
-    }
-    const size_t bsize = hk_block_size(type);
+    const hk_many_fn full = kind->full[type == HK_Q6_K], half = kind->half[type == HK_Q6_K];
     for (int64_t t0 = r0; t0 < r1; t0 += tile) {
         const int64_t t1 = t0 + tile < r1 ? t0 + tile : r1;
-        for (int64_t r = t0; r < t1; r++) {
-            const char *row = w + r * w_stride;
-            for (int64_t b = 0; b < nblocks; b++) {
-                hk_wblock *o = wt + (r - t0) * nblocks + b;
-                if (type == HK_Q4_K)
-                    hk_wdecode_q4_K((const hk_block_q4_K *)(row + b * bsize), o);
-                else
-                    hk_wdecode_q6_K((const hk_block_q6_K *)(row + b * bsize), o);
-            }
-        }
+        for (int64_t r = t0; r < t1; r++)
+            for (int64_t b = 0; b < nblocks; b++)
+                kind->decode(type, w + r * w_stride, b,
+                             wt + ((r - t0) * nblocks + b) * kind->wblock);
         const int32_t *xv = packed;
         for (int64_t c = 0; c < na;) {
             const int L = wide && na - c > 8 ? 16 : 8;
             const int nr = na - c < L ? (int)(na - c) : L;
             (L == 16 ? full : half)(wt, t0, t1, nblocks, xv, nr, out + (a0 + c) * os, os);
-            xv += (int64_t)L * HK_XB_UNITS * nblocks;
+            xv += (int64_t)L * kind->xunits * nblocks;
             c += L;
         }
     }
@@ -843,6 +960,11 @@ HK_TARGET void hearth_mul_mat_few(void *dst, int ith, int nth, void *userdata) {
     const int few_max = isa == HK_ISA_AVX2 ? HK_FEW_MAX_K_AVX2 : HK_MAX_COLS;
     if (f && f->block == HK_QK_K && n > few_max && k % HK_QK_K == 0) {
         hk_mul_mat_many(isa, type, w, w_nb[1], m, k / HK_QK_K, x, x_nb[1], n, out,
+                        d_nb[1] / sizeof(float), ith, nth);
+        return;
+    }
+    if (f && f->block == HK_QK && n > HK_MAX_COLS && isa >= HK_ISA_AVX512 && k % HK_QK == 0) {
+        hk_mul_mat_many(isa, type, w, w_nb[1], m, k / HK_QK, x, x_nb[1], n, out,
                         d_nb[1] / sizeof(float), ith, nth);
         return;
     }

@@ -29,21 +29,24 @@ from .api import DType
 if TYPE_CHECKING:
     from .ggml import GGMLBackend
 
-__all__ = ["FewRowsKernel", "MAX_ROWS", "ISA_AVX2", "ISA_AVX512", "random_blocks"]
+__all__ = [
+    "FewRowsKernel",
+    "FEW_ROWS",
+    "MANY_ROWS",
+    "ISA_AVX2",
+    "ISA_AVX512",
+    "takes",
+    "random_blocks",
+]
 
 _log = logging.getLogger("hearth.kernels")
 
 MIN_ROWS = 2  # one row is ggml's vec_dot already, with nothing to share
-FEW_ROWS = 8  # the 32-weight block types: the C side's limit on activation rows
-# K-quant weights have a path for any number of rows (prompt evaluation): no small limit.
-MANY_ROWS = 1 << 16
-MAX_ROWS = {
-    DType.Q8_0: FEW_ROWS,
-    DType.Q5_0: FEW_ROWS,
-    DType.Q4_0: FEW_ROWS,
-    DType.Q4_K: MANY_ROWS,
-    DType.Q6_K: MANY_ROWS,
-}
+FEW_ROWS = 8  # the few-rows code's limit (for K-quants on AVX2: 11)
+MANY_ROWS = 1 << 16  # the many-rows code's: none to speak of (a prompt's batch is far less)
+# 32-weight block types on AVX-512: the many-rows code from this many rows (from 9 to 11,
+# ggml's tiled sgemm is as fast).
+MANY_FROM_32 = 12
 # Weight types: (weights per block, bytes per block).
 _BLOCKS = {
     DType.Q8_0: (32, 34),
@@ -54,23 +57,28 @@ _BLOCKS = {
 }
 _K_TYPES = frozenset({DType.Q4_K, DType.Q6_K})
 _Q8_K = 15  # ggml's activation type for the K types (not a weight type Hearth names)
-# Code paths of the many-rows K-type kernel (the C side's numbers): AVX2, or AVX-512
-# (F, BW, VL, VNNI). The few-rows path is AVX2 whatever the CPU.
+# The kernel's code paths (the C side's numbers), chosen per weight type at load: AVX2, or
+# AVX-512 (F, BW, VL, VNNI) for more than a few rows.
 ISA_AVX2 = 1
 ISA_AVX512 = 2
 _ISA_NAMES = {ISA_AVX2: "AVX2", ISA_AVX512: "AVX-512"}
-# Activation row counts of the check at load: every few-rows count, then for K-quants the
-# few-rows code's three column groups (9 and 11 rows on AVX2) and the many-rows code's
-# cases: a partial and a full 16-row vector, a short 8-row one, threads sharing the weight
-# rows (under 32 rows each) or the activation rows.
-_K_CHECK_ROWS = (*range(1, 13), 16, 17, 24, 33, 64)
-_CHECK_ROWS = {
-    DType.Q8_0: tuple(range(1, FEW_ROWS + 1)),
-    DType.Q5_0: tuple(range(1, FEW_ROWS + 1)),
-    DType.Q4_0: tuple(range(1, FEW_ROWS + 1)),
-    DType.Q4_K: _K_CHECK_ROWS,
-    DType.Q6_K: _K_CHECK_ROWS,
-}
+# Activation row counts of the check at load (those a path takes): every few-rows count,
+# the few-rows code's three column groups (K-quants up to 11 rows on AVX2), then the
+# many-rows code's cases: a partial and a full 16-row vector, a short 8-row one (from 17),
+# threads sharing the weight rows (under 32 rows each) or the activation rows.
+_CHECK_ROWS = (*range(1, 13), 16, 17, 24, 33, 64)
+
+
+def takes(dtype: DType, isa: int, n: int) -> bool:
+    """Whether the kernel multiplies weights of `dtype` by `n` activation rows on code path
+    `isa`: K-quants from 2 rows on; the 32-weight block types 2..8 rows, and on AVX-512
+    (VNNI) from MANY_FROM_32 on (on AVX2, ggml's tiled sgemm does as well as an exact AVX2
+    kernel could)."""
+    if not MIN_ROWS <= n <= MANY_ROWS:
+        return False
+    if dtype in _K_TYPES or n <= FEW_ROWS:
+        return True
+    return isa >= ISA_AVX512 and n >= MANY_FROM_32
 
 
 def _load_library() -> ctypes.CDLL | None:
@@ -162,15 +170,11 @@ class FewRowsKernel:
         # path disagrees); the best that agrees is used.
         paths = [isa for isa in (ISA_AVX512, ISA_AVX2) if isa <= best]
         for dtype in _BLOCKS:
-            agreeing = [
-                isa
-                for isa in (paths if dtype in _K_TYPES else paths[-1:])
-                if kernel._agrees_with_ggml(backend, dtype, isa)
-            ]
-            for isa in paths if dtype in _K_TYPES else paths[-1:]:
+            agreeing = [isa for isa in paths if kernel._agrees_with_ggml(backend, dtype, isa)]
+            for isa in paths:
                 if isa not in agreeing:
                     _log.warning(
-                        "Hearth's %s kernel (%s) differs from ggml here; not used",
+                        "Hearth's %s kernel (%s path) differs from ggml here; path not used",
                         dtype.name,
                         _ISA_NAMES[isa],
                     )
@@ -197,7 +201,7 @@ class FewRowsKernel:
             wa.nb[0] == block_bytes  # plain blocks (not repacked)
             and (not wa.buffer or g.ggml_backend_buffer_is_host(wa.buffer))
             and xb.type == DType.F32
-            and MIN_ROWS <= xb.ne[1] <= MAX_ROWS[dtype]
+            and takes(dtype, self.isa[dtype], xb.ne[1])
             and wa.ne[0] == xb.ne[0]
             and wa.ne[0] % per_block == 0
             and wa.ne[2] == wa.ne[3] == xb.ne[2] == xb.ne[3] == 1
@@ -215,10 +219,10 @@ class FewRowsKernel:
 
     def _agrees_with_ggml(self, backend: GGMLBackend, dtype: DType, isa: int) -> bool:
         """Kernel (on code path `isa`) and ggml's mul_mat give equal bits for each row count
-        of `_CHECK_ROWS` (odd sizes too)."""
+        of `_CHECK_ROWS` the path takes (odd sizes too)."""
         rng = np.random.default_rng(int(dtype))
         k, m = 2 * _BLOCKS[dtype][0], 37
-        counts = _CHECK_ROWS[dtype]
+        counts = [n for n in _CHECK_ROWS if n == 1 or takes(dtype, isa, n)]
         ctx = backend.new_context(4 * len(counts) + 4)
         saved = self.isa.get(dtype)
         self.isa[dtype] = isa
