@@ -1,4 +1,4 @@
-"""K-quant weights times 1..512 activation rows: ggml's kernels against Hearth's.
+"""Quantized weights times 1..512 activation rows: ggml's kernels against Hearth's.
 
     .venv/bin/python bench/kernel_rows.py [--threads 2] [--rows 1,4,64,512] [--repeat 30]
 
@@ -8,10 +8,12 @@ ffn_down 2048x640; ggml's ne = [k, m]), prints the time of one product, the mini
   plain     ggml's mul_mat on plain blocks (vec_dot, one weight row and row at a time)
   repacked  ggml's mul_mat on the CPU_REPACK layout (what llama.cpp uses; Q4_K only on x86;
             Hearth does not use it for Q4_K: not batch-invariant)
-  hearth    Hearth's kernel, on each code path the CPU has (AVX-512, AVX2); at one row it
-            does not apply (ggml's vec_dot is used), shown as "-"
-and the ratios plain/hearth and repacked/hearth (above 1: Hearth is faster). Only ratios
-printed in the same run are comparable.
+  avx512, avx2
+            Hearth's kernel on each of its code paths the CPU has; "-" where the path leaves
+            the case to ggml (one row; for Q5_0/Q8_0 9..11 rows, and more than 8 on AVX2)
+and the ratios plain/hearth and repacked/hearth for the first (best) path (above 1: Hearth
+is faster). `--all` adds Gemma's Q5_0 and Q8_0 shapes. Only ratios printed in the same run
+are comparable.
 """
 
 from __future__ import annotations
@@ -34,10 +36,13 @@ from hearth.engine.ml.ggml_kernels import (  # noqa: E402
     ISA_AVX512,
     FewRowsKernel,
     random_blocks,
+    takes,
 )
 from hearth.engine.ml.weights import _extra_buffer_types, _supports_matmul  # noqa: E402
 
 SHAPES = [(DType.Q4_K, 1024, 640), (DType.Q4_K, 2048, 640), (DType.Q6_K, 2048, 640)]
+# Gemma 3 270M's 32-weight block matrices: Q5_0 ffn_gate / ffn_up, Q8_0 attn_v (`--all`).
+MORE_SHAPES = [(DType.Q5_0, 640, 2048), (DType.Q8_0, 640, 256)]
 
 
 def _time_graph(backend: GGMLBackend, weight: GGMLTensor, x: np.ndarray, repeat: int) -> float:
@@ -91,24 +96,27 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rows", default="1,4,64,512")
     ap.add_argument("--repeat", type=int, default=30)
+    ap.add_argument("--all", action="store_true", help="also Q5_0 and Q8_0 (Gemma's shapes)")
     args = ap.parse_args()
     rows = [int(r) for r in args.rows.split(",")]
 
     backend = GGMLBackend(num_threads=args.threads)
     kernel = backend.few_rows_kernel
-    paths: list[tuple[str, FewRowsKernel | None]] = []
+    paths: list[tuple[str, FewRowsKernel]] = []
     if kernel is not None:
         for isa, name in ((ISA_AVX512, "avx512"), (ISA_AVX2, "avx2")):
             if isa <= kernel.best_isa:
                 paths.append((name, kernel.using(isa)))
     print(f"{args.threads} threads; ms per product (minimum of {args.repeat}); ggml ne = [k, m]")
+    print("ratios: plain and repacked time over the time of Hearth's first path (above 1: faster)")
     head = f"{'type':5}{'k':>6}{'m':>5}{'rows':>6}{'plain':>9}{'repack':>9}"
-    for name, _ in paths:
-        head += f"{name:>9}{'pl/' + name[:3]:>8}{'rp/' + name[:3]:>8}"
+    head += "".join(f"{name:>9}" for name, _ in paths)
+    if paths:
+        head += f"{'pl/' + paths[0][0][:4]:>10}{'rp/' + paths[0][0][:4]:>10}"
     print(head)
     rng = np.random.default_rng(0)
     try:
-        for dtype, k, m in SHAPES:
+        for dtype, k, m in SHAPES + (MORE_SHAPES if args.all else []):
             raw = random_blocks(dtype, m, k, rng)
             plain_w = _Weights(backend, dtype, k, m, raw, repacked=False)
             repacked = _Weights(backend, dtype, k, m, raw, repacked=True)
@@ -119,21 +127,20 @@ def main() -> None:
                     x = rng.standard_normal((n, k)).astype(np.float32)
                     backend.few_rows_kernel = None
                     t_plain = _time_graph(backend, plain, x, args.repeat)
-                    t_rep = (
-                        _time_graph(backend, repacked.tensor, x, args.repeat)
-                        if repacked.tensor is not None
-                        else float("nan")
-                    )
-                    line = f"{dtype.name:5}{k:6}{m:5}{n:6}{t_plain:9.3f}"
-                    line += f"{t_rep:9.3f}" if t_rep == t_rep else f"{'-':>9}"
+                    t_rep = float("nan")
+                    if repacked.tensor is not None:
+                        t_rep = _time_graph(backend, repacked.tensor, x, args.repeat)
+                    line = f"{dtype.name:5}{k:6}{m:5}{n:6}{t_plain:9.3f}" + _ms(t_rep)
+                    times = []
                     for _, path in paths:
                         backend.few_rows_kernel = path
-                        if path is None or n < 2 or n > 65536:
-                            line += f"{'-':>9}{'':>8}{'':>8}"
-                            continue
-                        t = _time_graph(backend, plain, x, args.repeat)
-                        line += f"{t:9.3f}{t_plain / t:8.2f}"
-                        line += f"{t_rep / t:8.2f}" if t_rep == t_rep else f"{'-':>8}"
+                        t = float("nan")  # the path leaves this case to ggml
+                        if takes(dtype, path.isa[dtype], n):
+                            t = _time_graph(backend, plain, x, args.repeat)
+                        times.append(t)
+                        line += _ms(t)
+                    if times:
+                        line += _ratio(t_plain / times[0]) + _ratio(t_rep / times[0])
                     print(line, flush=True)
             finally:
                 repacked.close()
@@ -141,6 +148,14 @@ def main() -> None:
     finally:
         backend.few_rows_kernel = kernel
         backend.close()
+
+
+def _ms(t: float) -> str:
+    return f"{'-':>9}" if t != t else f"{t:9.3f}"
+
+
+def _ratio(r: float) -> str:
+    return f"{'-':>10}" if r != r else f"{r:10.2f}"
 
 
 if __name__ == "__main__":

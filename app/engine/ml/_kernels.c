@@ -1,16 +1,30 @@
 /*
- * Hearth's own CPU kernel: quantized weights times a *few* activation rows.
+ * Hearth's own CPU kernel: quantized weights times several activation rows.
  *
- * When several sequences decode together, every weight matrix is multiplied by 2..8 rows
- * (one per sequence). ggml handles that case with llamafile's tiled sgemm (Q8_0/Q5_0/Q4_0),
- * which re-decodes each weight block for every tile of columns, or with its one-row dot
- * product once per row (K types), which decodes every block once per row; on a two-core
- * machine a 4-row product costs about 2.5x one row. This kernel decodes a weight block once,
- * uses it for up to four rows, and prefetches the weight stream, which brings the 4-row
- * product of Gemma 3's output matrix to about 1.3x one row.
+ * Few rows (2..8: sequences decoding together). ggml handles them with llamafile's tiled
+ * sgemm (Q8_0/Q5_0/Q4_0), which re-decodes each weight block for every tile of columns, or
+ * with its one-row dot product once per row (K types); on a two-core machine a 4-row product
+ * costs about 2.5x one row. The few-rows code decodes a weight block once, uses it for up to
+ * four rows, and prefetches the weight stream: the 4-row product of Gemma 3's output matrix
+ * costs about 1.3x one row.
+ *
+ * Many rows (prompt evaluation). For K-quants ggml has nothing but its one-row dot product
+ * (llama.cpp's repacked Q4_K gemm rounds 4-row groups differently from leftover rows, so
+ * Hearth cannot use it), and its sgemm for the 32-weight block types spends more on decoding
+ * and float work than on products. The many-rows code ("Many rows" below) puts 16 activation
+ * rows in the lanes of an AVX-512 vector (8 on AVX2), broadcasts weights decoded once per
+ * thread, and computes ggml's lane sums with VNNI. Measured on 2 cores of an AMD EPYC (Zen 5),
+ * 512 rows, ggml ne = [k, m] (bench/kernel_rows.py):
+ *     Q4_K 1024x640   ggml 3.8 ms, ggml repacked 1.36 ms, this 0.89 ms (AVX2 path 1.9 ms)
+ *     Q4_K 2048x640   ggml 6.9 ms, ggml repacked 2.7 ms,  this 1.8 ms  (AVX2 path 4.0 ms)
+ *     Q6_K 2048x640   ggml 7.2 ms (no repacked form),     this 1.9 ms  (AVX2 path 3.8 ms)
+ *     Q5_0 640x2048   ggml's sgemm 6.1 ms,                this 2.3 ms  (AVX-512 only)
+ * and Gemma 3 270M evaluates a 512-token prompt at about 1.65x llama.cpp's speed (0.83x with
+ * ggml's kernels).
  *
  * Contract: every output element is computed exactly as ggml's CPU vec_dot computes it
- * (and so as llama.cpp does), so results are bit-identical whatever the number of rows:
+ * (and so as llama.cpp does), so results are bit-identical whatever the number of rows, the
+ * code path and the split between threads:
  *   - the activation row is quantized to Q8_0 by ggml's own CPU quantizer (its function
  *     pointer is handed over at init), blocks of 32;
  *   - per block, the 32 int8 products are summed in 8 int32 lanes of 4 consecutive products
@@ -19,23 +33,33 @@
  *     the two fp16 scales converted to float and multiplied in float, block by block in order;
  *   - the 8 lanes are summed as ((hi4 + lo4), then the upper pair onto the lower, then
  *     lane 1 onto lane 0).
- * The Python side (ggml_kernels.py) checks this against ggml on random data before it uses
- * the kernel, and falls back to ggml's mul_mat when the check fails or the CPU lacks AVX2.
+ * Weight types: Q8_0, Q5_0, Q4_0 (blocks of 32, activations in Q8_0, as above) and Q4_K,
+ * Q6_K (blocks of 256, activations in ggml's Q8_K: quantized by our vectorized copy of
+ * ggml's x86 quantizer, checked byte for byte against it at init). For the K types the
+ * contract is ggml's AVX2 vec_dot form for them: per block, the products of each group of 32
+ * weights are summed in 8 int32 lanes of 4 (lanes 0-3 the group's first 16, 4-7 its last 16),
+ * times the group's integer scale(s), over the 8 groups, exactly in integers (Q6_K then
+ * subtracts 32 * sum(scale * activation sums of 16) per lane pair, for its offset of 32);
+ * converted to float and accumulated by fused multiply-add with (row scale * fp16 weight
+ * scale). Q4_K adds its minimums separately: sub-block mins times activation sums of 32, in
+ * 4 lanes of 2, accumulated with (-row scale * fp16 dmin), summed as (lo2 + hi2, then lane 1
+ * onto lane 0) and added to the main sum at the end.
+ * Only the float part is pinned down: each lane's integer may be computed any exact way
+ * (the many-rows code uses other instructions and another order), the float operations
+ * (conversion, the scale product, fused multiply-add per block in order, the sums) are
+ * ggml's, lane for lane.
+ *
+ * Cases and code paths: the few-rows code (AVX2) for 2..8 rows of every type and up to 11
+ * rows of K-quants on the AVX2 path; the many-rows code above that for K-quants (AVX-512
+ * F/BW/VL/VNNI, or AVX2), and for the 32-weight block types from 12 rows on AVX-512 only.
+ * The code path is chosen at run time (Python passes it per node, as the custom op's
+ * userdata); the Python side (ggml_kernels.py) checks every path the CPU has against ggml
+ * on random data before it uses the kernel, and falls back to ggml's mul_mat when a check
+ * fails or the CPU lacks AVX2.
  *
  * The entry point has ggml's custom-op signature and runs on ggml's own worker threads;
  * rows are split between them. Tensor fields are read through byte offsets given at init
  * (from the ctypes description of struct ggml_tensor), so no ggml header is needed here.
- *
- * Weight types: Q8_0, Q5_0, Q4_0 (blocks of 32, activations in Q8_0, as above) and Q4_K,
- * Q6_K (blocks of 256, activations in ggml's Q8_K). For the K types the contract is ggml's
- * AVX2 vec_dot form for them: per block, the products of each group of 32 weights are summed
- * in 8 int32 lanes of 4 (lanes 0-3 the group's first 16, 4-7 its last 16), times the group's
- * integer scale(s), over the 8 groups, exactly in integers (Q6_K then subtracts
- * 32 * sum(scale * activation sums of 16) per lane pair, for its offset of 32); converted to
- * float and accumulated by fused multiply-add with (row scale * fp16 weight scale). Q4_K adds
- * its minimums separately: sub-block mins times activation sums of 32, in 4 lanes of 2,
- * accumulated with (-row scale * fp16 dmin), summed as (lo2 + hi2, then lane 1 onto lane 0)
- * and added to the main sum at the end.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -936,9 +960,10 @@ static HK_TARGET void hk_mul_mat_many(int isa, int type, const char *w, size_t w
 }
 
 /*
- * ggml custom op (ggml_custom_4d, sources: weights [k, m], activations [k, n] f32 with
- * 1 <= n <= 8, destination [m, n] f32 contiguous). Each thread quantizes the few activation
- * rows itself (a few microseconds; no barrier needed) and computes its share of the rows.
+ * ggml custom op (ggml_custom_4d, sources: weights [k, m], activations [k, n] f32,
+ * destination [m, n] f32 contiguous; userdata: the code path, HK_ISA_*). Few rows: each
+ * thread quantizes the activation rows itself (a few microseconds; no barrier needed) and
+ * computes its share of the weight rows. Many rows: see hk_mul_mat_many.
  */
 HK_TARGET void hearth_mul_mat_few(void *dst, int ith, int nth, void *userdata) {
     void *const *srcs = (void *const *)((char *)dst + hk.src);
