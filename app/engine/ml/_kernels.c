@@ -68,7 +68,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <pthread.h>
 
 #define HK_QK 32
 #define HK_MAX_COLS 8
@@ -803,14 +802,34 @@ int hearth_kernels_isa(void) {
     return HK_ISA_AVX2;
 }
 
-/* A per-thread scratch buffer kept between calls (freed when the thread ends). */
+/* 64-byte aligned memory (the original pointer is kept just before the block). */
+static void *hk_aligned_alloc(size_t size) {
+    char *raw = malloc(size + 64);
+    if (!raw) return NULL;
+    char *p = (char *)(((uintptr_t)raw + 64) & ~(uintptr_t)63);
+    memcpy(p - sizeof raw, &raw, sizeof raw);
+    return p;
+}
+
+static void hk_aligned_free(void *p) {
+    if (!p) return;
+    char *raw;
+    memcpy(&raw, (char *)p - sizeof raw, sizeof raw);
+    free(raw);
+}
+
+#ifndef _WIN32
+#include <pthread.h>
+
+/* A per-thread scratch buffer kept between calls (ggml's workers persist; a prompt's
+ * products would otherwise fault fresh pages in on every call), freed when the thread ends. */
 static pthread_key_t hk_scratch_key;
 static pthread_once_t hk_scratch_once = PTHREAD_ONCE_INIT;
 typedef struct { void *p; size_t size; } hk_scratch;
 
 static void hk_scratch_free(void *v) {
     hk_scratch *s = v;
-    free(s->p);
+    hk_aligned_free(s->p);
     free(s);
 }
 static void hk_scratch_init(void) { pthread_key_create(&hk_scratch_key, hk_scratch_free); }
@@ -826,14 +845,20 @@ static void *hk_scratch_get(size_t size) {
         }
     }
     if (s->size < size) {
-        free(s->p);
-        s->p = NULL;
+        hk_aligned_free(s->p);
         s->size = 0;
-        if (posix_memalign(&s->p, 64, size)) return NULL;
+        s->p = hk_aligned_alloc(size);
+        if (!s->p) return NULL;
         s->size = size;
     }
     return s->p;
 }
+
+static void hk_scratch_done(void *p) { (void)p; }
+#else /* MinGW: a buffer per call */
+static void *hk_scratch_get(size_t size) { return hk_aligned_alloc(size); }
+static void hk_scratch_done(void *p) { hk_aligned_free(p); }
+#endif
 
 #ifndef HK_TILE_BYTES
 #define HK_TILE_BYTES (96 * 1024) /* decoded weights per tile, reused by every row group */
@@ -957,6 +982,7 @@ static HK_TARGET void hk_mul_mat_many(int isa, int type, const char *w, size_t w
             c += L;
         }
     }
+    hk_scratch_done(scratch);
 }
 
 /*
