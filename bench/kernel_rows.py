@@ -135,7 +135,7 @@ def main() -> None:
                     for _, path in paths:
                         backend.few_rows_kernel = path
                         t = float("nan")  # the path leaves this case to ggml
-                        if takes(dtype, path.isa[dtype], n):
+                        if dtype in path.isa and takes(dtype, path.isa[dtype], n):
                             t = _time_graph(backend, plain, x, args.repeat)
                         times.append(t)
                         line += _ms(t)
