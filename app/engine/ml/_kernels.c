@@ -443,16 +443,16 @@ static HK_TARGET int hk_quantize_q8_K_fast(const float *x, hk_block_q8_K *y, int
             __m256i q[4];
             for (int t = 0; t < 4; t++) {
                 const __m256 p = _mm256_mul_ps(vs, _mm256_loadu_ps(x + j + 8 * t));
-                q[t] = _mm256_min_epi32(
-                    _mm256_cvttps_epi32(_mm256_round_ps(p, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)),
-                    top);
+                const __m256 rounded =
+                    _mm256_round_ps(p, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+                q[t] = _mm256_min_epi32(_mm256_cvttps_epi32(rounded), top);
             }
             y[b].bsums[j / 16] = (int16_t)hk_hsum_i32(_mm256_add_epi32(q[0], q[1]));
             y[b].bsums[j / 16 + 1] = (int16_t)hk_hsum_i32(_mm256_add_epi32(q[2], q[3]));
             const __m256i p16 = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]),
                                                    _mm256_packs_epi32(q[2], q[3]));
-            _mm256_storeu_si256((__m256i *)(y[b].qs + j),
-                                _mm256_permutevar8x32_epi32(p16, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+            const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+            _mm256_storeu_si256((__m256i *)(y[b].qs + j), _mm256_permutevar8x32_epi32(p16, order));
         }
         y[b].d = 1 / iscale;
     }
@@ -551,7 +551,8 @@ HK_INLINE void hk_wdecode_q6_K(const hk_block_q6_K *b, hk_wblock *o) {
     hk_decode_q6_K(b, &kb);
     for (int g = 0; g < 8; g++) _mm256_store_si256((__m256i *)(o->q + 32 * g), kb.q[g]);
     for (int h = 0; h < 16; h++) o->s[h] = hk_pair16(b->scales[h], b->scales[h]);
-    for (int i = 0; i < 8; i++) o->aux[i] = hk_pair16(-32 * b->scales[2 * i], -32 * b->scales[2 * i + 1]);
+    for (int i = 0; i < 8; i++)
+        o->aux[i] = hk_pair16(-32 * b->scales[2 * i], -32 * b->scales[2 * i + 1]);
     o->d = kb.d;
     o->neg_dmin = 0.0f;
 }
@@ -622,8 +623,8 @@ static HK_TARGET void hk_pack_rows(int type, const void *const *rows_, int nrows
 /* The microkernel: weight rows [r0, r1) (decoded, wt[(r - r0) * nblocks + b]) times one
  * packed vector of activation rows; out[c * os + r] for the first nc lanes c. Written once
  * with the vector operations as macros, instantiated per instruction set and width. */
-#define HK_MANY_BODY(TYPE, L, UNROLL_G, VI, VF, ZI, ZF, LDI, LDF, B32, BF, DOT, MADD, CVT, FMA, MUL, ADD, \
-                     STF)                                                                       \
+#define HK_MANY_BODY(TYPE, L, UNROLL_G, VI, VF, ZI, ZF, LDI, LDF, B32, BF, DOT, MADD, CVT, FMA,  \
+                     MUL, ADD, STF)                                                             \
     for (int64_t r = r0; r < r1; r++) {                                                        \
         const hk_wblock *wr = (const hk_wblock *)wt_ + (r - r0) * nblocks;                     \
         VF facc[8], macc[4];                                                                   \
@@ -663,15 +664,16 @@ static HK_TARGET void hk_pack_rows(int type, const void *const *rows_, int nrows
 typedef void (*hk_many_fn)(const void *, int64_t, int64_t, int64_t, const int32_t *, int, float *,
                            size_t);
 
-#define HK_MANY_FN(NAME, TARGET, TYPE, L, UNROLL_G, ...)                                                  \
+#define HK_MANY_FN(NAME, TARGET, TYPE, L, UNROLL_G, ...)                                       \
     static TARGET __attribute__((noinline)) void NAME(const void *wt_, int64_t r0,             \
                                                       int64_t r1, int64_t nblocks,             \
                                                       const int32_t *xv, int nc, float *out,   \
                                                       size_t os) {                             \
-        HK_MANY_BODY(TYPE, L, UNROLL_G, __VA_ARGS__)                                                     \
+        HK_MANY_BODY(TYPE, L, UNROLL_G, __VA_ARGS__)                                           \
     }
 
-/* AVX2: 8 rows a vector; products by maddubs, madd (times the scale) and add. */
+/* AVX2: 8 rows a vector; products by maddubs, madd (times the scale) and add. The group
+ * loop stays rolled: with 16 registers, GCC unrolls it into a tree of adds and spills. */
 #define HK_AVX2_DOT(acc, q, x, s) \
     _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(q, x), s))
 #define HK_AVX2_OPS                                                                            \
@@ -860,9 +862,7 @@ static void *hk_scratch_get(size_t size) { return hk_aligned_alloc(size); }
 static void hk_scratch_done(void *p) { hk_aligned_free(p); }
 #endif
 
-#ifndef HK_TILE_BYTES
 #define HK_TILE_BYTES (96 * 1024) /* decoded weights per tile, reused by every row group */
-#endif
 
 /* What the many-rows driver needs to know of a weight family. */
 typedef struct {
