@@ -10,7 +10,7 @@ ffn_down 2048x640; ggml's ne = [k, m]), prints the time of one product, the mini
             Hearth does not use it for Q4_K: not batch-invariant)
   avx512, avx2
             Hearth's kernel on each of its code paths the CPU has; "-" where the path leaves
-            the case to ggml (one row; for Q5_0/Q8_0 9..11 rows, and more than 8 on AVX2)
+            the case to ggml (one row; for Q5_0/Q8_0 9..11 rows; Q8_0 above 8 on AVX2)
 and the ratios plain/hearth and repacked/hearth for the first (best) path (above 1: Hearth
 is faster). `--all` adds Gemma's Q5_0 and Q8_0 shapes. Only ratios printed in the same run
 are comparable.

@@ -268,7 +268,8 @@ def test_rows_split_between_any_number_of_threads(kernel, threads):
 
 def test_not_used_outside_its_cases(backend, kernel):
     """One row and float weights stay with ggml; K-quants take any number of rows from two
-    on; the 32-weight block types 2..FEW_ROWS, and on AVX-512 from MANY_FROM_32 on."""
+    on; the 32-weight block types 2..FEW_ROWS, and from MANY_FROM_32 on (Q8_0 on AVX-512
+    only)."""
     for isa in [isa for isa in ISAS if isa <= kernel.best_isa]:
         path = kernel.using(isa)
         raw, _ = _weights(DType.Q8_0, 64, 8, seed=1)
@@ -277,6 +278,10 @@ def test_not_used_outside_its_cases(backend, kernel):
         cases += [(FEW_ROWS + 1, g.GGML_OP_MUL_MAT), (MANY_FROM_32, many), (64, many)]
         for n, want in cases:
             _, op = _multiply(backend, DType.Q8_0, raw, np.ones((n, 64), np.float32), path)
+            assert op == want, (ISAS[isa], n)
+        raw, _ = _weights(DType.Q5_0, 64, 8, seed=1)
+        for n, want in ((FEW_ROWS + 1, g.GGML_OP_MUL_MAT), (MANY_FROM_32, g.GGML_OP_CUSTOM)):
+            _, op = _multiply(backend, DType.Q5_0, raw, np.ones((n, 64), np.float32), path)
             assert op == want, (ISAS[isa], n)
         for dtype in K_TYPES:
             raw, _ = _weights(dtype, 256, 8, seed=1)
@@ -304,6 +309,13 @@ def test_switched_off_by_the_environment(monkeypatch):
         b.close()
 
 
+def test_a_build_of_other_sources_is_not_used(monkeypatch, backend, kernel):
+    """A stale extension (another calling convention or set of cases) would abort on a case
+    it does not know: the versions must match."""
+    monkeypatch.setattr(ggml_kernels, "_ABI", ggml_kernels._ABI + 1)
+    assert FewRowsKernel._checked_on(backend) is None
+
+
 def test_kept_to_avx2_by_the_environment(monkeypatch, kernel):
     """`HEARTH_CPU_KERNELS=avx2`: only the AVX2 paths are checked and used."""
     monkeypatch.setenv("HEARTH_CPU_KERNELS", "avx2")
@@ -313,7 +325,7 @@ def test_kept_to_avx2_by_the_environment(monkeypatch, kernel):
         assert checked is not None
         assert checked.best_isa == ISA_AVX2
         assert set(checked.isa.values()) == {ISA_AVX2}
-        assert not takes(DType.Q5_0, ISA_AVX2, 64)
+        assert takes(DType.Q5_0, ISA_AVX2, 64) and not takes(DType.Q8_0, ISA_AVX2, 64)
         assert checked.types == kernel.types
     finally:
         b.close()

@@ -15,12 +15,13 @@
  * rows in the lanes of an AVX-512 vector (8 on AVX2), broadcasts weights decoded once per
  * thread, and computes ggml's lane sums with VNNI. Measured on 2 cores of an AMD EPYC (Zen 5),
  * 512 rows, ggml ne = [k, m] (bench/kernel_rows.py):
- *     Q4_K 1024x640   ggml 3.8 ms, ggml repacked 1.36 ms, this 0.89 ms (AVX2 path 1.9 ms)
- *     Q4_K 2048x640   ggml 6.9 ms, ggml repacked 2.7 ms,  this 1.8 ms  (AVX2 path 4.0 ms)
- *     Q6_K 2048x640   ggml 7.2 ms (no repacked form),     this 1.9 ms  (AVX2 path 3.8 ms)
- *     Q5_0 640x2048   ggml's sgemm 6.1 ms,                this 2.3 ms  (AVX-512 only)
- * and Gemma 3 270M evaluates a 512-token prompt at about 1.65x llama.cpp's speed (0.83x with
- * ggml's kernels).
+ *     Q4_K 1024x640   ggml 3.7 ms, ggml repacked 1.35 ms, this 0.90 ms (AVX2 path 1.9 ms)
+ *     Q4_K 2048x640   ggml 6.9 ms, ggml repacked 2.7 ms,  this 1.8 ms  (AVX2 path 3.8 ms)
+ *     Q6_K 2048x640   ggml 7.2 ms (no repacked form),     this 1.9 ms  (AVX2 path 3.6 ms)
+ *     Q5_0 640x2048   ggml's sgemm 6.0 ms,                this 2.3 ms
+ * Against an AVX2-only build of ggml, the AVX2 path takes 0.75x its repacked Q4_K's time and
+ * half its Q5_0 sgemm's. Gemma 3 270M evaluates a 512-token prompt at about 1.65x
+ * llama.cpp's speed (0.8x with ggml's kernels).
  *
  * Contract: every output element is computed exactly as ggml's CPU vec_dot computes it
  * (and so as llama.cpp does), so results are bit-identical whatever the number of rows, the
@@ -51,7 +52,8 @@
  *
  * Cases and code paths: the few-rows code (AVX2) for 2..8 rows of every type and up to 11
  * rows of K-quants on the AVX2 path; the many-rows code above that for K-quants (AVX-512
- * F/BW/VL/VNNI, or AVX2), and for the 32-weight block types from 12 rows on AVX-512 only.
+ * F/BW/VL/VNNI, or AVX2), and for the 32-weight block types from 12 rows (Q8_0 on AVX-512
+ * only: on AVX2, maddubs's pairs could saturate with its weights).
  * The code path is chosen at run time (Python passes it per node, as the custom op's
  * userdata); the Python side (ggml_kernels.py) checks every path the CPU has against ggml
  * on random data before it uses the kernel, and falls back to ggml's mul_mat when a check
@@ -116,6 +118,10 @@ int hearth_kernels_init(void *quantize_q8_0, void *quantize_q8_K, size_t off_typ
     hk_own_q8_K = hk_check_q8_K();
     return 1;
 }
+
+/* The cases and userdata the entry point takes (Python's ggml_kernels._ABI must match: a
+ * stale build would otherwise abort on a case it does not know). */
+int hearth_kernels_abi(void) { return 2; }
 
 /* Whether K-quant activations are quantized by Hearth's vectorized copy of ggml's quantizer
  * (1), or by ggml's own function (0: it differed from ggml's, or no x86). */
@@ -703,13 +709,14 @@ HK_MANY_FN(hk_many_q6_K_512, HK_TARGET512, HK_Q6_K, 16, "GCC unroll 8", HK_512_O
 HK_MANY_FN(hk_many_q4_K_512h, HK_TARGET512, HK_Q4_K, 8, "GCC unroll 8", HK_VNNI256_OPS)
 HK_MANY_FN(hk_many_q6_K_512h, HK_TARGET512, HK_Q6_K, 8, "GCC unroll 8", HK_VNNI256_OPS)
 
-/* ---- Many rows, 32-weight blocks (Q8_0, Q5_0, Q4_0; AVX-512 VNNI only) ------------------
+/* ---- Many rows, 32-weight blocks (Q8_0, Q5_0, Q4_0) ----------------------------------------
  *
  * ggml's lane sums are plain here: lane i of a block is w[4i..4i+3] . x[4i..4i+3], which is
  * exactly one vpdpbusd lane. vpdpbusd takes one operand unsigned, so the activations are
  * stored + 128 (x + 128 in 0..255) and each lane starts from -128 * (w[4i] + .. + w[4i+3]),
- * which leaves the same integer. (AVX2 has no exact equivalent as cheap as ggml's own
- * tiled code, so there these types keep ggml's mul_mat above FEW rows.)
+ * which leaves the same integer. AVX2 emulates vpdpbusd by maddubs + madd: exact for Q5_0
+ * and Q4_0, whose pairs of products stay within int16, not for Q8_0 (2 * 255 * 128), which
+ * keeps ggml's mul_mat there above 8 rows.
  */
 typedef struct {
     int8_t q[HK_QK];   /* the signed weights */
@@ -779,20 +786,27 @@ static HK_TARGET void hk_pack_rows32(int type, const void *const *rows_, int nro
         for (int c = 0; c < nc; c++) out[c * os + r] = lanes[c];                               \
     }
 
-#define HK_MANY32_FN(NAME, L, ...)                                                             \
-    static HK_TARGET512 __attribute__((noinline)) void NAME(                                   \
+#define HK_MANY32_FN(NAME, TARGET, L, ...)                                                     \
+    static TARGET __attribute__((noinline)) void NAME(                                         \
         const void *wt_, int64_t r0, int64_t r1, int64_t nblocks, const int32_t *xv, int nc,   \
         float *out, size_t os) {                                                               \
         HK_MANY32_BODY(L, __VA_ARGS__)                                                         \
     }
 #define HK_512_DPBUSD(acc, u, s) _mm512_dpbusd_epi32(acc, u, s)
 #define HK_VNNI256_DPBUSD(acc, u, s) _mm256_dpbusd_epi32(acc, u, s)
-HK_MANY32_FN(hk_many32_512, 16, __m512i, __m512, _mm512_setzero_ps, HK_LD512, _mm512_load_ps,
-             _mm512_set1_epi32, _mm512_set1_ps, HK_512_DPBUSD, _mm512_cvtepi32_ps,
-             _mm512_fmadd_ps, _mm512_mul_ps, _mm512_add_ps, _mm512_store_ps)
-HK_MANY32_FN(hk_many32_512h, 8, __m256i, __m256, _mm256_setzero_ps, HK_LD256, _mm256_load_ps,
-             _mm256_set1_epi32, _mm256_set1_ps, HK_VNNI256_DPBUSD, _mm256_cvtepi32_ps,
-             _mm256_fmadd_ps, _mm256_mul_ps, _mm256_add_ps, _mm256_store_ps)
+HK_MANY32_FN(hk_many32_512, HK_TARGET512, 16, __m512i, __m512, _mm512_setzero_ps, HK_LD512,
+             _mm512_load_ps, _mm512_set1_epi32, _mm512_set1_ps, HK_512_DPBUSD,
+             _mm512_cvtepi32_ps, _mm512_fmadd_ps, _mm512_mul_ps, _mm512_add_ps, _mm512_store_ps)
+HK_MANY32_FN(hk_many32_512h, HK_TARGET512, 8, __m256i, __m256, _mm256_setzero_ps, HK_LD256,
+             _mm256_load_ps, _mm256_set1_epi32, _mm256_set1_ps, HK_VNNI256_DPBUSD,
+             _mm256_cvtepi32_ps, _mm256_fmadd_ps, _mm256_mul_ps, _mm256_add_ps, _mm256_store_ps)
+
+/* AVX2, Q5_0 and Q4_0 only (see above). */
+#define HK_AVX2_DPBUSD(acc, u, s) \
+    _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)))
+HK_MANY32_FN(hk_many32_avx2, HK_TARGET, 8, __m256i, __m256, _mm256_setzero_ps, HK_LD256,
+             _mm256_load_ps, _mm256_set1_epi32, _mm256_set1_ps, HK_AVX2_DPBUSD,
+             _mm256_cvtepi32_ps, _mm256_fmadd_ps, _mm256_mul_ps, _mm256_add_ps, _mm256_store_ps)
 
 enum { HK_ISA_NONE = 0, HK_ISA_AVX2 = 1, HK_ISA_AVX512 = 2 };
 
@@ -895,12 +909,15 @@ static const hk_many_kind hk_many_k256 = {
 static const hk_many_kind hk_many_32 = {
     sizeof(hk_wblock32), HK_XB32_UNITS, sizeof(hk_block_q8_0), hk_wdecode_32, hk_pack_rows32,
     {hk_many32_512, hk_many32_512}, {hk_many32_512h, hk_many32_512h}};
+static const hk_many_kind hk_many_32avx2 = {
+    sizeof(hk_wblock32), HK_XB32_UNITS, sizeof(hk_block_q8_0), hk_wdecode_32, hk_pack_rows32,
+    {hk_many32_avx2, hk_many32_avx2}, {hk_many32_avx2, hk_many32_avx2}};
 
 /*
  * Weights [k, m] (nblocks blocks a row) times n activation rows, for this thread (ith of
  * nth). Threads take a share of the activation rows each where there are enough (each
- * quantizes only its own), and otherwise share the weight rows. The 32-weight block types
- * come here on the AVX-512 path only.
+ * quantizes only its own), and otherwise share the weight rows. Q8_0 comes here on the
+ * AVX-512 path only.
  */
 static HK_TARGET void hk_mul_mat_many(int isa, int type, const char *w, size_t w_stride,
                                       int64_t m, int64_t nblocks, const char *x,
@@ -908,7 +925,8 @@ static HK_TARGET void hk_mul_mat_many(int isa, int type, const char *w, size_t w
                                       int ith, int nth) {
     const int k_family = type == HK_Q4_K || type == HK_Q6_K;
     const int wide = isa >= HK_ISA_AVX512; /* 16-row vectors (8 for a short last one) */
-    const hk_many_kind *kind = !k_family ? &hk_many_32 : wide ? &hk_many_k512 : &hk_many_k256;
+    const hk_many_kind *kind = wide ? (k_family ? &hk_many_k512 : &hk_many_32)
+                                    : (k_family ? &hk_many_k256 : &hk_many_32avx2);
     const hk_quantize_fn quantize = k_family ? hk_quantize_q8_K : hk.quantize_q8_0;
     const int64_t block_k = k_family ? HK_QK_K : HK_QK;
 
@@ -1014,7 +1032,8 @@ HK_TARGET void hearth_mul_mat_few(void *dst, int ith, int nth, void *userdata) {
                         d_nb[1] / sizeof(float), ith, nth);
         return;
     }
-    if (f && f->block == HK_QK && n > HK_MAX_COLS && isa >= HK_ISA_AVX512 && k % HK_QK == 0) {
+    if (f && f->block == HK_QK && n > HK_MAX_COLS && k % HK_QK == 0 &&
+        (isa >= HK_ISA_AVX512 || type != HK_Q8_0)) {
         hk_mul_mat_many(isa, type, w, w_nb[1], m, k / HK_QK, x, x_nb[1], n, out,
                         d_nb[1] / sizeof(float), ith, nth);
         return;

@@ -9,12 +9,13 @@ and with it four streams of Gemma 3 270M decode at 2.1-2.5x the tokens per secon
 Many rows: prompt evaluation multiplies by hundreds of rows. For K-quants (Q4_K, Q6_K) ggml
 computes one weight row and row at a time, and llama.cpp's faster repacked Q4_K kernel is not
 batch-invariant; for Q8_0/Q5_0/Q4_0 it uses llamafile's sgemm. Ours takes any number of rows
-of K-quants (AVX-512 VNNI or AVX2 path) and, on AVX-512, 12 or more rows of the 32-weight
-block types. At 512 rows on 2 cores (AMD Zen 5; bench/kernel_rows.py): Q4_K 1024x640 0.89 ms
-(ggml 3.8 ms, ggml repacked 1.36 ms), Q4_K 2048x640 1.8 ms (6.9, repacked 2.7), Q6_K
-2048x640 1.9 ms (7.2), Q5_0 640x2048 2.3 ms (sgemm 6.1); the AVX2 path about half the
-AVX-512 path's speed. Gemma 3 270M evaluates a 512-token prompt at about 1.65x llama.cpp's
-speed (0.83x with ggml's kernels).
+of K-quants and 12 or more rows of the 32-weight block types (Q8_0 on AVX-512 only), on an
+AVX-512 VNNI or an AVX2 code path. At 512 rows on 2 cores (AMD Zen 5; bench/kernel_rows.py):
+Q4_K 1024x640 0.90 ms (ggml 3.7 ms, ggml repacked 1.35 ms), Q4_K 2048x640 1.8 ms (6.9,
+repacked 2.7), Q6_K 2048x640 1.9 ms (7.2), Q5_0 640x2048 2.3 ms (sgemm 6.0). The AVX2 path
+takes about twice as long; against an AVX2-only build of ggml it is still 1.3x its repacked
+Q4_K and 2x its Q5_0 sgemm. Gemma 3 270M evaluates a 512-token prompt at about 1.65x
+llama.cpp's speed (0.8x with ggml's kernels).
 
 The kernel computes every element exactly as ggml's own dot product does, so the numbers do
 not change (they stay bit-identical to llama.cpp's, and a row's result does not depend on
@@ -71,6 +72,9 @@ _BLOCKS = {
 }
 _K_TYPES = frozenset({DType.Q4_K, DType.Q6_K})
 _Q8_K = 15  # ggml's activation type for the K types (not a weight type Hearth names)
+# The C side's cases and calling convention (hearth_kernels_abi): a build of other sources
+# would abort on a case it does not know, so it is not used.
+_ABI = 2
 # The kernel's code paths (the C side's numbers), chosen per weight type at load: AVX2, or
 # AVX-512 (F, BW, VL, VNNI) for more than a few rows.
 ISA_AVX2 = 1
@@ -85,14 +89,14 @@ _CHECK_ROWS = (*range(1, 13), 16, 17, 24, 33, 64)
 
 def takes(dtype: DType, isa: int, n: int) -> bool:
     """Whether the kernel multiplies weights of `dtype` by `n` activation rows on code path
-    `isa`: K-quants from 2 rows on; the 32-weight block types 2..8 rows, and on AVX-512
-    (VNNI) from MANY_FROM_32 on (on AVX2, ggml's tiled sgemm does as well as an exact AVX2
-    kernel could)."""
+    `isa`: K-quants from 2 rows on; the 32-weight block types 2..8 rows, and from
+    MANY_FROM_32 on, except Q8_0 on AVX2 (there the exact AVX2 form would need ggml's own
+    sign trick, and ggml's tiled sgemm does as well)."""
     if not MIN_ROWS <= n <= MANY_ROWS:
         return False
     if dtype in _K_TYPES or n <= FEW_ROWS:
         return True
-    return isa >= ISA_AVX512 and n >= MANY_FROM_32
+    return (isa >= ISA_AVX512 or dtype != DType.Q8_0) and n >= MANY_FROM_32
 
 
 def _load_library() -> ctypes.CDLL | None:
@@ -104,6 +108,13 @@ def _load_library() -> ctypes.CDLL | None:
         lib = ctypes.CDLL(spec.origin)
     except OSError as exc:
         _log.warning("could not load Hearth's CPU kernels (%s); ggml's mul_mat is used", exc)
+        return None
+    abi = getattr(lib, "hearth_kernels_abi", None)
+    if abi is None or abi() != _ABI:
+        _log.warning(
+            "Hearth's CPU kernels were built from other sources (rebuild with "
+            "`python setup.py build_ext --inplace`); ggml's mul_mat is used"
+        )
         return None
     lib.hearth_kernels_supported.restype = ctypes.c_int
     lib.hearth_kernels_isa.restype = ctypes.c_int
