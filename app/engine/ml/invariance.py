@@ -80,6 +80,8 @@ class InvarianceReport:
     attention_exact: bool = True  # attention gives a row the same bits in any batch
     flash_attention: bool = False
     products: dict[str, ProductRule] = field(default_factory=dict)  # "Q4_K (CPU)" -> rule
+    # Layouts probed and not used because they are not invariant ("Q4_K (CPU_REPACK)").
+    rejected: dict[str, ProductRule] = field(default_factory=dict)
 
     @property
     def holds(self) -> bool:
@@ -103,6 +105,8 @@ class InvarianceReport:
             )
         apart = sorted(k for k, r in self.products.items() if r is ProductRule.LONE_ROWS_APART)
         extra = f"; kept apart per sequence: {', '.join(apart)}" if apart else ""
+        if self.rejected:
+            extra += f"; not used, as not invariant: {', '.join(sorted(self.rejected))}"
         return f"batch-invariant (checked at load; KV padding {self.kv_padding}{extra})"
 
     def to_json(self) -> dict[str, object]:
@@ -113,6 +117,7 @@ class InvarianceReport:
             "attention_exact": self.attention_exact,
             "flash_attention": self.flash_attention,
             "products": {k: rule.value for k, rule in sorted(self.products.items())},
+            "rejected_layouts": {k: rule.value for k, rule in sorted(self.rejected.items())},
         }
 
 

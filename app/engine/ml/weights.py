@@ -88,6 +88,7 @@ class WeightStore:
         self.loaded = False
         self.bytes_by_buffer_type: dict[str, int] = {}
         self.product_rules: dict[str, ProductRule] = {}  # "Q4_K (CPU)" -> probed rule
+        self.rejected_layouts: dict[str, ProductRule] = {}  # probed, not invariant, not used
         self._raw: np.ndarray | None = None
         # Graphs need room for every op of every layer: scale the scheduler's node budget.
         backend.graph_nodes = max(backend.graph_nodes, 16 * len(file.tensors) + 1024)
@@ -184,7 +185,8 @@ class WeightStore:
         """Probe each (type, layout) the model multiplies by (one tensor each; repacked ones
         were probed when chosen), register the rule with the backend and name it in the
         report."""
-        for slot in self._slots.values():
+        # The smallest tensor of each kind is probed: the output matrix can be 100x larger.
+        for slot in sorted(self._slots.values(), key=lambda s: s.info.nbytes):
             if not slot.matmul or len(slot.info.shape) != 2:
                 continue
             key = layout_key(slot.tensor.ptr)
@@ -201,6 +203,7 @@ class WeightStore:
             attention_exact=self.backend.attention_exact,
             flash_attention=self.backend.flash_attention,
             products=dict(self.product_rules),
+            rejected=dict(self.rejected_layouts),
         )
 
     def _rehome(self, slots: list[_Slot]) -> object:
@@ -264,7 +267,7 @@ class WeightStore:
             self.backend.product_rules[key] = rule
         if rule is not ProductRule.INVARIANT:  # the plain layout is used; it gets probed
             name = g.ggml_backend_buft_name(buft).decode()
-            self.product_rules.setdefault(f"{slot.info.type_name} ({name}, not used)", rule)
+            self.rejected_layouts[f"{slot.info.type_name} ({name})"] = rule
         return rule is ProductRule.INVARIANT
 
     @property
