@@ -20,6 +20,9 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))
+
+from machine import cpu_description  # noqa: E402
 
 
 def _default_model() -> str:
@@ -94,6 +97,7 @@ def main() -> None:
     cpp = runs["llamacpp"]
     w_p, w_g = rate(cpp, "prompt_s", n_p), rate(cpp, "gen_s", n_g)
     i_p, i_g = rate(cpp, "internal_prompt_s", n_p), rate(cpp, "internal_gen_s", n_g)
+    print(cpu_description())
     print(
         f"model {Path(model).name}, {args.threads} threads, prompt {n_p} tokens, generation "
         f"{n_g} tokens, {len(cpp)} measurements each, medians; ratios are Hearth / llama.cpp"

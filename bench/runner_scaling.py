@@ -21,6 +21,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+from machine import cpu_description  # noqa: E402
 
 from hearth.default_model import default_model_path  # noqa: E402
 from hearth.engine.runner.core import Runner, RunnerConfig  # noqa: E402
@@ -150,6 +153,7 @@ def main() -> None:
         one_m, four_m = statistics.median(one), statistics.median(four)
         c1 = statistics.median(r["one"] for r in cpp)
         c4 = statistics.median(r["many"] for r in cpp)
+        print(cpu_description())
         print(f"model {Path(model).name}, {args.threads} threads, {args.tokens} tokens/stream")
         kernel = runner.loaded.backend.few_rows_kernel
         kinds = ", ".join(sorted(t.name for t in kernel.types)) if kernel else "off"
