@@ -3,8 +3,8 @@
 The kernel must give exactly ggml's numbers (so llama.cpp's): it is compared bit for bit with
 ggml's mul_mat, for both of ggml's code paths (one row: vec_dot; several rows: llamafile's
 sgemm, or vec_dot again for K-quants), on each of the kernel's code paths the CPU has
-(AVX-512 and AVX2 for K-quants at any row count), and independently with a numpy product of
-gguf's dequantized weights.
+(AVX-512 and AVX2) at every kind of row count it takes (few rows, and up to a prompt's
+worth), and independently with a numpy product of gguf's dequantized weights.
 """
 
 from __future__ import annotations

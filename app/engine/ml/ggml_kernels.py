@@ -48,6 +48,7 @@ __all__ = [
     "FewRowsKernel",
     "FEW_ROWS",
     "MANY_ROWS",
+    "MANY_FROM_32",
     "ISA_AVX2",
     "ISA_AVX512",
     "takes",
@@ -59,8 +60,8 @@ _log = logging.getLogger("hearth.kernels")
 MIN_ROWS = 2  # one row is ggml's vec_dot already, with nothing to share
 FEW_ROWS = 8  # the few-rows code's limit (for K-quants on AVX2: 11)
 MANY_ROWS = 1 << 16  # the many-rows code's: none to speak of (a prompt's batch is far less)
-# 32-weight block types on AVX-512: the many-rows code from this many rows (from 9 to 11,
-# ggml's tiled sgemm is as fast).
+# 32-weight block types: the many-rows code from this many rows (from 9 to 11, ggml's tiled
+# sgemm is as fast).
 MANY_FROM_32 = 12
 # Weight types: (weights per block, bytes per block).
 _BLOCKS = {
