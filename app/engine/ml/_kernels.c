@@ -810,12 +810,21 @@ HK_MANY32_FN(hk_many32_avx2, HK_TARGET, 8, __m256i, __m256, _mm256_setzero_ps, H
 
 enum { HK_ISA_NONE = 0, HK_ISA_AVX2 = 1, HK_ISA_AVX512 = 2 };
 
+/* The best code path this CPU has (asked once; every thread computes the same value). */
 int hearth_kernels_isa(void) {
-    if (!hearth_kernels_supported()) return HK_ISA_NONE;
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni"))
-        return HK_ISA_AVX512;
-    return HK_ISA_AVX2;
+    static int best = -1;
+    if (best < 0) {
+        int isa = HK_ISA_NONE;
+        if (hearth_kernels_supported()) {
+            isa = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                          __builtin_cpu_supports("avx512vl") &&
+                          __builtin_cpu_supports("avx512vnni")
+                      ? HK_ISA_AVX512
+                      : HK_ISA_AVX2;
+        }
+        best = isa;
+    }
+    return best;
 }
 
 /* 64-byte aligned memory (the original pointer is kept just before the block). */
