@@ -181,8 +181,8 @@ def cmd_pull(args: Any, conn: Connection, out: TextIO) -> int:
 
 
 def cmd_import_ollama(args: Any, out: TextIO) -> int:
-    from ..engine.model import default_registry
     from ..paths import models_dir
+    from ..plugins import default_registry
     from ..server.importer import import_ollama
     from ..server.store import ModelStore
 

@@ -1,4 +1,9 @@
-"""Opening a GGUF file as a runnable model: architecture lookup, config, weights, tokenizer."""
+"""Opening a GGUF file as a runnable model: architecture lookup, config, weights, tokenizer.
+
+The architectures come from the caller (`registry`): the programs that assemble Hearth build
+them from the plugins (`hearth.plugins.default_registry()`); the engine itself knows only the
+contract (`architecture.py`).
+"""
 
 from __future__ import annotations
 
@@ -6,8 +11,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from ..plugins.manager import create_plugin_manager
-from ..plugins.registry import ArchitectureRegistry, ArchitectureSpec, build_registry
+from .architecture import Architecture, Architectures, ArchitectureSpec
 from .gguf import GGUFFile
 from .ml.ggml import GGMLBackend
 from .ml.weights import ProgressFn, WeightStore
@@ -30,9 +34,9 @@ class LoadedModel:
 
     path: str
     file: GGUFFile
-    spec: ArchitectureSpec
-    config: Any
-    model: Any
+    spec: ArchitectureSpec[Any]
+    config: object
+    model: Architecture[Any]
     weights: WeightStore
     tokenizer: Tokenizer
     backend: GGMLBackend
@@ -49,14 +53,20 @@ class LoadedModel:
         self.file.close()
 
 
-def default_registry() -> ArchitectureRegistry:
-    return build_registry(create_plugin_manager())
+def default_registry() -> Architectures:
+    """The installed plugins' architectures, for callers that pass no registry: the
+    runner's `Runner` and the service's `create_app`. This is the engine's one import of
+    `hearth.plugins` (a known violation of the import rules, see tests/test_imports.py): it
+    goes once those callers take the registry from the program that starts them."""
+    from ..plugins.registry import default_registry as plugins_registry
+
+    return plugins_registry()
 
 
 def load_model(
     path: str | os.PathLike[str],
     backend: GGMLBackend | None = None,
-    registry: ArchitectureRegistry | None = None,
+    registry: Architectures | None = None,
     progress: ProgressFn | None = None,
     num_threads: int | None = None,
     flash_attention: bool = False,
@@ -70,7 +80,8 @@ def load_model(
     owns_backend = backend is None
     weights: WeightStore | None = None
     try:
-        registry = registry or default_registry()
+        if registry is None:
+            registry = default_registry()
         try:
             spec = registry.get(file.architecture)
         except LookupError as e:
@@ -83,17 +94,15 @@ def load_model(
             backend = GGMLBackend(num_threads=num_threads, flash_attention=flash_attention)
         weights = WeightStore(backend, file)
         model = spec.model(config, weights)
-        validate = getattr(model, "validate", None)
-        if validate is not None:
-            try:
-                validate()
-            except ValueError as e:
-                raise ModelLoadError(f"{file.path.name}: {e}") from e
+        try:
+            model.validate()
+        except ValueError as e:
+            raise ModelLoadError(f"{file.path.name}: {e}") from e
         try:
             tokenizer = load_tokenizer(file.metadata)
         except ValueError as e:
             raise ModelLoadError(f"{file.path.name}: {e}") from e
-        for text in getattr(model, "eos_tokens", ()):
+        for text in model.eos_tokens:
             if tokenizer.token_id(text) is not None:
                 tokenizer.add_eos_token(text)
         weights.load(progress)

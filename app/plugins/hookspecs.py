@@ -14,12 +14,16 @@ the inference hot path: the engine calls the registered architecture classes dir
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Any, TypeAlias
 
 import pluggy
 
-if TYPE_CHECKING:
-    from .registry import ArchitectureSpec
+from ..engine.architecture import ArchitectureSpec
+
+__all__ = ["PROJECT", "Register", "hookimpl", "hookspec", "register_architectures"]
+
+Register: TypeAlias = Callable[[ArchitectureSpec[Any]], None]
+"""The `register` callback given to `register_architectures`."""
 
 PROJECT = "hearth"
 hookspec = pluggy.HookspecMarker(PROJECT)
@@ -27,10 +31,11 @@ hookimpl = pluggy.HookimplMarker(PROJECT)
 
 
 @hookspec
-def register_architectures(register: Callable[[ArchitectureSpec], None]) -> None:
+def register_architectures(register: Register) -> None:
     """Register the model architectures this plugin provides (required to be useful).
 
-    Call `register(ArchitectureSpec(name=..., config=..., model=...))` once per architecture.
+    Call `register(ArchitectureSpec(name=..., config=..., model=...))` once per architecture;
+    `model` must subclass `hearth.plugins.Architecture` (else TypeError, naming the plugin).
     `name` is matched against a GGUF file's `general.architecture`. Registering a name that
     another plugin already registered raises `DuplicateArchitectureError`, naming both
     plugins. Called once per registry build, on the thread that builds it.

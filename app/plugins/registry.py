@@ -1,47 +1,22 @@
-"""Architectures by name, as registered by plugins; the contract an architecture fulfils.
-
-An architecture is two classes, registered together in an `ArchitectureSpec`:
-
-* `config`: `Config.from_gguf(meta) -> Config` reads hyperparameters from GGUF metadata
-  (a `Metadata` view whose getters take keys without the `<arch>.` prefix).
-* `model`: `Model(config, weights)` binds its weights by GGUF name (see `hearth.engine.ml.nn`
-  `weight()`/`bind()`); then:
-  - `make_cache() -> Cache | None` — the KV cache layout (Causal, sliding window, Wrapper...);
-  - `forward(ctx, batch, cache) -> Tensor` builds the graph and returns logits
-    `[vocab, batch.n_outputs]` for the batch's output rows only, or, when `batch.hidden` is
-    set, the final normed hidden states `[embd, batch.n_outputs]` (for embeddings). Build
-    only, never compute; per-batch data must come from `batch` tensors (graphs are reused);
-  - optional `shift(ctx, layer, key, delta) -> Tensor`: re-RoPE cached keys by per-cell
-    position deltas (absent: the cache cannot shift, prompts are reprocessed instead);
-  - optional `encode_multimodal(ctx, data: bytes) -> list[Multimodal]` (builds, never computes)
-    and `post_tokenize(inputs) -> inputs` for vision models;
-  - optional `validate()` after binding (raise ValueError with a sentence to refuse a file);
-  - attributes `default_chat_template: str | None` (Jinja, used when the file has none) and
-    `eos_tokens: tuple[str, ...]` (extra token texts that end a turn, e.g. `<end_of_turn>`).
-"""
+"""Architectures by name, as plugins registered them (the contract is `hearth.plugins`'s
+`Architecture` and `ArchitectureSpec`, defined in `hearth.engine.architecture`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import pluggy
 
+from ..engine.architecture import Architecture, ArchitectureSpec
+from .manager import create_plugin_manager
+
 __all__ = [
-    "ArchitectureSpec",
     "ArchitectureRegistry",
     "DuplicateArchitectureError",
     "UnknownArchitectureError",
     "build_registry",
+    "default_registry",
 ]
-
-
-@dataclass(frozen=True)
-class ArchitectureSpec:
-    name: str
-    config: Any
-    model: Any
-    description: str = ""
 
 
 class DuplicateArchitectureError(ValueError):
@@ -53,16 +28,22 @@ class UnknownArchitectureError(LookupError):
 
 
 class ArchitectureRegistry:
-    """Name -> ArchitectureSpec, plus which plugin registered each name."""
+    """Name -> ArchitectureSpec, plus which plugin registered each name. The engine looks
+    architectures up through it (it satisfies `hearth.engine.architecture.Architectures`)."""
 
     def __init__(self) -> None:
-        self._specs: dict[str, ArchitectureSpec] = {}
+        self._specs: dict[str, ArchitectureSpec[Any]] = {}
         self._owners: dict[str, str] = {}
         self.plugins: list[str] = []
 
-    def register(self, spec: ArchitectureSpec, plugin: str = "?") -> None:
+    def register(self, spec: ArchitectureSpec[Any], plugin: str = "?") -> None:
         if not isinstance(spec, ArchitectureSpec):
             raise TypeError(f"plugin {plugin} registered {spec!r}, not an ArchitectureSpec")
+        if not (isinstance(spec.model, type) and issubclass(spec.model, Architecture)):
+            raise TypeError(
+                f"plugin {plugin} registered architecture '{spec.name}' with model "
+                f"{spec.model!r}, which is not a subclass of hearth.plugins.Architecture"
+            )
         if spec.name in self._specs:
             raise DuplicateArchitectureError(
                 f"architecture '{spec.name}' is registered twice: by plugin "
@@ -71,7 +52,7 @@ class ArchitectureRegistry:
         self._specs[spec.name] = spec
         self._owners[spec.name] = plugin
 
-    def get(self, name: str) -> ArchitectureSpec:
+    def get(self, name: str) -> ArchitectureSpec[Any]:
         spec = self._specs.get(name)
         if spec is None:
             known = ", ".join(sorted(self._specs)) or "none"
@@ -99,8 +80,15 @@ def build_registry(pm: pluggy.PluginManager) -> ArchitectureRegistry:
     registry.plugins = sorted(n for n, _ in pm.list_name_plugin())
     for impl in pm.hook.register_architectures.get_hookimpls():
 
-        def register(spec: ArchitectureSpec, _plugin: str = impl.plugin_name) -> None:
+        def register(spec: ArchitectureSpec[Any], _plugin: str = impl.plugin_name) -> None:
             registry.register(spec, _plugin)
 
         impl.function(register=register)
     return registry
+
+
+def default_registry() -> ArchitectureRegistry:
+    """The built-in plugins' architectures plus those of installed third-party plugins (the
+    `hearth.plugins` entry points, unless `HEARTH_DISABLE_PLUGINS=1`). What the programs that
+    assemble Hearth (the CLI, the service, the runner) hand to the engine."""
+    return build_registry(create_plugin_manager())

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..engine.gguf import GGUFFile, Metadata
-from ..plugins.registry import ArchitectureRegistry
+from ..plugins import Architecture, Architectures
 
 __all__ = ["ModelInfo", "ModelInfoCache", "capabilities", "human_number", "quantization_name"]
 
@@ -134,10 +134,12 @@ def _per_layer(meta: Metadata, name: str, layers: int, default: int) -> list[int
     return values if len(values) == layers else [values[0]] * layers
 
 
-def _file_capabilities(meta: Metadata, model_cls: Any, tensors: Any) -> list[str]:
+def _file_capabilities(
+    meta: Metadata, model_cls: type[Architecture[Any]] | None, tensors: Any
+) -> list[str]:
     caps = ["embedding" if meta.has("pooling_type") else "completion"]
     has_vision = meta.has("vision.block_count") or any(n.startswith("v.") for n in tensors)
-    if has_vision and model_cls is not None and hasattr(model_cls, "encode_multimodal"):
+    if has_vision and model_cls is not None and model_cls.handles_multimodal():
         caps.append("vision")
     return caps
 
@@ -157,19 +159,20 @@ def capabilities(info: ModelInfo, template: str | None) -> list[str]:
     return caps
 
 
-def read_model_info(path: Path, registry: ArchitectureRegistry) -> ModelInfo:
+def read_model_info(path: Path, registry: Architectures) -> ModelInfo:
     """Read one file (raises GGUFError for a damaged one)."""
     with GGUFFile(path) as f:
         meta, tensors = f.metadata, f.tensors
         arch = meta.architecture
-        model_cls, problem = None, None
+        model_cls: type[Architecture[Any]] | None = None
+        problem = None
         try:
             model_cls = registry.get(arch).model
         except LookupError as e:
             problem = str(e)
         template = meta.string("tokenizer.chat_template") or None
         if template is None and model_cls is not None:
-            template = getattr(model_cls, "default_chat_template", None)
+            template = model_cls.default_chat_template
         params = int(
             meta.raw("general.parameter_count") or sum(t.n_elements for t in tensors.values())
         )
@@ -219,7 +222,7 @@ def read_full_metadata(path: Path) -> dict[str, Any]:
 class ModelInfoCache:
     """ModelInfo per file, remembered while the file is unchanged. Thread-safe."""
 
-    def __init__(self, registry: ArchitectureRegistry, size: int = 64) -> None:
+    def __init__(self, registry: Architectures, size: int = 64) -> None:
         self.registry = registry
         self._size = size
         self._items: OrderedDict[tuple[str, int, int], ModelInfo] = OrderedDict()

@@ -11,9 +11,9 @@ import pytest
 
 from hearth.engine.model import load_model
 from hearth.engine.runner.forward import ForwardEngine
+from hearth.plugins.testing import compare
 
 from oracle import run_oracle
-from parity import compare
 
 pytestmark = pytest.mark.slow
 
@@ -101,13 +101,13 @@ def _random_prompts(vocab: int, lengths: list[int], seed: int = 5) -> list[dict]
 def test_tiny_llama_matches_llama_cpp(variant, tmp_path) -> None:
     from gguf import GGMLQuantizationType as QT
 
-    from tiny_models import TinyLlama, write_tiny_llama
+    from tiny_models import tiny_llama, write_tiny_llama
 
     if variant == "gqa_rope_freqs":
-        spec = TinyLlama()
+        spec = tiny_llama()
     else:
         types = {"attn_q.weight": QT.F32, "ffn_down.weight": QT.Q8_0, "token_embd.weight": QT.Q8_0}
-        spec = TinyLlama(
+        spec = tiny_llama(
             heads=4, kv_heads=4, rope_freqs=False, tied_output=True, seed=3, types=types
         )
     path = write_tiny_llama(tmp_path / f"{variant}.gguf", spec)

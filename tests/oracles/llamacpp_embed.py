@@ -10,7 +10,7 @@ import json
 import sys
 
 import numpy as np
-from plain_layouts import use_plain_layouts
+from llamacpp_logits import use_plain_layouts  # shipped in hearth.plugins.testing
 
 
 def main() -> None:

@@ -18,6 +18,9 @@ from hearth.plugins.registry import (
     UnknownArchitectureError,
     build_registry,
 )
+from hearth.plugins.testing import add_spm_vocab
+from hearth_llama.model import Config as LlamaConfig
+from hearth_llama.model import Model as LlamaModel
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -26,7 +29,7 @@ FAKE_PLUGIN = '''
 from dataclasses import dataclass
 
 from hearth.engine.ml import Tensor, bind, weight
-from hearth.plugins import ArchitectureSpec, Causal, hookimpl
+from hearth.plugins import Architecture, ArchitectureSpec, hookimpl
 
 
 @dataclass(frozen=True)
@@ -44,15 +47,10 @@ class Weights:
     output: Tensor = weight()
 
 
-class Model:
-    default_chat_template = None
-    eos_tokens = ()
-
+class Model(Architecture[Config]):
     def __init__(self, config, weights):
+        super().__init__(config, weights)
         self.w = bind(Weights, weights)
-
-    def make_cache(self):
-        return Causal()
 
     def forward(self, ctx, batch, cache):
         h = ctx.get_rows(self.w.token_embd, batch.tokens)
@@ -89,16 +87,24 @@ def test_builtins_register_llama_and_gemma3():
 
 def test_registry_refuses_a_duplicate_naming_both_plugins():
     reg = ArchitectureRegistry()
-    reg.register(ArchitectureSpec("x", object, object), "first")
+    reg.register(ArchitectureSpec("x", LlamaConfig, LlamaModel), "first")
     with pytest.raises(DuplicateArchitectureError, match="'first'.*'second'"):
-        reg.register(ArchitectureSpec("x", object, object), "second")
+        reg.register(ArchitectureSpec("x", LlamaConfig, LlamaModel), "second")
+
+
+def test_registry_refuses_a_model_that_is_not_an_architecture():
+    class Duck:
+        def forward(self, ctx, batch, cache): ...
+
+    with pytest.raises(TypeError, match="plugin quack.*'duck'.*not a subclass of .*Architecture"):
+        ArchitectureRegistry().register(ArchitectureSpec("duck", LlamaConfig, Duck), "quack")
 
 
 def test_duplicate_across_plugins_fails_the_registry_build():
     class Clash:
         @hookimpl
         def register_architectures(self, register):
-            register(ArchitectureSpec("llama", object, object))
+            register(ArchitectureSpec("llama", LlamaConfig, LlamaModel))
 
     pm = create_plugin_manager(autoload=False)
     pm.register(Clash(), name="clash")
@@ -138,11 +144,9 @@ def test_disable_plugins_env_stops_autoloading(fake_dist, monkeypatch):
 
 
 def _write_bigram(path: Path) -> tuple[np.ndarray, np.ndarray]:
-    from tiny_models import _vocab
-
     rng = np.random.default_rng(4)
     w = gguf.GGUFWriter(str(path), "bigram")
-    n_vocab = _vocab(w)
+    n_vocab = add_spm_vocab(w)
     emb = rng.standard_normal((n_vocab, 32)).astype(np.float32)
     out = rng.standard_normal((n_vocab, 32)).astype(np.float32)
     w.add_tensor("token_embd.weight", emb)
@@ -157,9 +161,10 @@ def _write_bigram(path: Path) -> tuple[np.ndarray, np.ndarray]:
 def test_a_model_loads_and_runs_through_the_third_party_plugin(fake_dist, tmp_path):
     from hearth.engine.model import load_model
     from hearth.engine.runner.forward import ForwardEngine
+    from hearth.plugins import default_registry
 
     emb, out = _write_bigram(tmp_path / "bigram.gguf")
-    loaded = load_model(tmp_path / "bigram.gguf", num_threads=1)
+    loaded = load_model(tmp_path / "bigram.gguf", registry=default_registry(), num_threads=1)
     assert loaded.architecture == "bigram"
     engine = ForwardEngine(loaded, num_ctx=256, num_batch=16)
     try:
@@ -170,6 +175,16 @@ def test_a_model_loads_and_runs_through_the_third_party_plugin(fake_dist, tmp_pa
         loaded.close()
     expected = emb[[5, 42]] @ out.T
     np.testing.assert_allclose(logits, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_conformance_skips_parity_for_an_architecture_llama_cpp_does_not_know(fake_dist, tmp_path):
+    from hearth.plugins.testing import run_conformance
+
+    report = run_conformance(_write_bigram, tmp_path)
+    status = {r.name: (r.status, r.detail) for r in report.results}
+    assert status["parity"][0] == "skipped" and "'bigram'" in status["parity"][1]
+    assert status["shift"][0] == "skipped"  # the bigram model does not override shift
+    assert {status[c][0] for c in ("batch", "sequences", "cache_reuse")} == {"passed"}
 
 
 ALLOWED = ("hearth.plugins", "hearth.engine.ml")

@@ -1,4 +1,5 @@
-"""llama.cpp as an oracle, run in its own process (never import llama_cpp next to our ggml).
+"""llama.cpp as an oracle, run in its own process: never import llama_cpp next to Hearth's ggml,
+and never import this file from Hearth (it is run as a script: `llamacpp.run_oracle`).
 
 Usage: python llamacpp_logits.py REQUEST.json RESULT.npz
 
@@ -12,36 +13,80 @@ RESULT (npz), per prompt i:
   rows_i / rows_idx_i        full logit rows at `sample_rows` evenly spread positions (+ last)
   greedy_i     `greedy` tokens of greedy continuation after the prompt
   greedy_text_i  their text as llama.cpp detokenizes it (UTF-8 bytes)
+Exit status 3: llama.cpp does not know the file's architecture (stderr says which).
 """
 
 from __future__ import annotations
 
 import json
 import sys
+from typing import Any
 
 import numpy as np
-from plain_layouts import use_plain_layouts
+
+UNKNOWN_ARCHITECTURE = 3
+_callbacks: list[Any] = []  # llama.cpp keeps calling the log callback: keep it alive
+
+
+def use_plain_layouts() -> None:
+    """Make llama.cpp load weights in their plain layouts (no CPU repacking): its repacked
+    Q4_K kernels round a row differently in a batch than alone, so Hearth does not use them
+    (see hearth.engine.ml.weights); with this, both run the same kernels."""
+    import llama_cpp
+
+    default_params = llama_cpp.llama_cpp.llama_model_default_params
+
+    def plain_params() -> Any:
+        params = default_params()
+        params.use_extra_bufts = False
+        return params
+
+    llama_cpp.llama_cpp.llama_model_default_params = plain_params
+
+
+def _open(req: dict[str, Any], n_ctx: int) -> Any:
+    """The model, or exit with UNKNOWN_ARCHITECTURE when llama.cpp's log says so."""
+    import ctypes
+
+    import llama_cpp
+    from llama_cpp import Llama
+
+    log: list[str] = []
+
+    @llama_cpp.llama_log_callback  # type: ignore[untyped-decorator]
+    def keep(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
+        log.append(text.decode("utf-8", "replace"))
+
+    _callbacks.append(keep)
+    llama_cpp.llama_log_set(keep, ctypes.c_void_p(0))
+    try:
+        return Llama(
+            req["model"],
+            n_ctx=n_ctx,
+            n_batch=min(512, n_ctx),
+            n_threads=int(req.get("threads", 2)),
+            n_threads_batch=int(req.get("threads", 2)),
+            logits_all=True,
+            verbose=False,
+        )
+    except ValueError:
+        unknown = [line for line in "".join(log).splitlines() if "unknown model arch" in line]
+        if unknown:
+            print(unknown[-1].strip(), file=sys.stderr)
+            sys.exit(UNKNOWN_ARCHITECTURE)
+        raise
 
 
 def main() -> None:
     with open(sys.argv[1]) as f:
         req = json.load(f)
     import llama_cpp
-    from llama_cpp import Llama
 
     if not req.get("repack", False):
         use_plain_layouts()
 
     n_ctx = int(req.get("n_ctx", 1024))
-    llm = Llama(
-        req["model"],
-        n_ctx=n_ctx,
-        n_batch=min(512, n_ctx),
-        n_threads=int(req.get("threads", 2)),
-        n_threads_batch=int(req.get("threads", 2)),
-        logits_all=True,
-        verbose=False,
-    )
+    llm = _open(req, n_ctx)
     top_k = int(req.get("top_k", 20))
     out: dict[str, np.ndarray] = {}
     for i, prompt in enumerate(req["prompts"]):
@@ -75,7 +120,7 @@ def main() -> None:
             last = np.asarray(llm.scores[llm.n_tokens - 1], dtype=np.float32)
         out[f"greedy_{i}"] = np.array(greedy, dtype=np.int32)
         out[f"greedy_text_{i}"] = np.frombuffer(llm.detokenize(greedy) or b" ", dtype=np.uint8)
-    np.savez(sys.argv[2], **out)
+    np.savez(sys.argv[2], allow_pickle=False, **out)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,331 @@
+"""Building blocks for decoder-only transformers, so a plugin writes only what is its own.
+
+From the bottom up (shapes in ggml order; `n` is the number of tokens in the batch):
+
+* `TransformerConfig.read(meta, defaults)`: the hyperparameters every such file carries
+  (heads, GQA, head sizes, RMS epsilon, RoPE options, context); `ConfigDefaults` holds the
+  architecture's values for keys a file leaves out.
+* `Attention`: one layer's `attn_q/k/v/output` weights (biases when the file has them);
+  `qkv()` projects `[embd, n]` to per-head queries, keys and values, `forward()` adds RoPE
+  and attention through the KV cache (grouped-query heads included).
+* `GatedMLP`: `ffn_gate/up/down` with SiLU (SwiGLU) or GELU (GeGLU).
+* `Block`: a pre-norm layer's weights (`attn_norm`, `Attention`, `ffn_norm`, `GatedMLP`).
+* `layers(cache, batch, blocks)`: the layer loop; points the cache at each layer, and
+  `Layer.output_rows` drops the rows nobody wants logits for in the last layer.
+* `Transformer`: embeddings, the loop, the final norm and output matrix, validation and
+  context shift; a subclass writes `layer()`. `StandardTransformer` is the Llama-style
+  pre-norm layer already written (Llama, Qwen2, Mistral...).
+
+Weight groups are dataclasses whose fields are GGUF names (`weight()` from
+`hearth.engine.ml`); `part(Cls)` nests a group under the same prefix and `bind_parts` binds
+the whole tree, e.g. `bind_parts(Block, weights, "blk.3.")`.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Generic, Literal, Self, TypeVar, cast
+
+from ..engine.architecture import Architecture, Metadata, Weights
+from ..engine.input import Batch
+from ..engine.kvcache import Cache
+from ..engine.ml import Context, RopeOptions, Tensor, attention, bind, linear, rms_norm, weight
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+__all__ = [
+    "Attention",
+    "Block",
+    "ConfigDefaults",
+    "GatedMLP",
+    "Layer",
+    "StandardTransformer",
+    "Transformer",
+    "TransformerConfig",
+    "bind_parts",
+    "layers",
+    "part",
+    "read_rope",
+]
+
+T = TypeVar("T", bound="DataclassInstance")
+B = TypeVar("B", bound="DataclassInstance")  # a layer's weights
+E = TypeVar("E")
+C = TypeVar("C", bound="TransformerConfig")
+
+
+def part(cls: type[T]) -> T:
+    """Declare a dataclass field holding a nested weight group, bound by `bind_parts` with
+    the enclosing group's prefix (`attn: Attention = part(Attention)`)."""
+    return cast(T, dataclasses.field(default=None, metadata={"part": cls}))
+
+
+def bind_parts(cls: type[T], weights: Weights, prefix: str = "") -> T:
+    """`hearth.engine.ml.bind` that also binds `part()` fields, recursively."""
+    parts = {
+        f.name: bind_parts(f.metadata["part"], weights, prefix)
+        for f in dataclasses.fields(cls)
+        if "part" in f.metadata
+    }
+    return bind(cls, weights, prefix, **parts)
+
+
+def read_rope(meta: Metadata, *, base: float, neox: bool, dims: int) -> RopeOptions:
+    """RoPE options from `rope.*` metadata: `dimension_count` (default `dims`), `freq_base`
+    (default `base`), linear `scaling.type`/`scaling.factor`, `original_context_length`.
+    `neox`: rotate the two halves of each head (GPT-NeoX, Gemma, Qwen) instead of pairs."""
+    scaling = meta.string("rope.scaling.type", "none")
+    factor = meta.float("rope.scaling.factor", 1.0) or 1.0
+    return RopeOptions(
+        dims=meta.uint("rope.dimension_count", dims),
+        base=meta.float("rope.freq_base", base),
+        scale=1.0 / factor if scaling == "linear" else 1.0,
+        neox=neox,
+        original_context=meta.uint("rope.scaling.original_context_length", 0),
+    )
+
+
+@dataclass(frozen=True)
+class ConfigDefaults:
+    """An architecture's values for keys a file may leave out (llama.cpp's, ideally)."""
+
+    rope_base: float  # rope.freq_base
+    neox: bool  # RoPE layout: rotate halves (GPT-NeoX, Gemma, Qwen) instead of pairs (Llama)
+    rms_eps: float  # attention.layer_norm_rms_epsilon
+    context_length: int
+    key_length: int = 0  # attention.key_length; 0: embedding_length / head_count
+
+
+@dataclass(frozen=True)
+class TransformerConfig:
+    """Hyperparameters of a decoder-only transformer. Subclass it (a frozen dataclass) to add
+    an architecture's own fields, and read it in `from_gguf` with `read()`."""
+
+    block_count: int
+    embedding_length: int
+    feed_forward_length: int
+    head_count: int
+    head_count_kv: int
+    key_length: int  # per head, queries and keys
+    value_length: int  # per head
+    rms_eps: float
+    rope: RopeOptions
+    attention_scale: float  # multiplies q·k
+    context_length: int
+
+    @classmethod
+    def read(
+        cls,
+        meta: Metadata,
+        defaults: ConfigDefaults,
+        *,
+        attention_scale: float | None = None,
+        **extra: Any,
+    ) -> Self:
+        """Read the common keys (`block_count`, `embedding_length`, `feed_forward_length`,
+        `attention.head_count[_kv]`, `attention.key_length`/`value_length`, the RMS epsilon,
+        `rope.*`, `context_length`), `defaults` standing in for absent ones.
+        `attention_scale` overrides `attention.scale` (default 1/sqrt(key_length)). `extra`
+        are the subclass's own fields. Raises ValueError when the sizes are missing."""
+        blocks = meta.uint("block_count")
+        embd = meta.uint("embedding_length")
+        heads = meta.uint("attention.head_count")
+        if not blocks or not embd or not heads:
+            keys = ", ".join(meta.key(k) for k in ("block_count", "embedding_length"))
+            raise ValueError(f"the file lacks {keys} or {meta.key('attention.head_count')}")
+        k_len = meta.uint("attention.key_length", defaults.key_length or embd // heads)
+        if attention_scale is None:
+            attention_scale = meta.float("attention.scale", 0.0) or 1.0 / math.sqrt(k_len)
+        return cls(
+            block_count=blocks,
+            embedding_length=embd,
+            feed_forward_length=meta.uint("feed_forward_length"),
+            head_count=heads,
+            head_count_kv=meta.uint("attention.head_count_kv", heads) or heads,
+            key_length=k_len,
+            value_length=meta.uint("attention.value_length", k_len),
+            rms_eps=meta.float("attention.layer_norm_rms_epsilon", defaults.rms_eps),
+            rope=read_rope(meta, base=defaults.rope_base, neox=defaults.neox, dims=k_len),
+            attention_scale=attention_scale,
+            context_length=meta.uint("context_length", defaults.context_length),
+            **extra,
+        )
+
+
+@dataclass
+class Attention:
+    """Self-attention weights of one layer (`blk.N.attn_*`); biases bind when present."""
+
+    attn_q: Tensor = weight()
+    attn_k: Tensor = weight()
+    attn_v: Tensor = weight()
+    attn_output: Tensor = weight()
+    attn_q_bias: Tensor | None = weight("attn_q.bias", optional=True)
+    attn_k_bias: Tensor | None = weight("attn_k.bias", optional=True)
+    attn_v_bias: Tensor | None = weight("attn_v.bias", optional=True)
+    attn_output_bias: Tensor | None = weight("attn_output.bias", optional=True)
+
+    def qkv(self, ctx: Context, x: Tensor, cfg: TransformerConfig) -> tuple[Tensor, Tensor, Tensor]:
+        """x `[embd, n]` -> q `[key_length, heads, n]`, k `[key_length, kv_heads, n]`,
+        v `[value_length, kv_heads, n]` (biases added before the reshape)."""
+        n = x.dim(1)
+        q = linear(ctx, x, self.attn_q, self.attn_q_bias)
+        k = linear(ctx, x, self.attn_k, self.attn_k_bias)
+        v = linear(ctx, x, self.attn_v, self.attn_v_bias)
+        return (
+            ctx.reshape(q, cfg.key_length, cfg.head_count, n),
+            ctx.reshape(k, cfg.key_length, cfg.head_count_kv, n),
+            ctx.reshape(v, cfg.value_length, cfg.head_count_kv, n),
+        )
+
+    def forward(
+        self,
+        ctx: Context,
+        x: Tensor,
+        positions: Tensor,
+        cache: Cache,
+        cfg: TransformerConfig,
+        rope: RopeOptions,
+        factors: Tensor | None = None,
+    ) -> Tensor:
+        """Project, RoPE q and k at `positions` (I32 `[n]`; `factors`: per-frequency
+        divisors such as Llama 3.1's `rope_freqs`), store k and v in the cache's current
+        layer and attend, scaled by `cfg.attention_scale`. Returns `[value_length*heads, n]`
+        (before the output projection: prune rows first, then call `output`)."""
+        q, k, v = self.qkv(ctx, x, cfg)
+        q = ctx.rope(q, positions, rope, factors)
+        k = ctx.rope(k, positions, rope, factors)
+        return attention(ctx, q, k, v, cfg.attention_scale, cache)
+
+    def output(self, ctx: Context, a: Tensor) -> Tensor:
+        """The output projection: `[value_length*heads, n]` -> `[embd, n]`."""
+        return linear(ctx, a, self.attn_output, self.attn_output_bias)
+
+
+@dataclass
+class GatedMLP:
+    """The gated feed-forward network of one layer (`blk.N.ffn_gate/up/down`)."""
+
+    ffn_gate: Tensor = weight()
+    ffn_up: Tensor = weight()
+    ffn_down: Tensor = weight()
+
+    def forward(
+        self, ctx: Context, x: Tensor, activation: Literal["silu", "gelu"] = "silu"
+    ) -> Tensor:
+        """down(act(gate·x) * up·x): `[embd, n]` -> `[embd, n]`; SiLU is SwiGLU (Llama,
+        Qwen), GELU is GeGLU (Gemma). Fused in one op either way."""
+        gate, up = ctx.mul_mat(self.ffn_gate, x), ctx.mul_mat(self.ffn_up, x)
+        h = ctx.swiglu(gate, up) if activation == "silu" else ctx.geglu(gate, up)
+        return ctx.mul_mat(self.ffn_down, h)  # [embd, n]
+
+
+@dataclass
+class Block:
+    """A pre-norm layer's weights: `attn_norm`, `attn`, `ffn_norm`, `mlp`. Subclass it to add
+    tensors (and redeclare `attn`/`mlp` with a subclass of theirs)."""
+
+    attn_norm: Tensor = weight()
+    attn: Attention = part(Attention)
+    ffn_norm: Tensor = weight()
+    mlp: GatedMLP = part(GatedMLP)
+
+
+@dataclass(frozen=True)
+class Layer:
+    """Where the layer loop stands: layer `index` of the model, evaluating `batch`."""
+
+    index: int
+    last: bool
+    batch: Batch
+
+    def output_rows(self, ctx: Context, *tensors: Tensor) -> tuple[Tensor, ...]:
+        """Each `[*, n]` tensor cut to the batch's output rows `[*, n_outputs]` in the last
+        layer (unchanged elsewhere). Call it once attention has read every row, before the
+        work that only the output rows need (output projection, feed-forward)."""
+        if not self.last:
+            return tensors
+        return tuple(ctx.get_rows(t, self.batch.outputs) for t in tensors)
+
+
+def layers(cache: Cache, batch: Batch, blocks: Sequence[E]) -> Iterator[tuple[Layer, E]]:
+    """Loop over the blocks with the cache pointed at each one's layer (`set_layer`)."""
+    last = len(blocks) - 1
+    for i, block in enumerate(blocks):
+        cache.set_layer(i)
+        yield Layer(i, i == last, batch), block
+
+
+class Transformer(Architecture[C], Generic[C, B]):
+    """A decoder-only transformer: `token_embd`, one `B` per layer (`blk.N.`), `output_norm`
+    and `output` (tied to `token_embd` when the file has none; `output.bias` when present).
+
+    A subclass calls `super().__init__(config, weights, BlockClass)` and writes `layer()`; it
+    may override `embed`, `logits`, `rope` (per-layer RoPE options) and set `rope_factors`.
+    `shift` re-RoPEs with `rope(layer)` and `rope_factors`; `validate` checks GQA heads.
+    """
+
+    def __init__(self, config: C, weights: Weights, block: type[B]) -> None:
+        super().__init__(config, weights)
+        self.token_embd = weights.require("token_embd.weight", matmul=False)
+        self.output_norm = weights.require("output_norm.weight")
+        self.output = weights.require("output.weight", "token_embd.weight", matmul=True)
+        self.output_bias = weights.get("output.bias")
+        self.rope_factors: Tensor | None = None
+        self.blocks = [bind_parts(block, weights, f"blk.{i}.") for i in range(config.block_count)]
+
+    def validate(self) -> None:
+        if self.config.head_count % self.config.head_count_kv:
+            raise ValueError("head_count must be a multiple of head_count_kv")
+
+    def rope(self, layer: int) -> RopeOptions:
+        """The RoPE options of `layer` (the config's for every layer by default)."""
+        return self.config.rope
+
+    def shift(self, ctx: Context, layer: int, key: Tensor, delta: Tensor) -> Tensor:
+        return ctx.rope(key, delta, self.rope(layer), self.rope_factors)
+
+    def embed(self, ctx: Context, batch: Batch) -> Tensor:
+        """The input hidden states `[embd, n]`: token embeddings."""
+        return ctx.get_rows(self.token_embd, batch.tokens)
+
+    @abc.abstractmethod
+    def layer(self, ctx: Context, at: Layer, block: B, h: Tensor, cache: Cache) -> Tensor:
+        """One layer: hidden states `[embd, n]` in, `[embd, n]` out (`[embd, n_outputs]` from
+        the last layer: see `Layer.output_rows`). The cache is already at this layer."""
+
+    def logits(self, ctx: Context, batch: Batch, h: Tensor) -> Tensor:
+        """The final norm, then the output matrix: `[embd, n_outputs]` -> `[vocab, n_outputs]`
+        (the normed `[embd, n_outputs]` itself when `batch.hidden`)."""
+        h = rms_norm(ctx, h, self.output_norm, self.config.rms_eps)
+        if batch.hidden:
+            return h
+        return linear(ctx, h, self.output, self.output_bias)
+
+    def forward(self, ctx: Context, batch: Batch, cache: Cache) -> Tensor:
+        h = self.embed(ctx, batch)
+        for at, block in layers(cache, batch, self.blocks):
+            h = self.layer(ctx, at, block, h, cache)
+        return self.logits(ctx, batch, h)
+
+
+class StandardTransformer(Transformer[C, Block]):
+    """The pre-norm layer of Llama, Qwen2, Mistral and kin: `h += attn(rms_norm(h))`, then
+    `h += mlp(rms_norm(h))`, SwiGLU, RoPE from `rope(layer)` and `rope_factors`."""
+
+    def __init__(self, config: C, weights: Weights) -> None:
+        super().__init__(config, weights, Block)
+
+    def layer(self, ctx: Context, at: Layer, block: Block, h: Tensor, cache: Cache) -> Tensor:
+        cfg, rope = self.config, self.rope(at.index)
+        x = rms_norm(ctx, h, block.attn_norm, cfg.rms_eps)
+        a = block.attn.forward(ctx, x, at.batch.positions, cache, cfg, rope, self.rope_factors)
+        a, h = at.output_rows(ctx, a, h)
+        h = ctx.add(block.attn.output(ctx, a), h)
+        x = rms_norm(ctx, h, block.ffn_norm, cfg.rms_eps)
+        return ctx.add(block.mlp.forward(ctx, x), h)
