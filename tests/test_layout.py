@@ -53,12 +53,13 @@ def test_mypy_is_clean_on_the_engine_and_plugin_api():
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
-# Import name -> folder, for the packages mypy --strict checks: the plugin kit and the built-in
-# plugins.
+# Import name -> folder, for the packages mypy --strict checks: the plugin kit, the built-in
+# plugins and the example third-party plugin.
 STRICT = {
     "hearth": "app",
     "hearth_llama": "plugins/llama",
     "hearth_gemma3": "plugins/gemma3",
+    "hearth_qwen2": "examples/hearth-qwen2/hearth_qwen2",
 }
 
 
