@@ -10,6 +10,7 @@ from gguf import GGMLQuantizationType as QT
 
 import hearth.plugins.transformer as kit
 import hearth_llama.model as llama
+from hearth.plugins import Causal
 from hearth.plugins.testing import ConformanceError, run_conformance
 
 from tiny_models import tiny_gemma3, tiny_llama
@@ -63,6 +64,15 @@ def test_batch_and_cache_reuse_catch_a_forward_that_ignores_the_layer(tmp_path, 
     report = _failures(tmp_path, ["batch", "cache_reuse"])
     assert "failed  batch: one batch vs token by token" in report
     assert "failed  cache_reuse: the reused cache" in report
+
+
+def test_a_plugin_error_is_reported_with_the_other_checks(tmp_path, monkeypatch):
+    def make_cache(self):  # shift is overridden but not handed to the cache
+        return Causal()
+
+    monkeypatch.setattr(llama.Model, "make_cache", make_cache)
+    report = _failures(tmp_path, ["batch", "shift"])
+    assert "passed  batch" in report and "failed  shift: raised ShiftNotSupportedError" in report
 
 
 def test_sequences_catch_a_model_whose_rows_see_each_other(tmp_path, monkeypatch):

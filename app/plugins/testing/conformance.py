@@ -176,6 +176,8 @@ class _Suite:
             return CheckResult(name, "skipped", str(e))
         except AssertionError as e:
             return CheckResult(name, "failed", str(e) or "assertion failed")
+        except Exception as e:  # a plugin error (e.g. in its graph): report it with the rest
+            return CheckResult(name, "failed", f"raised {type(e).__name__}: {e}")
 
     # -- helpers ----------------------------------------------------------------------------
     def prompt(self, n: int, salt: int = 0) -> np.ndarray:
