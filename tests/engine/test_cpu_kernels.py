@@ -266,8 +266,28 @@ def test_rows_split_between_any_number_of_threads(kernel, threads):
         b.close()
 
 
+@pytest.mark.parametrize("dtype", [DType.Q8_0, DType.Q6_K])
+def test_one_row_of_a_large_matrix_equals_ggml(backend, kernel, dtype):
+    """A lone row goes to the kernel only for weights of LONE_ROW_BYTES or more (an output
+    matrix streamed from memory at every token); there it equals ggml's vec_dot bit for bit,
+    and a smaller matrix stays with ggml."""
+    k = 256
+    per_block, block_bytes = ggml_kernels._BLOCKS[dtype]
+    row_bytes = k // per_block * block_bytes
+    rows = -(-ggml_kernels.LONE_ROW_BYTES // row_bytes) + 3  # just over the bound, odd
+    raw, _ = _weights(dtype, k, rows, seed=4)
+    x = np.random.default_rng(4).standard_normal((1, k)).astype(np.float32)
+    got, op = _multiply(backend, dtype, raw, x, kernel)
+    want, ggml_op = _multiply(backend, dtype, raw, x, None)
+    assert op == g.GGML_OP_CUSTOM and ggml_op == g.GGML_OP_MUL_MAT
+    assert np.array_equal(got, want)
+    _, small_op = _multiply(backend, dtype, raw[: rows // 2], x, kernel)
+    assert small_op == g.GGML_OP_MUL_MAT
+
+
 def test_not_used_outside_its_cases(backend, kernel):
-    """One row and float weights stay with ggml; K-quants take any number of rows from two
+    """One row (of a matrix under LONE_ROW_BYTES) and float weights stay with ggml; K-quants
+    take any number of rows from two
     on; the 32-weight block types 2..FEW_ROWS, and from MANY_FROM_32 on (Q8_0 on AVX-512
     only)."""
     for isa in [isa for isa in ISAS if isa <= kernel.best_isa]:
