@@ -287,9 +287,8 @@ def test_one_row_of_a_large_matrix_equals_ggml(backend, kernel, dtype):
 
 def test_not_used_outside_its_cases(backend, kernel):
     """One row (of a matrix under LONE_ROW_BYTES) and float weights stay with ggml; K-quants
-    take any number of rows from two
-    on; the 32-weight block types 2..FEW_ROWS, and from MANY_FROM_32 on (Q8_0 on AVX-512
-    only)."""
+    take any number of rows from two on; the 32-weight block types 2..FEW_ROWS, and from
+    MANY_FROM_32 on (Q8_0 on AVX-512 only)."""
     for isa in [isa for isa in ISAS if isa <= kernel.best_isa]:
         path = kernel.using(isa)
         raw, _ = _weights(DType.Q8_0, 64, 8, seed=1)
