@@ -329,8 +329,9 @@ class GGMLBackend(Backend):
         self._allocated_graph = 0
         self._persistent: list[tuple[object, object]] = []  # (ggml context, buffer)
         self.cpu_buffer_type = g.ggml_backend_cpu_buffer_type()
-        # Quantized weights times 2..8 rows (several sequences decoding together) go to
-        # Hearth's own kernel where it is built and agrees bit for bit with ggml's.
+        # Quantized weight products go to Hearth's own kernel (few rows when sequences decode
+        # together, many for prompts, one for a huge output matrix; see ggml_kernels.py)
+        # where it is built and agrees bit for bit with ggml's.
         self.few_rows_kernel: FewRowsKernel | None = FewRowsKernel.for_backend(self)
         # What the weight store probed at load (invariance.py), by layout_key.
         self.product_rules: dict[tuple[int, int], ProductRule] = {}
