@@ -438,32 +438,35 @@ class GGMLBackend(Backend):
     @property
     def cache_config(self) -> CacheConfig:
         if self.flash_attention:
-            return CacheConfig(padding=256, permuted_v=False, mask_dtype=DType.F16)
+            return CacheConfig(padding=self.kv_padding, permuted_v=False, mask_dtype=DType.F16)
         return CacheConfig(padding=self.kv_padding, permuted_v=True, mask_dtype=DType.F32)
 
     @property
     def kv_padding(self) -> int:
-        """The KV padding of the soft_max path: the smallest under which masked cells add
-        exact zeros on this CPU (probed once per backend; 32 with AVX2, 64 with AVX-512),
-        or llama.cpp's 256 where none does (`attention_exact` then says so)."""
-        if self.flash_attention:
-            return 256
+        """The KV padding: flash attention's 256; on the soft_max path the smallest under
+        which masked cells add exact zeros on this CPU (32 with AVX2, 64 with AVX-512), or
+        256 where none does (`attention_exact` then says so). Probed once per backend."""
         if self._kv_padding is None:
-            probed = probe_kv_padding(self)
-            self._attention_exact = probed is not None
-            self._kv_padding = probed or PADDING_CANDIDATES[-1]
+            self._probe_attention()
+        assert self._kv_padding is not None
         return self._kv_padding
 
     @property
     def attention_exact(self) -> bool:
-        """Whether attention gives a row the same bits whatever shares its batch (probed
-        once per backend): the soft_max path under `kv_padding`, or flash attention."""
+        """Whether attention gives a row the same bits whatever shares its batch: the
+        soft_max path under `kv_padding`, or flash attention. Probed once per backend."""
         if self._attention_exact is None:
-            if self.flash_attention:
-                self._attention_exact = probe_flash_attention(self)
-            else:
-                self.kv_padding  # noqa: B018  (probes and sets _attention_exact)
+            self._probe_attention()
         return bool(self._attention_exact)
+
+    def _probe_attention(self) -> None:
+        if self.flash_attention:
+            self._kv_padding = PADDING_CANDIDATES[-1]
+            self._attention_exact = probe_flash_attention(self)
+        else:
+            probed = probe_kv_padding(self)
+            self._kv_padding = probed or PADDING_CANDIDATES[-1]
+            self._attention_exact = probed is not None
 
     def close(self) -> None:
         with self._lock:

@@ -33,7 +33,7 @@ import numpy as np
 from ..gguf import GGUFError, GGUFFile, TensorInfo
 from .api import DType, OutOfMemoryError
 from .ggml import GGMLBackend, GGMLTensor, metadata_context
-from .ggml_lib import layout_key
+from .ggml_lib import address, layout_key
 from .invariance import InvarianceReport, ProductRule, probe_product
 
 __all__ = ["WeightStore", "MissingTensorError", "ProgressFn"]
@@ -159,8 +159,8 @@ class WeightStore:
             if slot.buft is self.backend.cpu_buffer_type:
                 mapped.append(slot)
             else:
-                copied.setdefault(_address(slot.buft), []).append(slot)
-                bufts[_address(slot.buft)] = slot.buft
+                copied.setdefault(address(slot.buft), []).append(slot)
+                bufts[address(slot.buft)] = slot.buft
         if mapped:
             self._map(mapped, base)
         for key, slots in copied.items():
@@ -258,7 +258,7 @@ class WeightStore:
 
     def _batch_invariant(self, buft: object, slot: _Slot) -> bool:
         """Whether `slot`'s type laid out in `buft` gives rows the same bits in any batch."""
-        key = (slot.info.type_id, _address(buft))
+        key = (slot.info.type_id, address(buft))
         rule = self.backend.product_rules.get(key)
         if rule is None:
             rule = _probe_in_layout(
@@ -291,10 +291,6 @@ class WeightStore:
 def _touch(raw: np.ndarray, offset: int, nbytes: int, page: int = 4096) -> None:
     """Read one byte per page so the mapped tensor is resident before the first token."""
     int(raw[offset : offset + nbytes : page].sum())
-
-
-def _address(ptr: object) -> int:
-    return int(ctypes.cast(ptr, ctypes.c_void_p).value or 0)  # type: ignore[arg-type]
 
 
 def _probe_in_layout(
