@@ -26,8 +26,8 @@ sys.path.insert(0, str(REPO / "bench"))
 from machine import cpu_description  # noqa: E402
 
 from hearth.default_model import default_model_path  # noqa: E402
-from hearth.engine.runner.core import Runner, RunnerConfig  # noqa: E402
-from hearth.engine.runner.protocol import CompletionRequest  # noqa: E402
+from hearth.runner.core import Runner, RunnerConfig  # noqa: E402
+from hearth.runner.protocol import CompletionRequest  # noqa: E402
 
 PROMPTS = [
     "Write a short story about a lighthouse keeper who",
@@ -111,7 +111,7 @@ def _history(n_words: int = 1100) -> list[dict]:
 
 
 def _chat_turns(runner: Runner, template: str, bos: str, round_no: int) -> tuple[float, float]:
-    from hearth.server.templates import render_chat
+    from hearth.server.prompting.templates import render_chat
 
     options = {"temperature": 0, "repeat_penalty": 1.0, "num_predict": 48}
     messages = _history()

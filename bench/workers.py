@@ -17,8 +17,8 @@ import numpy as np
 
 def _ours(req: dict) -> dict:
     sys.path.insert(0, req["repo"])
-    from hearth.engine.model import load_model
-    from hearth.engine.runner.forward import ForwardEngine
+    from hearth.engine.forward import ForwardEngine
+    from hearth.plugins import load_installed_model as load_model
 
     loaded = load_model(req["model"], num_threads=req["threads"])
     engine = ForwardEngine(loaded, num_ctx=req["n_ctx"], num_batch=req["n_batch"])
@@ -44,8 +44,8 @@ def _ours(req: dict) -> dict:
 def _runner(req: dict) -> dict:
     """The whole runner path: batching loop, sampling, streaming events (in-process)."""
     sys.path.insert(0, req["repo"])
-    from hearth.engine.runner.core import Runner, RunnerConfig
-    from hearth.engine.runner.protocol import CompletionRequest
+    from hearth.runner.core import Runner, RunnerConfig
+    from hearth.runner.protocol import CompletionRequest
 
     runner = Runner(
         RunnerConfig(req["model"], num_ctx=req["n_ctx"], num_batch=req["n_batch"],

@@ -64,8 +64,8 @@ OTHER_CHATS = (
 
 
 def seed_history() -> None:
-    from hearth.ui.history import ChatStore
-    from hearth.ui.history.store import make_title
+    from hearth.history import ChatStore
+    from hearth.history.chat_store import make_title
 
     store = ChatStore()
     now = time.time()
@@ -107,8 +107,8 @@ def shoot(out: Path) -> None:
     from PySide6.QtCore import QEventLoop
     from PySide6.QtWidgets import QApplication
 
+    from hearth.app_settings import Settings, new_api_key
     from hearth.ui.app import HearthApp
-    from hearth.ui.settings import Settings, new_api_key
     from hearth.ui.views.main_window import CHAT_PAGE, MODELS_PAGE, SETTINGS_PAGE
 
     app = QApplication(["hearth"])

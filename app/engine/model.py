@@ -17,7 +17,7 @@ from .ml.ggml import GGMLBackend
 from .ml.weights import ProgressFn, WeightStore
 from .tokenizer import Tokenizer, load_tokenizer
 
-__all__ = ["LoadedModel", "ModelLoadError", "load_model", "default_registry"]
+__all__ = ["LoadedModel", "ModelLoadError", "load_model"]
 
 
 class ModelLoadError(RuntimeError):
@@ -53,25 +53,17 @@ class LoadedModel:
         self.file.close()
 
 
-def default_registry() -> Architectures:
-    """The installed plugins' architectures, for callers that pass no registry: the
-    runner's `Runner` and the service's `create_app`. This is the engine's one import of
-    `hearth.plugins` (a known violation of the import rules, see tests/test_imports.py): it
-    goes once those callers take the registry from the program that starts them."""
-    from ..plugins.registry import default_registry as plugins_registry
-
-    return plugins_registry()
-
-
 def load_model(
     path: str | os.PathLike[str],
+    *,
+    registry: Architectures,
     backend: GGMLBackend | None = None,
-    registry: Architectures | None = None,
     progress: ProgressFn | None = None,
     num_threads: int | None = None,
     flash_attention: bool = False,
 ) -> LoadedModel:
-    """Open `path`, build its architecture's model and load the weights.
+    """Open `path`, build its architecture's model (found in `registry`, which the program
+    that assembles Hearth builds from the installed plugins) and load the weights.
 
     Raises GGUFError for a damaged file and ModelLoadError when the file is valid but cannot
     be run (unknown architecture, missing tensors, unsupported settings).
@@ -80,8 +72,6 @@ def load_model(
     owns_backend = backend is None
     weights: WeightStore | None = None
     try:
-        if registry is None:
-            registry = default_registry()
         try:
             spec = registry.get(file.architecture)
         except LookupError as e:

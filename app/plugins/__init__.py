@@ -38,7 +38,7 @@ from ..engine.kvcache import (
     Wrapper,
 )
 from .hookspecs import Register, hookimpl
-from .registry import ArchitectureRegistry, default_registry
+from .registry import ArchitectureRegistry, default_registry, load_installed_model
 from .transformer import (
     Attention,
     Block,
@@ -87,6 +87,7 @@ __all__ = [
     "default_registry",
     "hookimpl",
     "layers",
+    "load_installed_model",
     "part",
     "read_rope",
 ]

@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pluggy
 
 from ..engine.architecture import Architecture, ArchitectureSpec
+from ..engine.model import LoadedModel, load_model
 from .manager import create_plugin_manager
 
 __all__ = [
@@ -16,6 +18,7 @@ __all__ = [
     "UnknownArchitectureError",
     "build_registry",
     "default_registry",
+    "load_installed_model",
 ]
 
 
@@ -92,3 +95,9 @@ def default_registry() -> ArchitectureRegistry:
     `hearth.plugins` entry points, unless `HEARTH_DISABLE_PLUGINS=1`). What the programs that
     assemble Hearth (the CLI, the service, the runner) hand to the engine."""
     return build_registry(create_plugin_manager())
+
+
+def load_installed_model(path: str | os.PathLike[str], **options: Any) -> LoadedModel:
+    """`hearth.engine.model.load_model` with the installed plugins' architectures: for tests,
+    benchmarks and scripts that load a model in-process."""
+    return load_model(path, registry=default_registry(), **options)

@@ -15,14 +15,14 @@ from pathlib import Path
 from fastapi import FastAPI
 
 from ..plugins.registry import ArchitectureRegistry
-from . import create, ollama, ollama_models, openai
+from .api import create, ollama, ollama_models, openai
+from .api.errors import install_error_handlers
+from .api.security import install_security
 from .config import ServerConfig
-from .errors import install_error_handlers
-from .modelinfo import ModelInfoCache
-from .scheduler import Launcher, Scheduler, process_launcher, system_available_memory
-from .security import install_security
-from .service import Service
-from .store import ModelStore
+from .scheduling.scheduler import Launcher, Scheduler, process_launcher, system_available_memory
+from .scheduling.service import Service
+from .store.model_store import ModelStore
+from .store.modelinfo import ModelInfoCache
 
 __all__ = ["create_app", "register_default_model"]
 
@@ -58,7 +58,7 @@ def create_app(
 
         models_dir = default_models_dir()
     if registry is None:
-        from ..engine.model import default_registry
+        from ..plugins.registry import default_registry
 
         registry = default_registry()
     store = ModelStore(models_dir)
@@ -76,7 +76,7 @@ def create_app(
         finally:
             await scheduler.close()
 
-    from .ollama_models import hearth_version
+    from .api.ollama_models import hearth_version
 
     app = FastAPI(
         title="Hearth",

@@ -15,15 +15,15 @@ from collections.abc import Sequence
 from PySide6.QtCore import QByteArray, QTimer
 from PySide6.QtWidgets import QApplication
 
-from .client import ApiClient
+from ..app_settings import Settings, load_settings, save_settings
+from ..history import ChatStore
+from .api_client import ApiClient
 from .controllers.chat import ChatController
 from .controllers.drops import DropController
 from .controllers.history import HistoryController
 from .controllers.models import ModelsController
 from .controllers.settings import SettingsController
-from .history import ChatStore
 from .service import ServiceManager
-from .settings import Settings, load_settings, save_settings
 from .views.main_window import MainWindow
 from .wiring import Wiring
 

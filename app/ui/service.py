@@ -18,8 +18,8 @@ from PySide6.QtCore import QIODevice, QObject, QProcess, QProcessEnvironment, QT
 
 from hearth.paths import logs_dir
 
-from .client import ApiClient, ApiError
-from .settings import Settings
+from ..app_settings import Settings
+from .api_client import ApiClient, ApiError
 
 __all__ = ["ServiceManager", "Endpoint", "free_port", "serve_command"]
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from hearth.engine.forward import ForwardEngine
 from hearth.engine.kvcache import CacheFullError
 from hearth.engine.ml.api import OutOfMemoryError
-from hearth.engine.model import load_model
-from hearth.engine.runner.forward import ForwardEngine
-from hearth.engine.runner.slots import common_prefix
+from hearth.engine.prompt_cache import common_prefix
+from hearth.plugins import load_installed_model as load_model
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,7 @@ import pytest
 
 from hearth.engine.gguf import GGUFError, GGUFFile
 from hearth.engine.model import ModelLoadError, load_model
+from hearth.plugins import default_registry
 
 
 def _string(s: str) -> bytes:
@@ -124,7 +125,7 @@ def test_unknown_tensor_type_id(tmp_path):
 def test_unknown_architecture_names_it_and_the_plugins(tmp_path):
     p = minimal_gguf(tmp_path / "x.gguf", arch="mamba9")
     with pytest.raises(ModelLoadError) as e:
-        load_model(p)
+        load_model(p, registry=default_registry())
     msg = str(e.value)
     assert "'mamba9'" in msg and "hearth_llama" in msg and "gemma3" in msg
 
@@ -136,7 +137,7 @@ def test_missing_tensor_names_it(tiny_llama_path, tmp_path):
     p = tmp_path / "missing.gguf"
     p.write_bytes(bad)
     with pytest.raises(GGUFError, match="lacks tensor 'blk.1.ffn_up.weight'"):
-        load_model(p)
+        load_model(p, registry=default_registry())
 
 
 def test_unsupported_tensor_type(tmp_path):

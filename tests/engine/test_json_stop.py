@@ -17,11 +17,11 @@ from test_runner import collect
 
 from hearth.engine.gguf import GGUFFile
 from hearth.engine.grammar import JsonConstraint, TokenTable, schema_from_format
-from hearth.engine.runner.core import Runner, RunnerConfig
-from hearth.engine.runner.protocol import CompletionRequest
-from hearth.engine.runner.sequence import Sequence, SequenceSettings
 from hearth.engine.sampling import SamplingOptions
 from hearth.engine.tokenizer import Tokenizer, load_tokenizer
+from hearth.runner.core import Runner, RunnerConfig
+from hearth.runner.protocol import CompletionRequest
+from hearth.runner.sequence import Sequence, SequenceSettings
 
 EOS = "<eos>"
 SCHEMA = {

@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hearth.engine.model import load_model
-from hearth.engine.runner.forward import ForwardEngine
+from hearth.engine.forward import ForwardEngine
+from hearth.plugins import load_installed_model as load_model
 from hearth.plugins.testing import compare
 
 from oracle import run_oracle

@@ -7,8 +7,8 @@ import time
 import numpy as np
 import pytest
 
-from hearth.engine.runner.core import RequestError, Runner, RunnerConfig
-from hearth.engine.runner.protocol import CompletionRequest
+from hearth.runner.core import RequestError, Runner, RunnerConfig
+from hearth.runner.protocol import CompletionRequest
 
 
 def collect(seq) -> tuple[str, dict]:
@@ -160,10 +160,10 @@ def test_a_shift_re_ropes_the_kept_keys(tiny_llama_path):
     """Discarding the middle of a sequence moves later keys to new positions: layer 0's keys
     then equal a fresh evaluation of the kept tokens, and rotating every layer's moved keys
     back by the same delta gives the original keys."""
+    from hearth.engine.forward import ForwardEngine
     from hearth.engine.ml import DType
-    from hearth.engine.model import load_model
-    from hearth.engine.runner.forward import ForwardEngine
-    from hearth.engine.runner.slots import InputCache
+    from hearth.engine.prompt_cache import InputCache
+    from hearth.plugins import load_installed_model as load_model
 
     loaded = load_model(tiny_llama_path, num_threads=1)
     engine = ForwardEngine(loaded, num_ctx=64, num_batch=64, parallel=2)

@@ -9,10 +9,10 @@ from test_runner import collect
 from test_slots import RecordingCache
 
 from hearth.engine.kvcache import MAX_POS
-from hearth.engine.runner.core import Runner, RunnerConfig
-from hearth.engine.runner.sequence import PromptTooLongError, Sequence, SequenceSettings
-from hearth.engine.runner.slots import InputCache, ReprocessInputs, group_start
+from hearth.engine.prompt_cache import InputCache, ReprocessInputs, group_start
 from hearth.engine.sampling import SamplingOptions
+from hearth.runner.core import Runner, RunnerConfig
+from hearth.runner.sequence import PromptTooLongError, Sequence, SequenceSettings
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ from hearth.engine.input import Batch
 from hearth.engine.kvcache import MAX_POS, Causal, ShiftNotSupportedError
 from hearth.engine.ml import CacheConfig, DType
 from hearth.engine.ml.reference import NumpyBackend
-from hearth.engine.runner.slots import (
+from hearth.engine.prompt_cache import (
     InputCache,
     NoFreeSlotError,
     ReprocessInputs,

@@ -159,8 +159,8 @@ def _write_bigram(path: Path) -> tuple[np.ndarray, np.ndarray]:
 
 
 def test_a_model_loads_and_runs_through_the_third_party_plugin(fake_dist, tmp_path):
+    from hearth.engine.forward import ForwardEngine
     from hearth.engine.model import load_model
-    from hearth.engine.runner.forward import ForwardEngine
     from hearth.plugins import default_registry
 
     emb, out = _write_bigram(tmp_path / "bigram.gguf")

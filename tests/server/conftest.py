@@ -17,7 +17,7 @@ from fastapi.testclient import TestClient
 
 from hearth.server.app import create_app
 from hearth.server.config import ServerConfig
-from hearth.server.store import ModelStore
+from hearth.server.store.model_store import ModelStore
 
 from .fakes import FakeLauncher, LiveServer, add_model, start_server, stop_server
 

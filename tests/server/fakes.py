@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hearth.engine.runner.client import RunnerError, RunnerOptions, RunnerStartError
-from hearth.engine.runner.protocol import CompletionRequest
-from hearth.server.store import ModelStore
+from hearth.runner.protocol import CompletionRequest
+from hearth.server.scheduling.runner_process import RunnerError, RunnerOptions, RunnerStartError
+from hearth.server.store.model_store import ModelStore
 
 REPO = Path(__file__).resolve().parents[2]
 

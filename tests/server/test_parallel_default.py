@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from hearth.engine.runner.client import RunnerOptions
 from hearth.server.app import create_app
 from hearth.server.config import ServerConfig
-from hearth.server.scheduler import LoadSpec, Scheduler
+from hearth.server.scheduling.runner_process import RunnerOptions
+from hearth.server.scheduling.scheduler import LoadSpec, Scheduler
 
 from .fakes import FakeLauncher, add_model
 

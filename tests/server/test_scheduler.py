@@ -8,9 +8,9 @@ from dataclasses import replace
 
 import pytest
 
-from hearth.engine.runner.client import RunnerOptions
 from hearth.server.config import FOREVER, ServerConfig
-from hearth.server.scheduler import LoadFailed, LoadSpec, Scheduler, ServerBusy
+from hearth.server.scheduling.runner_process import RunnerOptions
+from hearth.server.scheduling.scheduler import LoadFailed, LoadSpec, Scheduler, ServerBusy
 
 from .fakes import FakeLauncher
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from hearth.engine.model import default_registry
-from hearth.server.importer import import_ollama
-from hearth.server.names import InvalidName, ModelName
-from hearth.server.store import BlobError, BlobWriter, ModelNotFound, ModelStore
+from hearth.plugins import default_registry
+from hearth.server.store.importer import import_ollama
+from hearth.server.store.model_store import BlobError, BlobWriter, ModelNotFound, ModelStore
+from hearth.server.store.names import InvalidName, ModelName
 
 
 @pytest.mark.parametrize(
@@ -84,7 +84,7 @@ def test_blob_upload_checks_the_digest(tmp_path):
 
 def test_manifest_with_missing_blob_is_refused(tmp_path):
     store = ModelStore(tmp_path / "models")
-    from hearth.server.store import Layer
+    from hearth.server.store.model_store import Layer
 
     with pytest.raises(BlobError, match="missing"):
         store.write_manifest(

@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 from PySide6.QtGui import QColor, QImage
 
+from hearth.history.records import DONE, STOPPED
 from hearth.ui.app import HearthApp
-from hearth.ui.history.records import DONE, STOPPED
 
 from conftest import file_drop, send_and_wait
 

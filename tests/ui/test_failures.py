@@ -8,7 +8,7 @@ import pytest
 from PySide6.QtGui import QColor, QImage
 from stub_server import StubModel
 
-from hearth.ui.history.records import ERROR, STOPPED
+from hearth.history.records import ERROR, STOPPED
 
 from conftest import file_drop, send_and_wait
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import sqlite3
 
-from hearth.ui.history import ChatStore
-from hearth.ui.history.records import INTERRUPTED, STREAMING
-from hearth.ui.history.store import make_title
+from hearth.history import ChatStore
+from hearth.history.chat_store import make_title
+from hearth.history.records import INTERRUPTED, STREAMING
 
 
 def test_branches_versions_and_switching(tmp_path):

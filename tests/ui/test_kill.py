@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from hearth.ui.history import ChatStore
-from hearth.ui.history.records import INTERRUPTED
+from hearth.history import ChatStore
+from hearth.history.records import INTERRUPTED
 
 HELPER = Path(__file__).with_name("kill_helper.py")
 

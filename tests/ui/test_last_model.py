@@ -3,8 +3,8 @@ remembered in the settings across restarts, and the default model once it is del
 
 from __future__ import annotations
 
+from hearth.app_settings import load_settings
 from hearth.default_model import DEFAULT_MODEL
-from hearth.ui.settings import load_settings
 
 from conftest import send_and_wait
 

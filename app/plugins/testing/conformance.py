@@ -34,9 +34,9 @@ from typing import Literal
 import numpy as np
 
 from ...engine.architecture import Architectures
+from ...engine.forward import ForwardEngine
 from ...engine.model import LoadedModel, load_model
-from ...engine.runner.forward import ForwardEngine
-from ...engine.runner.slots import InputCache
+from ...engine.prompt_cache import InputCache
 from ..registry import default_registry
 from .parity import (
     LLAMACPP_LOGITS,

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ...engine.runner.forward import ForwardEngine
+from ...engine.forward import ForwardEngine
 
 __all__ = [
     "LLAMACPP_LOGITS",

@@ -14,12 +14,12 @@ from typing import Any
 from PySide6.QtCore import QBuffer, QByteArray, QIODevice, QObject, Signal
 from PySide6.QtGui import QGuiApplication, QImage
 
-from ..client import ApiClient, ApiError, Call
-from ..history import Chat, ChatStore
-from ..history.records import DONE, ERROR, STOPPED, STREAMING
-from ..history.store import make_title
-from ..models.conversation import ConversationModel, MessageItem
-from ..settings import Settings, save_settings
+from ...app_settings import Settings, save_settings
+from ...history import Chat, ChatStore
+from ...history.chat_store import make_title
+from ...history.records import DONE, ERROR, STOPPED, STREAMING
+from ..api_client import ApiClient, ApiError, Call
+from ..item_models.conversation import ConversationModel, MessageItem
 from .errors import friendly_error
 from .models import ModelsController
 from .reply import chat_body, context_used, context_window, reply_stats

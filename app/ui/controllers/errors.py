@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import QCoreApplication
 
-from ..client import ApiError
+from ..api_client import ApiError
 
 __all__ = ["friendly_error"]
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from PySide6.QtCore import QObject, Signal
 
-from ..history import ChatStore
-from ..models.chat_list import ChatListModel, ChatRow
+from ...history import ChatStore
+from ..item_models.chat_list import ChatListModel, ChatRow
 
 __all__ = ["HistoryController"]
 

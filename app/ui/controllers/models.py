@@ -8,8 +8,8 @@ from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
-from ..client import ApiClient, ApiError
-from ..models.model_list import ModelInfo, ModelListModel
+from ..api_client import ApiClient, ApiError
+from ..item_models.model_list import ModelInfo, ModelListModel
 
 __all__ = ["ModelsController", "model_name_for"]
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from PySide6.QtCore import QCoreApplication
 
-from ..history.records import ERROR, Chat, Message
+from ...history.records import ERROR, Chat, Message
 
 __all__ = ["chat_body", "reply_stats", "context_window", "context_used", "format_stats"]
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from PySide6.QtCore import QObject, QTimer, Signal
 from PySide6.QtWidgets import QApplication
 
+from ...app_settings import THEMES, Settings, new_api_key, save_settings
 from ..service import ServiceManager
-from ..settings import THEMES, Settings, new_api_key, save_settings
 from ..theme import Palette, apply_theme
 
 __all__ = ["SettingsController"]

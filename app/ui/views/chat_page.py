@@ -14,8 +14,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ..models.conversation import ConversationModel
-from ..models.model_list import ModelListModel
+from ..item_models.conversation import ConversationModel
+from ..item_models.model_list import ModelListModel
 from ..theme import Palette
 from ..widgets.bits import ContextMeter
 from ..widgets.composer import Composer

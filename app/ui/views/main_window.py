@@ -7,9 +7,9 @@ from PySide6.QtGui import QAction, QDragEnterEvent, QDropEvent, QKeySequence, QR
 from PySide6.QtWidgets import QHBoxLayout, QMainWindow, QStackedWidget, QWidget
 
 from ..controllers.drops import DropController
-from ..models.chat_list import ChatListModel
-from ..models.conversation import ConversationModel
-from ..models.model_list import ModelListModel
+from ..item_models.chat_list import ChatListModel
+from ..item_models.conversation import ConversationModel
+from ..item_models.model_list import ModelListModel
 from ..theme import Palette
 from ..widgets.bits import DropOverlay, Toast
 from .chat_page import ChatPage

@@ -17,7 +17,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ..models.model_list import ModelInfo, ModelListModel, human_bytes
+from ..item_models.model_list import ModelInfo, ModelListModel, human_bytes
 
 __all__ = ["ModelsPage"]
 

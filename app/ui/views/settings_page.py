@@ -18,7 +18,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ..settings import Settings
+from ...app_settings import Settings
 from ..widgets.switch import ToggleSwitch
 
 __all__ = ["SettingsPage"]

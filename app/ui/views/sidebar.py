@@ -17,7 +17,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ..models.chat_list import ChatListModel
+from ..item_models.chat_list import ChatListModel
 from ..widgets.chat_delegate import ChatDelegate
 
 __all__ = ["Sidebar"]

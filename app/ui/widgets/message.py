@@ -18,10 +18,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from ...history.records import ERROR, INTERRUPTED, STOPPED, STREAMING
 from ..controllers.reply import format_stats
-from ..history.records import ERROR, INTERRUPTED, STOPPED, STREAMING
+from ..item_models.conversation import MessageItem
 from ..markdown import split_thinking
-from ..models.conversation import MessageItem
 from ..theme import Palette
 from .markdown_view import MarkdownView
 

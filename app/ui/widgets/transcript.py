@@ -5,7 +5,7 @@ from __future__ import annotations
 from PySide6.QtCore import QModelIndex, Qt, Signal
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QScrollArea, QSizePolicy, QVBoxLayout, QWidget
 
-from ..models.conversation import ConversationModel
+from ..item_models.conversation import ConversationModel
 from ..theme import Palette
 from .message import MessageWidget
 

@@ -1,0 +1,157 @@
+"""The `hearth` command: serve, run, list, show, ps, rm, cp, create, stop, pull, import-ollama
+(and the internal `runner`). Everything but `serve`, `runner` and `import-ollama` is a client
+of the service; `hearth run` starts a private one when none is running."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import sys
+
+from ..default_model import DEFAULT_MODEL
+from ..runner.protocol import RunnerOptions
+
+__all__ = ["main", "build_parser"]
+
+
+def _add_run(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    run = sub.add_parser("run", help="chat with a model in the terminal")
+    run.add_argument("model", nargs="?", default=DEFAULT_MODEL, help="model name or .gguf path")
+    run.add_argument("prompt", nargs="?", help="reply once to this prompt and exit")
+    run.add_argument("--raw", action="store_true", help="no chat template; BOS per the file")
+    # Unset options are left to the model's parameters and Ollama's defaults (shown).
+    run.add_argument("--num-predict", type=int, default=None, help="max tokens to generate")
+    run.add_argument("--temperature", type=float, default=None, help="default 0.8")
+    run.add_argument("--top-k", type=int, default=None, help="default 40")
+    run.add_argument("--top-p", type=float, default=None, help="default 0.9")
+    run.add_argument("--min-p", type=float, default=None, help="default 0")
+    run.add_argument("--repeat-penalty", type=float, default=None, help="default 1.1; 1 = off")
+    run.add_argument("--seed", type=int, default=None, help="same seed, same text (-1: random)")
+    run.add_argument("--num-ctx", type=int, default=None, help="context length (default 4096)")
+    run.add_argument("--num-batch", type=int, default=None, help="prompt tokens per pass")
+    run.add_argument("--threads", type=int, default=None, help="CPU threads (physical cores)")
+    run.add_argument("--flash-attention", action="store_true", help="use flash attention")
+    run.add_argument("--verbose", action="store_true", help="print prompt and generation speed")
+    run.add_argument("--keep-alive", default=None, help="how long the model stays loaded")
+
+
+def _add_runner(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    runner = sub.add_parser("runner", help="(internal) serve one model for `hearth serve`")
+    runner.add_argument("--model", required=True, help="path to the .gguf file")
+    d = RunnerOptions()  # the defaults; the argument names are its fields
+    runner.add_argument("--num-ctx", type=int, default=d.num_ctx, help="context per sequence")
+    runner.add_argument("--parallel", type=int, default=d.parallel, help="sequences at once")
+    runner.add_argument("--num-batch", type=int, default=d.num_batch)
+    runner.add_argument("--threads", type=int, default=d.threads)
+    runner.add_argument("--flash-attention", action="store_true", default=d.flash_attention)
+    runner.add_argument("--kv-type", default=d.kv_type, choices=["f16", "q8_0", "q4_0"])
+    runner.add_argument("--memory-limit", type=int, default=d.memory_limit, help="bytes at most")
+
+
+def _add_models(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    serve = sub.add_parser("serve", help="start the Ollama/OpenAI-compatible service")
+    serve.add_argument(
+        "--host",
+        default=None,
+        help="address[:port] (default HEARTH_HOST or "
+        "127.0.0.1:11434); beyond loopback HEARTH_API_KEY is required",
+    )
+    serve.add_argument("--port", type=int, default=None, help="port (0: any free port)")
+    serve.add_argument(
+        "--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"]
+    )
+    serve.add_argument(
+        "--exit-on-stdin-close",
+        action="store_true",
+        help="stop when stdin closes (for a parent process)",
+    )
+    sub.add_parser("list", aliases=["ls"], help="list models")
+    show = sub.add_parser("show", help="show a model's details")
+    show.add_argument("model")
+    for flag in ("modelfile", "template", "parameters", "system", "license"):
+        show.add_argument(f"--{flag}", action="store_true", help=f"print only the {flag}")
+    sub.add_parser("ps", help="list loaded models")
+    rm = sub.add_parser("rm", help="delete models")
+    rm.add_argument("models", nargs="+")
+    cp = sub.add_parser("cp", help="copy a model under a new name")
+    cp.add_argument("source")
+    cp.add_argument("destination")
+    create = sub.add_parser("create", help="create a model from a .gguf file or a Modelfile")
+    create.add_argument("model", help="name for the new model (name[:tag])")
+    create.add_argument("-f", "--file", help="a .gguf file or a Modelfile")
+    create.add_argument("--from", dest="source", help="an existing model to start from")
+    create.add_argument(
+        "--link",
+        action="store_true",
+        help="hard-link the .gguf into the store instead of copying it",
+    )
+    create.add_argument("--template", help="a file holding a Jinja chat template")
+    create.add_argument("--system", help="the default system prompt")
+    create.add_argument(
+        "--parameter",
+        "-p",
+        action="append",
+        metavar="KEY=VALUE",
+        help="a default option, e.g. temperature=0.2 (repeatable)",
+    )
+    stop = sub.add_parser("stop", help="unload a model")
+    stop.add_argument("model")
+    pull = sub.add_parser("pull", help="(offline: only checks the model is here)")
+    pull.add_argument("model")
+    imp = sub.add_parser("import-ollama", help="import the models of an Ollama installation")
+    imp.add_argument(
+        "--source",
+        help="Ollama's models folder (default: OLLAMA_MODELS, "
+        "~/.ollama/models, /usr/share/ollama/.ollama/models)",
+    )
+    imp.add_argument("--copy", action="store_true", help="copy files instead of linking them")
+    imp.add_argument("--all", action="store_true", help="also models no plugin can run")
+    imp.add_argument("--force", action="store_true", help="replace models already imported")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="hearth", description="Local LLMs, on your machine.")
+    sub = p.add_subparsers(dest="command")
+    _add_run(sub)
+    _add_models(sub)
+    _add_runner(sub)
+    return p
+
+
+def _gui_available() -> bool:
+    if sys.platform.startswith("linux") and not (
+        os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")
+        or os.environ.get("QT_QPA_PLATFORM")
+    ):  # fmt: skip
+        return False
+    return importlib.util.find_spec("PySide6") is not None
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    gui_args = not argv or argv[0].split("=")[0] in ("--server", "--api-key")
+    if gui_args and _gui_available():
+        # The bare command (or only the window's own options) opens the desktop app.
+        from ..ui.app import main as gui_main
+
+        sys.exit(gui_main(argv))
+    parser = build_parser()
+    if not argv:  # no display: chat with the default model in the terminal instead
+        argv = ["run"]
+    args = parser.parse_args(argv)
+    if args.command == "run":
+        from .terminal_chat import run
+
+        sys.exit(run(args))
+    if args.command == "runner":
+        from ..runner.main import main as runner_main
+
+        sys.exit(runner_main(args))
+    if args.command == "serve":
+        from ..server.serve import serve
+
+        sys.exit(serve(args))
+    from .commands import run_command
+
+    sys.exit(run_command(args))

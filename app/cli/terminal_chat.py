@@ -1,0 +1,170 @@
+"""`hearth run MODEL [PROMPT]`: chat with a model in the terminal, like `ollama run`.
+
+A client of the service: it uses the running `hearth serve` (HEARTH_HOST), or starts a private
+one for the session. With PROMPT, print one streamed reply and exit; without it, an
+interactive chat whose follow-up turns reuse the runner's cached conversation. `--raw` sends
+the text without a chat template. MODEL may be a path to a .gguf file: it is registered (as
+`local/<file name>`, hard-linked, not copied) so the service can load it.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+from ..default_model import DEFAULT_MODEL
+from ..launcher import Connection, connect
+from .http_client import HearthClient, ServiceError
+
+__all__ = ["resolve_model", "request_options", "run"]
+
+_ALIASES = ("gemma3:270m-q4_K_M", "default")
+
+
+def _local_name(path: Path) -> str:
+    stem = re.sub(r"[^a-z0-9._-]+", "-", path.stem.lower()).strip("-._") or "model"
+    return f"local/{stem[:80]}:latest"
+
+
+def resolve_model(client: HearthClient, name: str) -> str:
+    """A model name, or a .gguf path registered with the service -> the name to use."""
+    if name in _ALIASES:
+        return DEFAULT_MODEL
+    path = Path(name).expanduser()
+    if path.is_file() or name.lower().endswith(".gguf"):
+        if not path.is_file():
+            raise ServiceError(f"model '{name}' not found: there is no such file")
+        local = _local_name(path)
+        body = {"model": local, "from": str(path.resolve()), "link": True}
+        for _ in client.create(body):
+            pass
+        return local
+    client.show(name)  # "model '...' not found" when absent
+    return name
+
+
+def request_options(args: Any) -> dict[str, Any]:
+    """The options the user set (the rest come from the model and the defaults)."""
+    names = {
+        "num_predict": args.num_predict,
+        "temperature": args.temperature,
+        "top_k": args.top_k,
+        "top_p": args.top_p,
+        "min_p": args.min_p,
+        "repeat_penalty": args.repeat_penalty,
+        "seed": args.seed,
+        "num_ctx": args.num_ctx,
+        "num_batch": args.num_batch,
+        "num_thread": args.threads,
+    }
+    options = {k: v for k, v in names.items() if v is not None}
+    if args.flash_attention:
+        options["flash_attention"] = True
+    return options
+
+
+def run(args: Any, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+    conn: Connection | None = None
+    try:
+        conn = connect(start_private=True)
+        model = resolve_model(conn.client, args.model)
+        chat = _Chat(conn.client, model, args, out, err)
+        if args.prompt is not None:
+            return chat.one_shot(args.prompt)
+        return chat.interactive()
+    except ServiceError as e:
+        err.write(f"\nhearth: {e}\n")
+        return 1
+    finally:
+        if conn is not None:
+            conn.close()
+
+
+class _Chat:
+    def __init__(self, client: HearthClient, model: str, args: Any, out: TextIO, err: TextIO):
+        self.client, self.model, self.args = client, model, args
+        self.out, self.err = out, err
+        self._report = ""
+        self.base: dict[str, Any] = {"model": model, "options": request_options(args)}
+        if args.keep_alive is not None:
+            self.base["keep_alive"] = args.keep_alive
+
+    def _stream(self, path: str, body: dict[str, Any]) -> str:
+        parts = []
+        for item in self.client.stream(path, {**self.base, **body}):
+            piece = item.get("response") if "response" in item else item["message"]["content"]
+            if piece:
+                parts.append(piece)
+                self.out.write(piece)
+                self.out.flush()
+            if item.get("done"):
+                self._done(item)
+        return "".join(parts)
+
+    def _done(self, final: dict[str, Any]) -> None:
+        extra = final.get("hearth", {})
+        if extra.get("truncated"):
+            self.err.write("\n(the conversation was cut to fit the context: use --num-ctx)\n")
+        if not self.args.verbose:
+            return
+        evaluated = final.get("prompt_eval_count", 0)
+        p_s = final.get("prompt_eval_duration", 0) / 1e9
+        e_n, e_s = final.get("eval_count", 0), final.get("eval_duration", 0) / 1e9
+        self._report = (
+            f"prompt: {extra.get('prompt_tokens', evaluated)} tokens "
+            f"({extra.get('prompt_cached', 0)} from cache), {evaluated} evaluated in "
+            f"{p_s:.2f}s ({evaluated / p_s if p_s else 0.0:.1f} tok/s)\n"
+            f"generation: {e_n} tokens in {e_s:.2f}s ({e_n / e_s if e_s else 0.0:.1f} tok/s), "
+            f"done: {final.get('done_reason', '')}\n"
+        )
+
+    def _reply(self, messages: list[dict[str, Any]], text: str) -> str:
+        self._report = ""
+        if self.args.raw:
+            reply = self._stream("/api/generate", {"prompt": text, "raw": True})
+        else:
+            reply = self._stream("/api/chat", {"messages": messages})
+        return reply
+
+    def one_shot(self, prompt: str) -> int:
+        self._reply([{"role": "user", "content": prompt}], prompt)
+        self.out.write("\n")
+        if self._report:
+            self.err.write(self._report)
+        return 0
+
+    def interactive(self) -> int:
+        messages: list[dict[str, Any]] = []
+        tty = sys.stdin.isatty()
+        if tty:
+            self.err.write(f"Chatting with {self.model}. Type /bye (or Ctrl-D) to leave.\n")
+        while True:
+            if tty:
+                self.out.write(">>> ")
+                self.out.flush()
+            line = sys.stdin.readline()
+            if not line:
+                break
+            text = line.rstrip("\n")
+            if text.strip() in ("/bye", "/exit", "/quit"):
+                break
+            if not text.strip():
+                continue
+            messages.append({"role": "user", "content": text})
+            try:
+                reply = self._reply(messages, text)
+            except KeyboardInterrupt:  # stop this reply, keep the chat
+                self.out.write("\n")
+                messages.pop()
+                continue
+            except ServiceError as e:
+                self.err.write(f"\nhearth: {e}\n")
+                messages.pop()
+                continue
+            messages.append({"role": "assistant", "content": reply})
+            self.out.write("\n\n")
+            if self._report:
+                self.err.write(self._report)
+        return 0

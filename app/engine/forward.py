@@ -1,0 +1,209 @@
+"""Forward passes of one loaded model over its KV cache, with graph reuse.
+
+`ForwardEngine` owns the cache and the core-side half of every pass: it builds the batch's
+input tensors, lets the cache assign cells (`prepare`), asks the plugin for the graph, and
+computes it. Built graphs are kept and run again when a later pass has the same shape (same
+batch size, output rows and cache signature), after their inputs are refilled; that is what
+makes token-by-token generation cheap in Python (as llama.cpp's graph reuse does).
+
+At construction it reserves the worst-case graphs (a full batch whose mask spans the whole
+cache, and a batch of one), so that a model which does not fit fails here, not mid-inference.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from .input import Batch, sequence_runs
+from .kvcache import Cache
+from .ml.api import Context, DType, OutOfMemoryError, Tensor
+from .model import LoadedModel
+
+__all__ = ["ForwardEngine", "MemoryReport", "Pass"]
+
+_GRAPH_CACHE_SIZE = 4  # graphs kept for reuse (decode shapes, a prompt chunk shape, ...)
+
+
+@dataclass(frozen=True)
+class MemoryReport:
+    weights: int
+    cache: int
+    graph: int
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.cache + self.graph
+
+
+@dataclass
+class _Graph:
+    ctx: Context
+    batch: Batch
+    output: Tensor
+
+
+@dataclass
+class Pass:
+    """A planned forward pass: cells assigned, graph ready, token values still changeable."""
+
+    graph: _Graph
+    tokens: np.ndarray
+
+
+class ForwardEngine:
+    """See the module docstring. Not thread-safe: one thread builds and runs passes."""
+
+    def __init__(
+        self,
+        loaded: LoadedModel,
+        num_ctx: int = 4096,
+        num_batch: int = 512,
+        parallel: int = 1,
+        kv_dtype: DType = DType.F16,
+        memory_limit: int | None = None,
+    ) -> None:
+        self.loaded = loaded
+        self.model = loaded.model
+        self.backend = loaded.backend
+        self.num_ctx = num_ctx
+        self.num_batch = min(num_batch, num_ctx)
+        self.parallel = parallel
+        self.vocab_size = loaded.tokenizer.vocab_size
+        pooling = loaded.file.metadata.uint("pooling_type", 0)
+        self.pooling = {1: "mean", 2: "first"}.get(pooling, "last")  # embeddings
+        cache = self.model.make_cache()
+        if cache is None:
+            raise ValueError("models without a KV cache are not supported yet")
+        self.cache: Cache = cache
+        self.cache.init(self.backend, kv_dtype, parallel, num_ctx, self.num_batch)
+        self._graphs: OrderedDict[tuple, _Graph] = OrderedDict()  # built graphs, by shape
+        self.graphs_built = 0
+        self.graphs_reused = 0
+        self.memory = self._reserve()
+        if memory_limit is not None and self.memory.total > memory_limit:
+            raise OutOfMemoryError(
+                f"this model needs {_mib(self.memory.total)} (weights {_mib(self.memory.weights)}, "
+                f"KV cache {_mib(self.memory.cache)}, compute {_mib(self.memory.graph)}) but only "
+                f"{_mib(memory_limit)} is available; try a smaller context length",
+                needed=self.memory.total,
+                available=memory_limit,
+            )
+
+    # -- reservation ----------------------------------------------------------------------
+    def _reserve(self) -> MemoryReport:
+        for n in (self.num_batch, 1):
+            outputs = np.full(min(self.parallel, n), n - 1, dtype=np.int32)
+            ctx = self.backend.new_context()
+            try:
+                batch = self._batch(
+                    ctx,
+                    np.zeros(n, np.int32),
+                    np.arange(n, dtype=np.int32),
+                    np.zeros(n, np.int32),
+                    outputs,
+                )
+                self.cache.start_forward(ctx, batch, reserve=True)
+                logits = self.model.forward(ctx, batch, self.cache)
+                ctx.reserve(logits)
+            finally:
+                ctx.close()
+        return MemoryReport(
+            weights=self.loaded.weights.nbytes,
+            cache=self.backend.persistent_bytes(),
+            graph=self.backend.graph_memory(),
+        )
+
+    # -- passes ---------------------------------------------------------------------------
+    @staticmethod
+    def _batch(
+        ctx: Context,
+        tokens: np.ndarray,
+        positions: np.ndarray,
+        sequences: np.ndarray,
+        outputs: np.ndarray,
+        hidden: bool = False,
+    ) -> Batch:
+        n = len(tokens)
+        return Batch(
+            tokens=ctx.input(DType.I32, (n,), tokens, key="batch.tokens"),
+            positions=ctx.input(DType.I32, (n,), positions, key="batch.positions"),
+            outputs=ctx.input(DType.I32, (len(outputs),), outputs, key="batch.outputs"),
+            positions_host=positions,
+            sequences=sequences,
+            outputs_host=outputs,
+            hidden=hidden,
+        )
+
+    def plan(
+        self,
+        tokens: np.ndarray,
+        positions: np.ndarray,
+        sequences: np.ndarray,
+        outputs: np.ndarray,
+        hidden: bool = False,
+    ) -> Pass:
+        """Assign cache cells and get the graph for one pass (reusing a built one when the
+        shapes match). Raises CacheFullError. `Pass.tokens` may be changed before `run()`
+        (tokens still being sampled). If the graph may be computing for an earlier pass, call
+        this only after that compute has started (its inputs are refilled here)."""
+        tokens = np.array(tokens, dtype=np.int32)
+        if len(tokens) > self.num_batch:  # the memory reserved at load is for num_batch
+            raise ValueError(f"a batch of {len(tokens)} inputs; at most {self.num_batch}")
+        positions = np.ascontiguousarray(positions, dtype=np.int32)
+        sequences = np.ascontiguousarray(sequences, dtype=np.int32)
+        outputs = np.ascontiguousarray(outputs, dtype=np.int32)
+        runs = sequence_runs(sequences)
+        host = Batch(None, None, None, positions, sequences, outputs, hidden=hidden, runs=runs)  # type: ignore[arg-type]
+        self.cache.prepare(host)
+        out_runs = sequence_runs(sequences[outputs])
+        key = (len(tokens), len(outputs), hidden, self.cache.signature(), tuple(out_runs))
+        graph = self._graphs.get(key)
+        if graph is not None:
+            self._graphs.move_to_end(key)
+            self.graphs_reused += 1
+            self._batch(graph.ctx, tokens, positions, sequences, outputs, hidden)
+            self.cache.bind(graph.ctx)
+        else:
+            ctx = self.backend.new_context()
+            ctx.row_groups = {len(tokens): runs, len(outputs): out_runs}
+            batch = self._batch(ctx, tokens, positions, sequences, outputs, hidden)
+            self.cache.bind(ctx)
+            out = self.model.forward(ctx, batch, self.cache)
+            graph = self._graphs[key] = _Graph(ctx, batch, out)
+            self.graphs_built += 1
+            while len(self._graphs) > _GRAPH_CACHE_SIZE:
+                _, old = self._graphs.popitem(last=False)
+                old.ctx.close()
+        return Pass(graph, tokens)
+
+    def run(self, p: Pass, on_started: Callable[[], None] | None = None) -> np.ndarray:
+        """Compute a planned pass; returns `[n_outputs, vocab]` logits (or hidden states)."""
+        g = p.graph
+        g.ctx.input(DType.I32, (len(p.tokens),), p.tokens, key="batch.tokens")
+        g.ctx.compute(g.output, on_started=on_started)
+        return g.output.numpy().reshape(p.graph.batch.n_outputs, -1)
+
+    def forward(
+        self,
+        tokens: np.ndarray,
+        positions: np.ndarray,
+        sequences: np.ndarray,
+        outputs: np.ndarray,
+        hidden: bool = False,
+    ) -> np.ndarray:
+        """plan() and run() in one go; `outputs` are row indices into this batch."""
+        return self.run(self.plan(tokens, positions, sequences, outputs, hidden))
+
+    def close(self) -> None:
+        for graph in self._graphs.values():
+            graph.ctx.close()
+        self._graphs.clear()
+        self.cache.close()
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:,.0f} MiB"

@@ -1,1 +1,0 @@
-"""The runner: forward passes, the batching loop, prompt-cache slots."""

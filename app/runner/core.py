@@ -1,0 +1,180 @@
+"""The runner's model-side object: a loaded model, its engine and batching loop, and the
+request operations the HTTP layer exposes (see protocol.py)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..engine.architecture import Architectures
+from ..engine.forward import ForwardEngine
+from ..engine.ml.api import DType
+from ..engine.model import LoadedModel, load_model
+from ..plugins.registry import default_registry
+from .loop import BatchLoop
+from .protocol import CompletionRequest, RunnerOptions
+from .sequence import PromptTooLongError, Sequence, SequenceSettings, settings_from_request
+
+__all__ = ["RunnerConfig", "Runner", "RequestError"]
+
+_log = logging.getLogger("hearth.runner")
+
+_KV_TYPES = {"f16": DType.F16, "q8_0": DType.Q8_0, "q4_0": DType.Q4_0}
+
+
+class RequestError(ValueError):
+    """A request the runner refuses (HTTP 400); the message says why."""
+
+
+@dataclass(frozen=True)
+class RunnerConfig(RunnerOptions):
+    """A runner's model and options (protocol.RunnerOptions), plus in-process choices."""
+
+    model: str
+    multi_user_cache: bool = False
+    pipelined: bool | None = None  # build batch N+1 while N computes; None = when a core is spare
+
+
+class Runner:
+    """Loads the model (raising on failure) and serves requests through one BatchLoop."""
+
+    def __init__(
+        self,
+        config: RunnerConfig,
+        progress: Callable[[float], None] | None = None,
+        registry: Architectures | None = None,
+    ):
+        """`registry`: the architectures to load with; None means the installed plugins'."""
+        kv = _KV_TYPES[config.kv_type]
+        if kv != DType.F16 and not config.flash_attention:
+            raise ValueError(
+                f"a {config.kv_type} KV cache needs flash attention (--flash-attention); "
+                "without it the cache is f16"
+            )
+        self.config = config
+        self.loaded: LoadedModel = load_model(
+            config.model,
+            registry=registry if registry is not None else default_registry(),
+            progress=progress,
+            num_threads=config.threads,
+            flash_attention=config.flash_attention,
+        )
+        try:
+            self.engine = ForwardEngine(
+                self.loaded,
+                num_ctx=config.num_ctx,
+                num_batch=config.num_batch,
+                parallel=config.parallel,
+                kv_dtype=kv,
+                memory_limit=config.memory_limit,
+            )
+        except BaseException:
+            self.loaded.close()
+            raise
+        # Probed while loading (ml/invariance.py): whether "same tokens under any load" holds.
+        self.invariance = self.loaded.weights.invariance_report()
+        log = _log.info if self.invariance.holds else _log.warning
+        log("%s: %s", self.loaded.file.path.name, self.invariance.summary())
+        self.tokenizer = self.loaded.tokenizer
+        self.loop = BatchLoop(
+            self.engine, multi_user=config.multi_user_cache, pipelined=config.pipelined
+        )
+        self.loop.start()
+        self.constraints: Any = None  # grammar TokenTable, built on first structured request
+        self._constraints_lock = threading.Lock()
+
+    # -- requests ---------------------------------------------------------------------------
+    def encode(self, text: str, add_special: bool = True) -> list[int]:
+        """Tokenize a prompt: special tokens parsed, BOS per the file, never doubled."""
+        tok = self.tokenizer
+        ids = tok.encode(text, add_special=add_special, parse_special=True)
+        if tok.bos_id is not None and len(ids) >= 2 and ids[0] == ids[1] == tok.bos_id:
+            ids = ids[1:]
+        return ids
+
+    def completion(self, req: CompletionRequest) -> Sequence:
+        """Validate and queue a generation; its `events` queue streams the protocol lines."""
+        if req.images:
+            raise RequestError(
+                f"this model ({self.loaded.architecture}) cannot see images; "
+                "use a vision model or send text only"
+            )
+        if req.tokens is not None:
+            if not all(
+                isinstance(t, int) and 0 <= t < self.tokenizer.vocab_size for t in req.tokens
+            ):
+                raise RequestError("tokens must be ids inside the model's vocabulary")
+            prompt = list(req.tokens)
+        elif req.prompt is not None:
+            prompt = self.encode(req.prompt)
+        else:
+            raise RequestError("give a prompt or tokens")
+        try:
+            settings = settings_from_request(req)
+            constraint = self._constraint(req.format)
+            seq = Sequence(
+                prompt, settings, self.tokenizer, self.engine.num_ctx, constraint=constraint
+            )
+        except (PromptTooLongError, ValueError) as e:
+            raise RequestError(str(e)) from None
+        self.loop.submit(seq)
+        return seq
+
+    def _constraint(self, fmt: Any) -> Any:
+        if fmt in (None, ""):
+            return None
+        from ..engine.grammar import JsonConstraint, TokenTable, schema_from_format
+
+        schema = schema_from_format(fmt)
+        with self._constraints_lock:  # built once per model, on first use (about a second)
+            if self.constraints is None:
+                self.constraints = TokenTable.from_tokenizer(self.tokenizer)
+        return JsonConstraint(self.constraints, schema)
+
+    def embedding(self, text: str | list[int], truncate: bool = True) -> Sequence:
+        ids = list(text) if isinstance(text, list) else self.encode(text)
+        if not ids:
+            raise RequestError("the input is empty")
+        limit = self.engine.num_ctx
+        if len(ids) > limit:
+            if not truncate:
+                raise RequestError(
+                    f"the input is {len(ids)} tokens but the context holds {limit}; "
+                    "shorten it or allow truncation"
+                )
+            ids = ids[:limit]
+        seq = Sequence(ids, SequenceSettings(), self.tokenizer, self.engine.num_ctx, embedding=True)
+        self.loop.submit(seq)
+        return seq
+
+    def tokenize(self, content: str, add_special: bool = True) -> list[int]:
+        return self.encode(content, add_special)
+
+    def detokenize(self, tokens: list[int]) -> str:
+        return self.tokenizer.decode(tokens)
+
+    def info(self) -> dict[str, Any]:
+        meta = self.loaded.file.metadata
+        mem = self.engine.memory
+        return {
+            "architecture": self.loaded.architecture,
+            "context_length": meta.uint("context_length", 0),
+            "num_ctx": self.engine.num_ctx,
+            "parallel": self.engine.parallel,
+            "vocab_size": self.tokenizer.vocab_size,
+            "memory": {
+                "weights": mem.weights,
+                "cache": mem.cache,
+                "graph": mem.graph,
+                "total": mem.total,
+            },
+            "batch_invariance": self.invariance.to_json(),
+        }
+
+    def close(self) -> None:
+        self.loop.stop()
+        self.engine.close()
+        self.loaded.close()

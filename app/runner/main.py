@@ -1,0 +1,87 @@
+"""`hearth runner`: the process that serves one model (see protocol.py for the contract)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import signal
+import sys
+import threading
+import time
+from dataclasses import fields
+from typing import Any
+
+from ..engine.gguf import GGUFError
+from ..engine.ml.api import OutOfMemoryError
+from ..engine.model import ModelLoadError
+from .core import Runner, RunnerConfig
+from .http import RunnerState, make_server
+from .protocol import TOKEN_ENV, RunnerOptions
+
+__all__ = ["main"]
+
+_log = logging.getLogger("hearth.runner")
+
+
+def _emit(event: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(event) + "\n")
+    sys.stdout.flush()
+
+
+def _watch_parent(stop: threading.Event) -> None:
+    """End with the parent: a runner must never outlive the service that started it."""
+    parent = os.getppid()
+    while not stop.wait(1.0):
+        if os.getppid() != parent:
+            os.kill(os.getpid(), signal.SIGTERM)
+            return
+
+
+def main(args: Any) -> int:
+    logging.basicConfig(
+        level=os.environ.get("HEARTH_LOG_LEVEL", "WARNING"),
+        stream=sys.stderr,
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+    )
+    token = os.environ.get(TOKEN_ENV) or secrets.token_hex(16)
+    if TOKEN_ENV not in os.environ:
+        _log.warning("no %s given; using %s", TOKEN_ENV, token)
+    state = RunnerState()
+    server = make_server(state, token)
+    threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
+    stop = threading.Event()
+    threading.Thread(target=_watch_parent, args=(stop,), daemon=True).start()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    _emit({"event": "listening", "port": server.server_address[1]})
+
+    last = [0.0]
+
+    def progress(fraction: float) -> None:
+        state.progress = fraction
+        now = time.monotonic()
+        if now - last[0] > 0.1 or fraction >= 1.0:
+            last[0] = now
+            _emit({"event": "progress", "fraction": round(fraction, 4)})
+
+    config = RunnerConfig(
+        model=args.model,
+        multi_user_cache=os.environ.get("HEARTH_MULTIUSER_CACHE", "") in ("1", "true"),
+        **{f.name: getattr(args, f.name) for f in fields(RunnerOptions)},
+    )
+    try:
+        runner = Runner(config, progress)
+    except (GGUFError, ModelLoadError, OutOfMemoryError, ValueError, OSError) as e:
+        state.status, state.error = "error", str(e)
+        _emit({"event": "error", "message": str(e)})
+        server.shutdown()
+        return 1
+    state.runner = runner
+    state.status = "ready"
+    info = runner.info()
+    _emit({"event": "ready", "memory": info["memory"], "info": info})
+    stop.wait()
+    server.shutdown()
+    runner.close()
+    return 0

@@ -1,0 +1,365 @@
+"""One request's generation state: its prompt, sampler, stop strings, output stream and stats.
+
+The batching loop owns the order of work; a Sequence decides what each sampled token means:
+end of turn, a stop string, the token limit, text to stream (never half a UTF-8 character and
+never the start of a stop string that may still complete), logprobs.
+
+Stop strings with structured output (`format`): the output must always parse, so a stop string
+only ends the output where the text before it is a whole document by the grammar (read from
+the streamed text with `JsonConstraint.reader()`). A match inside a JSON string, a key or an
+unfinished value is ignored and streams on as text; nothing is held back for a stop string
+that could not be honoured where it starts. The grammar allows nothing after an object, array
+or string, so in practice such a stop string can only cut a top-level number or literal
+(`12` when `3` is a stop in `123`); a finished document ends the sequence by itself.
+
+Text held back for a stop string that never completed is sent when the sequence ends for any
+other reason (end of turn, the grammar's end, the token limit, a cancel).
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..engine.prompt_cache import Slot, group_start
+from ..engine.sampling import Sampler, SamplingOptions, log_softmax
+from ..engine.tokenizer import StreamDecoder, Tokenizer
+from .protocol import CompletionRequest
+
+__all__ = ["Sequence", "SequenceSettings", "PromptTooLongError", "settings_from_request"]
+
+_SAMPLING_KEYS = {
+    "temperature",
+    "top_k",
+    "top_p",
+    "min_p",
+    "seed",
+    "repeat_penalty",
+    "repeat_last_n",
+    "presence_penalty",
+    "frequency_penalty",
+}
+
+
+class PromptTooLongError(ValueError):
+    pass
+
+
+@dataclass
+class SequenceSettings:
+    sampling: SamplingOptions = field(default_factory=SamplingOptions)
+    num_predict: int = -1
+    num_keep: int = 4
+    stop: tuple[str, ...] = ()
+    logprobs: bool = False
+    top_logprobs: int = 0
+    truncate: bool = True
+    shift: bool = True
+
+
+def settings_from_request(req: CompletionRequest) -> SequenceSettings:
+    """Validate a request's options (Ollama names); ValueError says what is wrong."""
+    opts = dict(req.options or {})
+    sampling_args: dict[str, Any] = {}
+    for key in _SAMPLING_KEYS & opts.keys():
+        value = opts[key]
+        if value is None:
+            continue
+        caster = int if key in ("top_k", "seed", "repeat_last_n") else float
+        try:
+            sampling_args[key] = caster(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"option {key} must be a number, not {value!r}") from None
+    stop = opts.get("stop") or ()
+    if isinstance(stop, str):
+        stop = (stop,)
+    if not all(isinstance(s, str) for s in stop):
+        raise ValueError("option stop must be a string or a list of strings")
+    top = int(req.top_logprobs or 0)
+    if not 0 <= top <= 20:
+        raise ValueError("top_logprobs must be between 0 and 20")
+    return SequenceSettings(
+        sampling=SamplingOptions(**sampling_args),
+        num_predict=int(opts.get("num_predict", -1) if opts.get("num_predict") is not None else -1),
+        num_keep=int(opts.get("num_keep", 4) if opts.get("num_keep") is not None else 4),
+        stop=tuple(stop),
+        logprobs=bool(req.logprobs or top > 0),
+        top_logprobs=top,
+        truncate=bool(req.truncate),
+        shift=bool(req.shift),
+    )
+
+
+class Sequence:
+    """See the module docstring. Created on a request thread, then driven by the loop."""
+
+    def __init__(
+        self,
+        prompt: list[int],
+        settings: SequenceSettings,
+        tokenizer: Tokenizer,
+        num_ctx: int,
+        constraint: Any = None,
+        embedding: bool = False,
+        same_batch: list[int] | None = None,
+    ) -> None:
+        """`same_batch[i]` (one per prompt input, default all 0): the next N inputs must be
+        evaluated in input i's batch (an image's positions); such runs are never split by
+        batching, truncation, the prompt cache or a context shift."""
+        if not prompt:
+            raise ValueError("the prompt is empty")
+        if same_batch is None:
+            marks = [0] * len(prompt)
+        else:
+            marks = list(same_batch)
+            if len(marks) != len(prompt) or any(
+                m < 0 or i + m >= len(prompt) for i, m in enumerate(marks)
+            ):
+                raise ValueError("same_batch needs one count per prompt input, within the prompt")
+        self.settings = settings
+        self.tokenizer = tokenizer
+        self.num_ctx = num_ctx
+        self.embedding = embedding
+        self.constraint = constraint
+        keep = settings.num_keep
+        self.num_keep = len(prompt) if keep < 0 else max(0, keep)
+        self.num_keep = min(self.num_keep, num_ctx - 1)
+        self.truncated = False
+        if len(prompt) > num_ctx and not embedding:
+            prompt, marks = self._truncate(prompt, marks)
+        self.prompt = prompt
+        self.marks = marks  # same_batch of each prompt input
+        cap = 10 * num_ctx  # a runaway generation through repeated shifts ends here
+        n = settings.num_predict
+        self.num_predict = cap if n < 0 or n > cap else n
+        self.events: queue.Queue[dict[str, Any] | None] = queue.Queue()
+        self.cancelled = threading.Event()
+        self.slot: Slot | None = None
+        self.pending: list[int] = []  # inputs still to evaluate (prompt rest, or the last token)
+        self.pending_marks: list[int] = []  # their same_batch counts
+        self.done = False
+        self.shifted = False
+        self.sampler = Sampler(settings.sampling, history=prompt)
+        self._decoder = StreamDecoder(tokenizer)
+        self._stops = [s for s in settings.stop if s]
+        self._held = ""  # text withheld because it may begin a stop string
+        self._cut = False  # a stop string ended the output (the text after it is dropped)
+        # With structured output, where the streamed text is a whole document (see above).
+        self._doc = constraint.reader() if constraint is not None and self._stops else None
+        self._held_logprobs: list[dict[str, Any]] = []
+        self.generated: list[int] = []  # sampled tokens, in order
+        self.fed = 0  # generated tokens evaluated into the cache (set by the loop)
+        self.placeholder_planned = False  # the next token has a planned input (loop)
+        self.limit_reached = False  # the context is full and may not shift: end after sampling
+        self._sent_tokens = 0  # generated tokens whose text has been fully sent
+        self._text_ends: list[int] = []  # cumulative text length after each generated token
+        self._text_len = 0
+        self._sent_len = 0
+        self.prompt_cached = 0
+        self.prompt_evaluated = 0
+        self.t_start = time.perf_counter()
+        self.t_first: float | None = None
+        self.t_sampling = 0.0
+
+    def _truncate(self, prompt: list[int], marks: list[int]) -> tuple[list[int], list[int]]:
+        """Keep num_keep inputs and the tail; a same_batch run the cut would split is
+        dropped whole, and one that straddles num_keep is an error."""
+        if not self.settings.truncate:
+            raise PromptTooLongError(
+                f"the prompt is {len(prompt)} tokens but the context holds {self.num_ctx}; "
+                "raise num_ctx, shorten the prompt, or allow truncation"
+            )
+        room = self.num_ctx - max(1, min(self.num_ctx // 4, 256))
+        keep = min(self.num_keep, room)
+        if group_start(marks, keep) != keep:
+            raise PromptTooLongError(
+                "the prompt must be truncated but num_keep ends inside an image; "
+                "change num_keep or shorten the prompt"
+            )
+        tail = len(prompt) - (room - keep)
+        while group_start(marks, tail) != tail:  # the cut is inside a run: drop all of it
+            tail = next(i + m for i, m in enumerate(marks) if m and i < tail <= i + m) + 1
+        self.truncated = True
+        return prompt[:keep] + prompt[tail:], marks[:keep] + marks[tail:]
+
+    # -- the loop drives these -----------------------------------------------------------
+    def start(self, slot: Slot, cached: int) -> None:
+        self.slot = slot
+        self.prompt_cached = cached
+        self.pending = list(self.prompt[cached:])
+        self.pending_marks = list(self.marks[cached:])
+        self.prompt_evaluated = len(self.pending)
+
+    def accept_logits(self, logits: np.ndarray) -> int | None:
+        """Sample from the logits that follow the last evaluated input. Returns the token to
+        evaluate next, or None when the sequence has finished."""
+        t0 = time.perf_counter()
+        if self.t_first is None:
+            self.t_first = t0
+        if len(self.generated) >= self.num_predict:  # num_predict 0: the prompt only
+            self.finish("length")
+            return None
+        token = self._sample(logits)
+        self.t_sampling += time.perf_counter() - t0
+        if token is None:
+            return None
+        if self.tokenizer.is_eos(token):
+            self.finish("stop")
+            return None
+        self.sampler.accept(token)
+        self.generated.append(token)
+        text = self._decoder.feed(token)
+        self._text_len += len(text)
+        self._text_ends.append(self._text_len)
+        lp = self._logprob(logits, token) if self.settings.logprobs else None
+        if lp is not None:
+            self._held_logprobs.append(lp)
+        if self._emit(text):
+            self.finish("stop")
+            return None
+        if self.constraint is not None and self.constraint.complete:
+            self.finish("stop")
+            return None
+        if len(self.generated) >= self.num_predict:
+            self.finish("length")
+            return None
+        return token
+
+    def _sample(self, logits: np.ndarray) -> int | None:
+        c = self.constraint
+        if c is None:
+            return self.sampler.sample(logits)
+        token = self.sampler.sample(logits)
+        if not c.accepts(token):
+            masked = np.where(c.mask(), logits, -np.inf).astype(np.float32)
+            if not np.isfinite(masked).any():
+                self.fail("structured output reached a state with no valid continuation")
+                return None
+            token = self.sampler.sample(masked)
+        if not self.tokenizer.is_eos(token):
+            c.advance(token)
+        return token
+
+    def _logprob(self, logits: np.ndarray, token: int) -> dict[str, Any]:
+        lp = log_softmax(logits)
+        entry = self._token_entry(token, float(lp[token]))
+        k = self.settings.top_logprobs
+        if k:
+            idx = np.argpartition(lp, lp.shape[0] - k)[lp.shape[0] - k :]
+            idx = idx[np.argsort(-lp[idx], kind="stable")]
+            entry["top_logprobs"] = [self._token_entry(int(i), float(lp[i])) for i in idx]
+        return entry
+
+    def _token_entry(self, token: int, logprob: float) -> dict[str, Any]:
+        raw = self.tokenizer.token_bytes(token)
+        return {
+            "token": raw.decode("utf-8", "replace"),
+            "logprob": logprob,
+            "bytes": list(raw),
+        }
+
+    def _emit(self, text: str) -> bool:
+        """Send what is safe to send; True when a stop string matched (the output ends there)."""
+        self._held += text
+        if not self._stops:
+            keep, matched = len(self._held), False
+        elif self._doc is None:
+            keep, matched = self._plain_cut(self._held)
+        else:
+            keep, matched = self._document_cut(self._held)
+        out = self._held[:keep]
+        self._held = "" if matched else self._held[keep:]
+        if self._doc is not None:
+            self._doc.feed(out)
+        if out or matched:
+            self._send(out)
+        self._cut = matched
+        return matched
+
+    def _plain_cut(self, held: str) -> tuple[int, bool]:
+        """(where to cut, matched): the earliest stop string, else keep back the longest tail
+        that begins one."""
+        cut = min((i for i in (held.find(s) for s in self._stops) if i >= 0), default=-1)
+        if cut >= 0:
+            return cut, True
+        hold = 0
+        for s in self._stops:
+            for k in range(min(len(s) - 1, len(held)), 0, -1):
+                if held.endswith(s[:k]):
+                    hold = max(hold, k)
+                    break
+        return len(held) - hold, False
+
+    def _document_cut(self, held: str) -> tuple[int, bool]:
+        """`_plain_cut` with structured output: only offsets where the text so far is a whole
+        document may start a stop string (anywhere else cutting would leave it unparseable)."""
+        ends = self._doc.whole_at(held) if self._doc is not None else []
+        for p in ends:
+            if any(held.startswith(s, p) for s in self._stops):
+                return p, True
+        for p in ends:
+            rest = held[p:]
+            if rest and any(s.startswith(rest) for s in self._stops):
+                return p, False  # a stop string may still complete here: hold from p
+        return len(held), False
+
+    def _send(self, text: str) -> None:
+        self._sent_len += len(text)
+        n = 0
+        while n < len(self._text_ends) and self._text_ends[n] <= self._sent_len:
+            n += 1
+        self._sent_tokens = n
+        chunk: dict[str, Any] = {"content": text}
+        if self.settings.logprobs:
+            done = len(self._held_logprobs) - (len(self._text_ends) - n)
+            chunk["logprobs"] = self._held_logprobs[: max(done, 0)]
+            self._held_logprobs = self._held_logprobs[max(done, 0) :]
+        if text or chunk.get("logprobs"):
+            self.events.put(chunk)
+
+    def finish(self, reason: str) -> None:
+        if self.done:
+            return
+        if not self._cut:  # the end is not a stop string: what is held is real output
+            if self._emit(self._decoder.flush()):
+                reason = "stop"  # the detokenizer's last text completed a stop string
+            elif self._held:
+                self._send(self._held)
+                self._held = ""
+        self.done = True
+        now = time.perf_counter()
+        first = self.t_first or now
+        self.events.put(
+            {
+                "done": True,
+                "done_reason": reason,
+                "prompt_eval_count": self.prompt_evaluated,
+                "prompt_cached": self.prompt_cached,
+                "prompt_eval_duration": int((first - self.t_start) * 1e9),
+                "eval_count": len(self.generated),
+                "eval_duration": int((now - first) * 1e9),
+                "truncated": self.truncated,
+                "shifted": self.shifted,
+                "context": self.prompt + self.generated[: self._sent_tokens],
+            }
+        )
+        self.events.put(None)
+
+    def fail(self, message: str) -> None:
+        if self.done:
+            return
+        self.done = True
+        self.events.put({"error": message})
+        self.events.put(None)
+
+    def tokens_to_keep(self) -> int:
+        """How many of the slot's tokens the cache should keep after this request: all but
+        the generated tokens whose text was never sent (a stop string trims those)."""
+        assert self.slot is not None
+        unsent = self.fed - min(self.fed, self._sent_tokens)
+        return max(0, len(self.slot.tokens) - unsent)

@@ -1,0 +1,244 @@
+"""Creating models: `HEAD/POST /api/blobs/:digest` and `POST /api/create`, as the `ollama`
+client uses them (upload the GGUF as a blob, then create with `files: {name: digest}`), plus
+Hearth's shortcut for local files: `from` may be an absolute path to a .gguf on this machine,
+copied into the store or, with `"link": true`, hard-linked (symlinked across file systems).
+
+Everything that can be checked is checked before the response starts, so a bad request is a
+400; the long part (hashing or copying a large file) streams progress statuses
+(`{"status", "total", "completed"}`) and ends with `{"status": "success"}`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+from pydantic import ValidationError
+from starlette.requests import ClientDisconnect
+
+from ...engine.gguf import GGUFError, GGUFFile
+from ..prompting.prompts import check_template
+from ..scheduling.service import Service
+from ..store.model_store import BlobError, BlobWriter, Layer, ModelStore, normalize_digest
+from ..store.names import ModelName
+from .errors import APIError, validation_message
+from .ollama import service_of
+from .responses import ndjson
+from .schemas import CreateRequest, Options
+
+__all__ = ["router"]
+
+router = APIRouter(tags=["models"])
+
+_WRITE_CHUNK = 4 << 20
+
+
+@router.head("/api/blobs/{digest}", summary="Whether a blob is in the store")
+async def has_blob(digest: str, request: Request) -> Response:
+    exists = service_of(request).store.has_blob(normalize_digest(digest))
+    return Response(status_code=200 if exists else 404)
+
+
+@router.post("/api/blobs/{digest}", status_code=201, summary="Upload a blob (raw body)")
+async def upload_blob(digest: str, request: Request) -> Response:
+    store = service_of(request).store
+    digest = normalize_digest(digest)
+    if store.has_blob(digest):
+        async for _ in request.stream():  # read the body so the client can finish sending
+            pass
+        return Response(status_code=200)
+    writer = BlobWriter(store, digest)
+    buffer = bytearray()
+    try:
+        async for chunk in request.stream():
+            buffer += chunk
+            if len(buffer) >= _WRITE_CHUNK:
+                await asyncio.to_thread(writer.write, bytes(buffer))
+                buffer.clear()
+        await asyncio.to_thread(writer.write, bytes(buffer))
+        await asyncio.to_thread(writer.commit)
+    except (ClientDisconnect, OSError, asyncio.CancelledError):
+        writer.abort()
+        raise
+    except BlobError:
+        raise  # commit() already removed the upload
+    return Response(status_code=201)
+
+
+@dataclass
+class _Plan:
+    """A create request, checked: what to bring in and which layers to write."""
+
+    name: ModelName
+    base: list[Layer] = field(default_factory=list)
+    local_file: Path | None = None
+    link: bool = False
+    settings: dict[str, bytes] = field(default_factory=dict)  # kind -> blob content
+
+
+def _check_gguf(path: Path, registry_check: Any) -> str:
+    """The file's architecture; a 400 with a sentence for a damaged or unsupported file."""
+    try:
+        with GGUFFile(path) as f:
+            arch = f.architecture
+            kind = str(f.metadata.raw("general.type") or "")
+    except GGUFError as e:
+        raise APIError(400, str(e)) from None
+    if arch == "clip" or kind in ("mmproj", "projector"):
+        return "projector"
+    try:
+        registry_check(arch)
+    except LookupError as e:
+        raise APIError(400, f"{path.name}: {e}") from None
+    return "model"
+
+
+def _local_path(text: str) -> Path | None:
+    """`from` as a local file path, or None when it is a model name."""
+    if not (
+        text.startswith(("/", "~", "./", "../")) or text.lower().endswith(".gguf") or "\\" in text
+    ):
+        return None
+    path = Path(text).expanduser()
+    if not path.is_absolute():
+        raise APIError(400, f"'{text}': give the model file as an absolute path")
+    if path.suffix.lower() != ".gguf":
+        raise APIError(400, f"{path.name} is not a .gguf file; only GGUF models can be imported")
+    if not path.is_file():
+        raise APIError(400, f"no model file at {path}")
+    return path
+
+
+def _settings(body: CreateRequest) -> dict[str, bytes]:
+    out: dict[str, bytes] = {}
+    if body.template is not None:
+        check_template(body.template)
+        out["template"] = body.template.encode()
+    if body.system is not None:
+        out["system"] = body.system.encode()
+    if body.parameters is not None:
+        unknown = sorted(set(body.parameters) - set(Options.model_fields))
+        if unknown:
+            raise APIError(400, f"unknown parameter '{unknown[0]}'")
+        try:
+            params = Options.model_validate(body.parameters).model_dump(exclude_none=True)
+        except ValidationError as e:
+            raise APIError(400, validation_message(list(e.errors()))) from None
+        out["params"] = json.dumps(params).encode()
+    if body.messages is not None:
+        out["messages"] = json.dumps(
+            [m.model_dump(exclude_none=True) for m in body.messages]
+        ).encode()
+    if body.license is not None:
+        text = "\n".join(body.license) if isinstance(body.license, list) else body.license
+        out["license"] = text.encode()
+    return out
+
+
+async def _plan(svc: Service, body: CreateRequest) -> _Plan:
+    if body.modelfile:
+        raise APIError(
+            400,
+            "Modelfile text is not supported; send from, files, template, "
+            "system and parameters as fields (as the ollama client does)",
+        )
+    if body.quantize:
+        raise APIError(400, "quantizing is not supported yet; import an already quantized GGUF")
+    if body.adapters:
+        raise APIError(400, "adapters (LoRA) are not supported yet")
+    plan = _Plan(ModelName.parse(body.model), link=body.link, settings=_settings(body))
+    check = svc.infos.registry.get
+    if body.files:
+        for filename, digest in body.files.items():
+            digest = normalize_digest(digest)
+            if not svc.store.has_blob(digest):
+                raise APIError(
+                    400,
+                    f"blob {digest} ({filename}) is not in the store; upload it "
+                    "first with POST /api/blobs/<digest>",
+                )
+            path = svc.store.blob_path(digest)
+            kind = await asyncio.to_thread(_check_gguf, path, check)
+            plan.base.append(
+                Layer(f"application/vnd.ollama.image.{kind}", digest, path.stat().st_size)
+            )
+        if not any(x.kind == "model" for x in plan.base):
+            raise APIError(400, "the files hold no model, only a vision projector")
+    elif body.from_:
+        plan.local_file = _local_path(body.from_)
+        if plan.local_file is not None:
+            await asyncio.to_thread(_check_gguf, plan.local_file, check)
+        else:
+            plan.base = list(svc.store.resolve(body.from_).layers)
+    else:
+        raise APIError(
+            400,
+            "say what to create from: 'from' (a model name or an absolute "
+            "path to a .gguf file) or 'files' (uploaded blobs)",
+        )
+    return plan
+
+
+async def _bring_in(store: ModelStore, plan: _Plan) -> AsyncIterator[dict[str, Any]]:
+    """Copy or link the local file into the store, reporting progress."""
+    assert plan.local_file is not None
+    progress = {"completed": 0, "total": plan.local_file.stat().st_size}
+
+    def report(done: int, total: int) -> None:
+        progress.update(completed=done, total=total)
+
+    verb = "linking" if plan.link else "copying"
+    task = asyncio.ensure_future(
+        asyncio.to_thread(store.add_file, plan.local_file, plan.link, report)
+    )
+    last = -1
+    while not task.done():
+        await asyncio.wait([task], timeout=0.25)
+        if progress["completed"] != last:
+            last = progress["completed"]
+            yield {"status": f"{verb} {plan.local_file.name}", **progress}
+    layer = task.result()
+    plan.base.append(layer)
+    yield {
+        "status": f"{verb} {plan.local_file.name}",
+        "digest": layer.digest,
+        "total": layer.size,
+        "completed": layer.size,
+    }
+
+
+async def _run(svc: Service, plan: _Plan) -> AsyncIterator[dict[str, Any]]:
+    store = svc.store
+    yield {"status": "parsing GGUF"}
+    if plan.local_file is not None:
+        async for status in _bring_in(store, plan):
+            yield status
+    layers = [x for x in plan.base if x.kind not in plan.settings]
+    for layer in layers:
+        yield {"status": f"using existing layer {layer.digest}"}
+    for kind, data in plan.settings.items():
+        new = store.put_bytes(data, kind)
+        yield {"status": f"creating new layer {new.digest}"}
+        layers.append(new)
+    yield {"status": "writing manifest"}
+    await asyncio.to_thread(store.write_manifest, plan.name, layers)
+    yield {"status": "success"}
+
+
+@router.post("/api/create", summary="Create a model from a blob, a model or a local GGUF")
+async def create(body: CreateRequest, request: Request) -> Response:
+    svc = service_of(request)
+    plan = await _plan(svc, body)
+    events = _run(svc, plan)
+    if body.stream:
+        return ndjson(events)
+    last: dict[str, Any] = {}
+    async for event in events:
+        last = event
+    return JSONResponse(last)

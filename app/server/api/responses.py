@@ -1,0 +1,93 @@
+"""Response helpers shared by the route modules: NDJSON and SSE streams, timestamps."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from fastapi.responses import StreamingResponse
+from starlette.background import BackgroundTask
+
+__all__ = ["ndjson", "sse", "now_iso", "iso", "dumps"]
+
+log = logging.getLogger("hearth.server")
+
+
+def dumps(obj: Any) -> str:
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+
+
+def now_iso() -> str:
+    """UTC with nanosecond-style precision, as Ollama writes `created_at`."""
+    return datetime.datetime.now(datetime.UTC).isoformat().replace("+00:00", "Z")
+
+
+def iso(timestamp: float) -> str:
+    """A local time with its offset (Ollama's `modified_at`, `expires_at`)."""
+    try:
+        return datetime.datetime.fromtimestamp(timestamp).astimezone().isoformat()
+    except (OverflowError, ValueError, OSError):
+        return "2318-01-01T00:00:00Z"  # "forever", about where Ollama's own ends up
+
+
+async def _guard(
+    items: AsyncIterator[dict[str, Any]], on_error: Callable[[Exception], dict[str, Any]]
+) -> AsyncIterator[dict[str, Any]]:
+    try:
+        async for item in items:
+            yield item
+    except Exception as e:  # a stream has begun: the error becomes its last line
+        if not _expected(e):
+            log.exception("error in a streamed response")
+        yield on_error(e)
+
+
+def _expected(e: Exception) -> bool:
+    from ..scheduling.runner_process import RunnerError
+    from .errors import APIError
+
+    return isinstance(e, RunnerError | APIError)
+
+
+def _message(e: Exception) -> str:
+    return getattr(e, "message", None) or str(e) or type(e).__name__
+
+
+def ndjson(
+    items: AsyncIterator[dict[str, Any]], close: Callable[[], Awaitable[None]] | None = None
+) -> StreamingResponse:
+    """An NDJSON stream; an exception mid-stream becomes a final `{"error": ...}` line."""
+
+    async def body() -> AsyncIterator[str]:
+        async for item in _guard(items, lambda e: {"error": _message(e)}):
+            yield dumps(item) + "\n"
+
+    return StreamingResponse(
+        body(),
+        media_type="application/x-ndjson",
+        background=BackgroundTask(close) if close else None,
+    )
+
+
+def sse(
+    items: AsyncIterator[dict[str, Any]], close: Callable[[], Awaitable[None]] | None = None
+) -> StreamingResponse:
+    """Server-sent events ending in `data: [DONE]`; errors become an OpenAI error event."""
+
+    def error(e: Exception) -> dict[str, Any]:
+        return {"error": {"message": _message(e), "type": "api_error", "param": None, "code": None}}
+
+    async def body() -> AsyncIterator[str]:
+        async for item in _guard(items, error):
+            yield f"data: {dumps(item)}\n\n"
+        yield "data: [DONE]\n\n"
+
+    return StreamingResponse(
+        body(),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache"},
+        background=BackgroundTask(close) if close else None,
+    )

@@ -1,0 +1,115 @@
+"""Building the prompt text: the chat template applied to the conversation.
+
+The template is, in order: the request's `template`, the model's (a template layer from
+`/api/create`), the GGUF's `tokenizer.chat_template`, the plugin's default, or a plain
+"role: content" fallback. Templates are Jinja2 run in the sandbox (`templates.py`) with the
+Hugging Face variables plus `prompt`, `system` and `suffix` for `/api/generate`.
+Ollama's Go-template syntax (`{{ .Prompt }}`) is recognised and refused with a sentence.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from ..api.schemas import ChatMessage
+from .templates import TemplateError, compile_template, render_chat
+
+__all__ = [
+    "FALLBACK_TEMPLATE",
+    "check_template",
+    "conversation",
+    "render",
+    "IMAGE_TAG",
+]
+
+FALLBACK_TEMPLATE = (
+    "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}assistant: {% endif %}"
+)
+IMAGE_TAG = "[img-{}]"  # the runner replaces these with the images' embeddings
+_GO_TEMPLATE = re.compile(r"\{\{-?\s*(\.[A-Z]|if\s+\.|range\s+\.|end\s*-?\}\})")
+
+
+def check_template(source: str) -> None:
+    """Raise TemplateError unless `source` is a Jinja template that compiles."""
+    if _GO_TEMPLATE.search(source):
+        raise TemplateError(
+            "this template uses Go template syntax (Ollama's Modelfile TEMPLATE, e.g. "
+            "'{{ .Prompt }}'); Hearth's templates are Jinja2, like a GGUF's "
+            "tokenizer.chat_template (e.g. \"{% for m in messages %}{{ m['content'] }}"
+            '{% endfor %}")'
+        )
+    compile_template(source)
+
+
+def _message(m: ChatMessage, image_offset: int) -> dict[str, Any]:
+    content = m.content or ""
+    if m.images:
+        tags = " ".join(IMAGE_TAG.format(image_offset + i) for i in range(len(m.images)))
+        content = f"{tags} {content}" if content else tags
+    out: dict[str, Any] = {"role": m.role, "content": content}
+    if m.thinking:
+        out["thinking"] = m.thinking
+    if m.tool_calls:
+        out["tool_calls"] = [
+            {
+                "type": "function",
+                **({"id": c.id} if c.id else {}),
+                "function": {"name": c.function.name, "arguments": c.function.arguments},
+            }
+            for c in m.tool_calls
+        ]
+    if m.tool_name:
+        out["name"] = m.tool_name
+        out["tool_name"] = m.tool_name
+    if m.tool_call_id:
+        out["tool_call_id"] = m.tool_call_id
+    return out
+
+
+def conversation(
+    messages: Sequence[ChatMessage], system: str | None = None, preset: Sequence[ChatMessage] = ()
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """Template-ready message dicts and the images in order (tagged `[img-N]` in the text).
+
+    `system` (the model's default) is used only when the conversation has no system message;
+    `preset` messages (the model's own, from /api/create) come first."""
+    items = list(preset) + list(messages)
+    if system and not any(m.role == "system" for m in items):
+        items.insert(0, ChatMessage.model_validate({"role": "system", "content": system}))
+    out: list[dict[str, Any]] = []
+    images: list[str] = []
+    for m in items:
+        out.append(_message(m, len(images)))
+        images.extend(m.images or [])
+    return out, images
+
+
+def render(
+    template: str | None,
+    messages: list[dict[str, Any]],
+    bos_text: str,
+    eos_text: str,
+    tools: list[dict[str, Any]] | None = None,
+    think: bool | None = None,
+    **extra: Any,
+) -> str:
+    source = template or FALLBACK_TEMPLATE
+    check_template(source)
+    variables: dict[str, Any] = dict(extra)
+    if think is not None:
+        variables["enable_thinking"] = think
+    try:
+        return render_chat(
+            source,
+            messages,
+            add_generation_prompt=True,
+            bos_token=bos_text,
+            eos_token=eos_text,
+            tools=tools,
+            **variables,
+        )
+    except RecursionError:
+        raise TemplateError("the chat template recursed too deeply") from None

@@ -1,0 +1,226 @@
+"""The service's side of the runner protocol (see protocol.py): start, talk to, stop a runner.
+
+All methods are coroutines for the asyncio service. A runner that dies (crash, SIGKILL, out of
+memory) turns into a `RunnerError` for the requests that were using it; nothing else breaks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import secrets
+import sys
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import httpx
+
+from ...runner.protocol import TOKEN_ENV, CompletionRequest, RunnerOptions, to_dict
+
+__all__ = ["RunnerError", "RunnerStartError", "RunnerOptions", "RunnerProcess"]
+
+ProgressFn = Callable[[float], None]
+
+
+class RunnerError(RuntimeError):
+    """A request failed in (or with) the runner; the message is for the user."""
+
+
+class RunnerStartError(RunnerError):
+    """The model could not be loaded; the message says why (e.g. the memory it needs)."""
+
+
+class RunnerProcess:
+    """A running `hearth runner`. Create with `await RunnerProcess.start(...)`."""
+
+    def __init__(self, proc: asyncio.subprocess.Process, port: int, token: str) -> None:
+        self.proc = proc
+        self.port = port
+        self._token = token
+        self.info: dict[str, Any] = {}
+        self._http = httpx.AsyncClient(
+            base_url=f"http://127.0.0.1:{port}",
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=httpx.Timeout(None, connect=10.0),
+        )
+        self._stderr_tail: list[str] = []
+        self._tasks: list[asyncio.Task[None]] = []  # stdout/stderr readers, kept referenced
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.returncode is None
+
+    @classmethod
+    async def start(
+        cls,
+        model_path: str,
+        options: RunnerOptions | None = None,
+        progress: ProgressFn | None = None,
+        timeout: float = 300.0,
+    ) -> RunnerProcess:
+        """Spawn a runner and wait until its model is ready (or raise RunnerStartError).
+
+        `timeout` limits stalled loading: it restarts whenever progress advances.
+        """
+        options = options or RunnerOptions()
+        token = secrets.token_hex(16)
+        env = dict(os.environ, **{TOKEN_ENV: token})
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "hearth",
+            "runner",
+            "--model",
+            str(model_path),
+            *options.args(),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=env,
+        )
+        stderr: list[str] = []
+        drain = asyncio.create_task(_collect(proc.stderr, stderr))
+        runner: RunnerProcess | None = None
+        try:
+            while True:
+                assert proc.stdout is not None
+                line = await asyncio.wait_for(proc.stdout.readline(), timeout)
+                if not line:
+                    await proc.wait()
+                    tail = "".join(stderr[-20:]).strip()
+                    raise RunnerStartError(
+                        f"the runner exited while loading (status {proc.returncode})"
+                        + (f": {tail.splitlines()[-1]}" if tail else "")
+                    )
+                event = json.loads(line)
+                kind = event.get("event")
+                if kind == "listening":
+                    runner = cls(proc, int(event["port"]), token)
+                    runner._stderr_tail = stderr
+                elif kind == "progress" and progress is not None:
+                    progress(float(event.get("fraction", 0.0)))
+                elif kind == "error":
+                    raise RunnerStartError(str(event.get("message", "the model failed to load")))
+                elif kind == "ready":
+                    assert runner is not None
+                    runner.info = dict(event.get("info", {}))
+                    runner.info["memory"] = event.get("memory", {})
+                    runner._tasks = [drain, asyncio.create_task(_discard(proc.stdout))]
+                    return runner
+        except BaseException:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await proc.wait()
+            drain.cancel()
+            if runner is not None:
+                await runner._http.aclose()
+            raise
+
+    def _died(self) -> RunnerError:
+        tail = "".join(self._stderr_tail[-5:]).strip()
+        last = tail.splitlines()[-1] if tail else ""
+        return RunnerError(
+            f"the model's runner process stopped (status {self.proc.returncode})"
+            + (f": {last}" if last else "")
+        )
+
+    async def completion(self, request: CompletionRequest) -> AsyncIterator[dict[str, Any]]:
+        """Yield the runner's NDJSON objects: chunks, then the final `done` object.
+
+        Raises RunnerError for an `{"error"}` line, a 4xx answer, or a runner that died.
+        Closing the iterator early cancels the generation in the runner.
+        """
+        try:
+            async with self._http.stream("POST", "/completion", json=to_dict(request)) as resp:
+                if resp.status_code != 200:
+                    body = await resp.aread()
+                    raise RunnerError(_error_text(body, resp.status_code))
+                done = False
+                async for line in resp.aiter_lines():
+                    if not line.strip():
+                        continue
+                    obj = json.loads(line)
+                    if "error" in obj:
+                        raise RunnerError(str(obj["error"]))
+                    yield obj
+                    if obj.get("done"):
+                        done = True
+                        break
+                if not done:
+                    raise (
+                        self._died() if not self.alive else RunnerError("the runner stopped early")
+                    )
+        except (httpx.TransportError, httpx.StreamError):
+            await asyncio.sleep(0.05)  # let the process exit status arrive
+            raise self._died() from None
+
+    async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        try:
+            resp = await self._http.post(path, json=body)
+        except httpx.TransportError:
+            await asyncio.sleep(0.05)
+            raise self._died() from None
+        if resp.status_code != 200:
+            raise RunnerError(_error_text(resp.content, resp.status_code))
+        return dict(resp.json())
+
+    async def embedding(self, text: str | list[int], truncate: bool = True) -> dict[str, Any]:
+        return await self._post("/embedding", {"input": text, "truncate": truncate})
+
+    async def tokenize(self, content: str, add_special: bool = True) -> list[int]:
+        out = await self._post("/tokenize", {"content": content, "add_special": add_special})
+        return list(out["tokens"])
+
+    async def detokenize(self, tokens: list[int]) -> str:
+        return str((await self._post("/detokenize", {"tokens": tokens}))["content"])
+
+    async def health(self) -> dict[str, Any]:
+        try:
+            resp = await self._http.get("/health", timeout=3.0)
+            return dict(resp.json())
+        except (httpx.TransportError, ValueError):
+            return {"status": "dead"}
+
+    async def stop(self) -> None:
+        """End the process (the only reliable way to hand all its memory back)."""
+        if self.alive:
+            self.proc.terminate()
+            try:
+                await asyncio.wait_for(self.proc.wait(), 5.0)
+            except TimeoutError:
+                self.proc.kill()
+                await self.proc.wait()
+        await self._http.aclose()
+
+
+def _error_text(body: bytes, status: int) -> str:
+    try:
+        return str(json.loads(body)["error"])
+    except (ValueError, KeyError, TypeError):
+        return f"the runner answered HTTP {status}"
+
+
+async def _collect(stream: asyncio.StreamReader | None, sink: list[str]) -> None:
+    """Keep the runner's recent stderr (for error messages); HEARTH_RUNNER_LOG=1 echoes it."""
+    if stream is None:
+        return
+    echo = os.environ.get("HEARTH_RUNNER_LOG") == "1"
+    while line := await stream.readline():
+        text = line.decode("utf-8", "replace")
+        sink.append(text)
+        if len(sink) > 200:
+            del sink[:100]
+        if echo:
+            sys.stderr.write(text)
+
+
+async def _discard(stream: asyncio.StreamReader | None) -> None:
+    if stream is None:
+        return
+    while await stream.readline():
+        pass

@@ -1,0 +1,420 @@
+"""The scheduler: which models are loaded, in which runner processes, for how long.
+
+One `hearth runner` subprocess per loaded model file. A request `acquire()`s a lease on the
+model's runner (loading it on demand, one load at a time) and the lease's release starts the
+keep-alive timer. Ollama's rules (ENGINE_REFERENCE.md §5.3), with two of its pain points
+fixed: a request that asks for a smaller `num_ctx` than the loaded one is served by the loaded
+runner instead of reloading it, and only `num_ctx` growth or a changed cache/attention setting
+forces a reload. When the maximum number of models is loaded, or the new model's estimated
+memory does not fit in what the system has free, idle runners are unloaded, least recently
+used first (waiting for one to become idle when none is). A runner that dies fails only the
+requests that were using it and is replaced on the next request.
+
+Parallel slots: with HEARTH_NUM_PARALLEL unset, a spec carries the (slots, estimate) pairs to
+try beside its one-slot fallback, and the load takes the first (4 slots) whose estimate fits in
+the memory available once room for one slot has been made, else one slot (Ollama's old rule).
+A runner that fails to start with several slots is started again with one.
+
+Everything here runs on the service's event loop; no locks other than the load lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import os
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
+
+from ...runner.protocol import CompletionRequest
+from ..config import FOREVER, ServerConfig
+from .runner_process import RunnerOptions, RunnerProcess, RunnerStartError
+
+__all__ = [
+    "Runner",
+    "Launcher",
+    "LoadSpec",
+    "Loaded",
+    "Lease",
+    "Scheduler",
+    "ServerBusy",
+    "LoadFailed",
+    "system_available_memory",
+]
+
+log = logging.getLogger("hearth.scheduler")
+
+
+class Runner(Protocol):
+    """What the scheduler needs from a runner (RunnerProcess, or a fake in tests)."""
+
+    info: dict[str, Any]
+
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def alive(self) -> bool: ...
+
+    def completion(self, request: CompletionRequest) -> AsyncIterator[dict[str, Any]]: ...
+
+    async def embedding(self, text: str | list[int], truncate: bool = True) -> dict[str, Any]: ...
+
+    async def tokenize(self, content: str, add_special: bool = True) -> list[int]: ...
+
+    async def detokenize(self, tokens: list[int]) -> str: ...
+
+    async def stop(self) -> None: ...
+
+
+Launcher = Callable[[str, RunnerOptions, float], Awaitable[Runner]]
+
+
+async def process_launcher(path: str, options: RunnerOptions, timeout: float) -> Runner:
+    return await RunnerProcess.start(path, options, timeout=timeout)
+
+
+class ServerBusy(RuntimeError):
+    """Too many requests are waiting (HEARTH_MAX_QUEUE); answered with 503."""
+
+
+class LoadFailed(RuntimeError):
+    """The model could not be loaded; the message says why."""
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.1f} GiB"
+
+
+def system_available_memory() -> int | None:
+    """Bytes of memory the system can give a new process, or None when unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+@dataclass(frozen=True)
+class LoadSpec:
+    """What a request needs loaded. `key` identifies the runner (the model file)."""
+
+    key: str
+    path: str
+    name: str  # the model name the request used (shown by /api/ps)
+    digest: str
+    options: RunnerOptions
+    explicit: frozenset[str] = frozenset()  # runtime options the request set itself
+    estimate: int = 0  # bytes, for eviction decisions
+    details: dict[str, Any] = field(default_factory=dict)
+    # HEARTH_NUM_PARALLEL unset: (parallel, estimate) pairs to try, most slots first, before
+    # falling back to `options` and `estimate` as they are (one slot).
+    parallel_choices: tuple[tuple[int, int], ...] = ()
+    parallel_reason: str = ""  # why `options.parallel` is what it is (for /api/ps and the log)
+
+
+@dataclass(eq=False)
+class Loaded:
+    spec: LoadSpec
+    runner: Runner
+    slots: asyncio.Semaphore
+    loaded_at: float = field(default_factory=time.time)
+    refs: int = 0
+    keep_alive: float = 300.0
+    expires_at: float = math.inf  # wall clock
+    last_used: float = field(default_factory=time.monotonic)
+    retiring: bool = False
+    timer: asyncio.TimerHandle | None = None
+    idle: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def serves(self, spec: LoadSpec) -> bool:
+        """Whether this runner can take the request as it is (no reload)."""
+        have, want = self.spec.options, spec.options
+        if self.retiring or not self.runner.alive or want.num_ctx > have.num_ctx:
+            return False
+        if (want.flash_attention, want.kv_type) != (have.flash_attention, have.kv_type):
+            return False
+        if "num_batch" in spec.explicit and want.num_batch != have.num_batch:
+            return False
+        return not ("num_thread" in spec.explicit and want.threads != have.threads)
+
+
+class Lease:
+    """A request's hold on a runner; release it exactly once (it is an async context manager)."""
+
+    def __init__(self, scheduler: Scheduler, entry: Loaded, load_duration: int) -> None:
+        self.entry = entry
+        self.runner = entry.runner
+        self.load_duration = load_duration  # nanoseconds spent waiting for the load
+        self._scheduler = scheduler
+        self._released = False
+
+    def release(self) -> None:
+        if not self._released:
+            self._released = True
+            self._scheduler._release(self.entry)
+
+    async def __aenter__(self) -> Lease:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.release()
+
+
+class Scheduler:
+    def __init__(
+        self,
+        config: ServerConfig,
+        launcher: Launcher = process_launcher,
+        available_memory: Callable[[], int | None] = system_available_memory,
+    ) -> None:
+        self.config = config
+        self._launcher = launcher
+        self._available = available_memory
+        self._entries: dict[str, Loaded] = {}
+        self._load_lock = asyncio.Lock()
+        self._changed = asyncio.Event()  # set whenever a runner becomes idle or goes away
+        self._waiting = 0
+        self._tasks: set[asyncio.Task[None]] = set()
+        # The memory report of the last runner per model file: better than an estimate.
+        self.measured: dict[str, dict[str, int]] = {}
+
+    # -- public ----------------------------------------------------------------------------
+
+    def loaded(self) -> list[Loaded]:
+        """Runners that are up, most recently used first (dead ones are dropped)."""
+        for entry in [e for e in self._entries.values() if not e.runner.alive]:
+            self._drop(entry)
+        return sorted(self._entries.values(), key=lambda e: -e.last_used)
+
+    async def acquire(self, spec: LoadSpec, keep_alive: float) -> Lease:
+        """A lease on a runner for `spec`, loading it when needed. Raises ServerBusy when the
+        queue is full and LoadFailed when the model cannot be loaded."""
+        if self._waiting >= self.config.max_queue:
+            raise ServerBusy(
+                f"server busy: {self._waiting} requests are already waiting "
+                "(HEARTH_MAX_QUEUE); try again shortly"
+            )
+        self._waiting += 1
+        start = time.perf_counter_ns()
+        try:
+            entry = self._usable(spec) or await self._load(spec)
+            entry.refs += 1
+            entry.idle.clear()
+            entry.keep_alive = keep_alive
+            entry.expires_at = time.time() + keep_alive
+            if entry.timer is not None:
+                entry.timer.cancel()
+                entry.timer = None
+            try:
+                await entry.slots.acquire()
+            except BaseException:
+                entry.refs -= 1
+                self._after_idle(entry)
+                raise
+        finally:
+            self._waiting -= 1
+        return Lease(self, entry, time.perf_counter_ns() - start)
+
+    async def unload(self, key: str) -> bool:
+        """Unload the runner for `key` now if idle, else as soon as its requests finish."""
+        entry = self._entries.get(key)
+        if entry is None:
+            return False
+        entry.keep_alive = 0.0
+        if entry.refs == 0:
+            await self._stop(entry)
+        return True
+
+    def runner_failed(self, entry: Loaded) -> None:
+        """A request saw its runner die: forget it so the next request loads a new one."""
+        if not entry.runner.alive:
+            log.warning("runner for %s (pid %s) stopped", entry.spec.name, entry.runner.pid)
+            self._drop(entry)
+
+    async def close(self) -> None:
+        entries = list(self._entries.values())
+        self._entries.clear()
+        await asyncio.gather(*(e.runner.stop() for e in entries), return_exceptions=True)
+        for task in list(self._tasks):
+            task.cancel()
+
+    # -- internals -------------------------------------------------------------------------
+
+    def _usable(self, spec: LoadSpec) -> Loaded | None:
+        entry = self._entries.get(spec.key)
+        return entry if entry is not None and entry.serves(spec) else None
+
+    async def _load(self, spec: LoadSpec) -> Loaded:
+        async with self._load_lock:
+            entry = self._usable(spec)  # loaded by another request while this one waited
+            if entry is not None:
+                return entry
+            old = self._entries.get(spec.key)
+            if old is not None:
+                await self._retire(old)
+            await self._make_room(spec)
+            spec, fallback = self._choose_parallel(spec)
+            spec, runner = await self._start(spec, fallback)
+            log.info(
+                "%s loaded with %d parallel slot%s (%s)",
+                spec.name,
+                spec.options.parallel,
+                "" if spec.options.parallel == 1 else "s",
+                spec.parallel_reason or "as asked",
+            )
+            memory = runner.info.get("memory")
+            if isinstance(memory, dict):
+                self.measured[spec.key] = {
+                    k: int(v) for k, v in memory.items() if isinstance(v, int)
+                }
+            options = spec.options
+            entry = Loaded(spec, runner, asyncio.Semaphore(max(1, options.parallel)))
+            self._entries[spec.key] = entry
+            return entry
+
+    async def _retire(self, entry: Loaded) -> None:
+        """Unload a runner that must be reloaded with other options, once it is idle."""
+        entry.retiring = True
+        if entry.refs and entry.runner.alive:
+            await entry.idle.wait()
+        await self._stop(entry)
+
+    async def _make_room(self, spec: LoadSpec) -> None:
+        while len(self._entries) >= self.config.max_loaded_models:
+            await self._evict_one()
+        while self._entries and spec.estimate:
+            available = self._available()
+            if available is None or spec.estimate <= available:
+                return
+            log.info("unloading a model to make room for %s", spec.name)
+            await self._evict_one()
+
+    def _choose_parallel(self, spec: LoadSpec) -> tuple[LoadSpec, LoadSpec | None]:
+        """The spec with its parallel slots settled (see the module docstring), and the
+        one-slot spec to fall back on when several were chosen automatically."""
+        if not spec.parallel_choices:
+            return spec, None
+        one = replace(spec, parallel_choices=())
+        available = self._available()
+        if available is None:
+            return replace(one, parallel_reason="automatic: available memory unknown"), None
+        for parallel, estimate in spec.parallel_choices:
+            if estimate <= available:
+                reason = (
+                    f"automatic: {parallel} slots need about {_gib(estimate)} "
+                    f"of the {_gib(available)} available"
+                )
+                options = replace(spec.options, parallel=parallel)
+                chosen = replace(one, options=options, estimate=estimate, parallel_reason=reason)
+                return chosen, one
+        parallel, estimate = spec.parallel_choices[0]
+        reason = (
+            f"automatic: {parallel} slots would need about {_gib(estimate)}, "
+            f"{_gib(available)} available"
+        )
+        return replace(one, parallel_reason=reason), None
+
+    async def _evict_one(self) -> None:
+        """Stop the least recently used idle runner, waiting for one to become idle."""
+        while True:
+            idle = [e for e in self._entries.values() if e.refs == 0 or not e.runner.alive]
+            if idle:
+                await self._stop(min(idle, key=lambda e: e.last_used))
+                return
+            self._changed.clear()
+            await self._changed.wait()
+
+    async def _start(
+        self, spec: LoadSpec, fallback: LoadSpec | None = None
+    ) -> tuple[LoadSpec, Runner]:
+        """Start a runner for `spec`; a start that fails with automatically chosen slots is
+        tried again with `fallback` (one slot). Returns the spec used and the runner."""
+        while True:
+            try:
+                return spec, await self._launcher(spec.path, spec.options, self.config.load_timeout)
+            except RunnerStartError as e:
+                if fallback is not None:
+                    log.warning(
+                        "%s did not start with %d parallel slots (%s); trying one",
+                        spec.name,
+                        spec.options.parallel,
+                        e,
+                    )
+                    reason = f"automatic: {spec.options.parallel} slots failed to start"
+                    spec, fallback = replace(fallback, parallel_reason=reason), None
+                    continue
+                # Out of memory with other models loaded: unload one and try again.
+                if self._entries and "memory" in str(e).lower():
+                    await self._evict_one()
+                    continue
+                raise LoadFailed(str(e)) from None
+            except TimeoutError:
+                raise LoadFailed(
+                    f"loading {spec.name} stalled for {self.config.load_timeout:.0f}s "
+                    "(HEARTH_LOAD_TIMEOUT)"
+                ) from None
+
+    def _release(self, entry: Loaded) -> None:
+        entry.slots.release()
+        entry.refs -= 1
+        entry.last_used = time.monotonic()
+        entry.expires_at = time.time() + entry.keep_alive
+        self._after_idle(entry)
+
+    def _after_idle(self, entry: Loaded) -> None:
+        if entry.refs > 0:
+            return
+        entry.idle.set()
+        self._changed.set()
+        if self._entries.get(entry.spec.key) is not entry or entry.retiring:
+            return
+        if not entry.runner.alive:
+            self._drop(entry)
+        elif entry.keep_alive <= 0:
+            self._spawn(self._stop(entry))
+        elif entry.keep_alive != FOREVER:
+            loop = asyncio.get_running_loop()
+            entry.timer = loop.call_later(entry.keep_alive, self._expire, entry)
+
+    def _expire(self, entry: Loaded) -> None:
+        entry.timer = None
+        if entry.refs == 0 and self._entries.get(entry.spec.key) is entry:
+            self._spawn(self._stop(entry))
+
+    def _drop(self, entry: Loaded) -> None:
+        """Forget a runner and end its process in the background."""
+        if self._entries.get(entry.spec.key) is entry:
+            del self._entries[entry.spec.key]
+        if entry.timer is not None:
+            entry.timer.cancel()
+        self._changed.set()
+        self._spawn(entry.runner.stop())
+
+    async def _stop(self, entry: Loaded) -> None:
+        if self._entries.get(entry.spec.key) is entry:
+            del self._entries[entry.spec.key]
+        if entry.timer is not None:
+            entry.timer.cancel()
+            entry.timer = None
+        self._changed.set()
+        with contextlib.suppress(Exception):
+            await entry.runner.stop()
+
+    def _spawn(self, coro: Awaitable[None]) -> None:
+        async def run() -> None:
+            await coro
+
+        task = asyncio.get_running_loop().create_task(run())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)

@@ -1,0 +1,318 @@
+"""The service's shared state and the steps every API route takes: resolve the model, merge
+its parameters with the request's options, pick runner settings, and run a completion on a
+leased runner (`Generation`). The Ollama and OpenAI route modules only translate formats.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from ...engine.gguf import GGUFError
+from ...runner.protocol import CompletionRequest
+from ..api.errors import APIError
+from ..api.schemas import RUNTIME_OPTIONS, ChatMessage, Options
+from ..config import ConfigError, ServerConfig, parse_duration
+from ..prompting.images import check_image
+from ..prompting.outputs import OutputParser, ParsedCall
+from ..store.model_store import ModelRecord, ModelStore
+from ..store.modelinfo import ModelInfo, ModelInfoCache, capabilities
+from .runner_process import RunnerError, RunnerOptions
+from .scheduler import Lease, LoadSpec, Scheduler
+
+__all__ = ["Service", "Target", "Settings", "Generation", "Piece", "pieces"]
+
+AUTO_PARALLEL = 4  # slots tried when HEARTH_NUM_PARALLEL is unset (Ollama's old default)
+
+_SAMPLING = [
+    "num_keep",
+    "seed",
+    "num_predict",
+    "top_k",
+    "top_p",
+    "min_p",
+    "typical_p",
+    "repeat_last_n",
+    "temperature",
+    "repeat_penalty",
+    "presence_penalty",
+    "frequency_penalty",
+    "stop",
+]
+
+
+@dataclass(frozen=True)
+class Target:
+    """A resolved model: its manifest, file, facts and Modelfile-style settings."""
+
+    name: str
+    record: ModelRecord
+    path: Path
+    info: ModelInfo
+    params: dict[str, Any] = field(default_factory=dict)
+    template: str | None = None  # the model's template layer, else the file's/plugin's
+    system: str | None = None
+    preset: tuple[ChatMessage, ...] = ()
+    license: str | None = None
+
+    @property
+    def key(self) -> str:
+        return str(self.path)
+
+    @property
+    def capabilities(self) -> list[str]:
+        return capabilities(self.info, self.template)
+
+    def require(self, capability: str, what: str) -> None:
+        if not self.info.supported:
+            raise APIError(400, f"{self.name}: {self.info.problem}")
+        if capability not in self.capabilities:
+            raise APIError(400, f"{self.name} does not support {what}")
+
+
+@dataclass(frozen=True)
+class Settings:
+    runner: RunnerOptions
+    explicit: frozenset[str]
+    sampling: dict[str, Any]
+
+
+class Service:
+    def __init__(
+        self, config: ServerConfig, store: ModelStore, scheduler: Scheduler, infos: ModelInfoCache
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.scheduler = scheduler
+        self.infos = infos
+
+    async def target(self, name: str) -> Target:
+        record = self.store.resolve(name)
+        layer = record.layer("model")
+        if layer is None:
+            raise APIError(400, f"{name} has no model file (its manifest lists no model layer)")
+        path = self.store.blob_path(layer.digest)
+        if not path.is_file():
+            raise APIError(
+                404,
+                f"the model file of {name} is missing from the store (was a linked file "
+                "moved or deleted?); create the model again",
+            )
+        try:
+            info = await asyncio.to_thread(self.infos.get, path)
+        except GGUFError as e:
+            raise APIError(400, f"{name} cannot be used: {e}") from None
+        return Target(
+            name=record.name.display,
+            record=record,
+            path=path,
+            info=info,
+            params=self._params(record),
+            template=self.store.read_text(record.layer("template")) or info.chat_template,
+            system=self.store.read_text(record.layer("system")),
+            preset=self._preset(record),
+            license=self.store.read_text(record.layer("license")),
+        )
+
+    def _params(self, record: ModelRecord) -> dict[str, Any]:
+        try:
+            raw = json.loads(self.store.read_text(record.layer("params")) or "{}")
+            return Options.model_validate(raw).model_dump(exclude_none=True)
+        except (ValueError, ValidationError):
+            return {}  # checked at create time; a hand-edited bad layer is ignored
+
+    def _preset(self, record: ModelRecord) -> tuple[ChatMessage, ...]:
+        try:
+            raw = json.loads(self.store.read_text(record.layer("messages")) or "[]")
+            return tuple(ChatMessage.model_validate(m) for m in raw)
+        except (ValueError, ValidationError, TypeError):
+            return ()
+
+    def keep_alive(self, value: float | str | None) -> float:
+        if value is None or value == "":
+            return self.config.keep_alive
+        try:
+            return parse_duration(value)
+        except ConfigError as e:
+            raise APIError(400, str(e)) from None
+
+    def settings(self, target: Target, options: Options | None) -> Settings:
+        given = options.model_dump(exclude_none=True) if options is not None else {}
+        merged = {**target.params, **given}
+        trained = target.info.context_length or 1 << 24
+        num_ctx = max(4, min(int(merged.get("num_ctx") or self.config.context_length), trained))
+        flash = bool(merged.get("flash_attention", self.config.flash_attention))
+        runner = RunnerOptions(
+            num_ctx=num_ctx,
+            parallel=self.config.num_parallel or 1,  # automatic: 1 here, see spec()
+            num_batch=min(int(merged.get("num_batch") or 512), num_ctx),
+            threads=merged.get("num_thread") or None,
+            flash_attention=flash,
+            kv_type=self.config.kv_cache_type if flash else "f16",  # quantized K/V needs FA
+        )
+        sampling = {k: merged[k] for k in _SAMPLING if k in merged}
+        if sampling.get("num_predict", -1) < 0:
+            sampling["num_predict"] = 10 * num_ctx  # Ollama's cap on runaway generation
+        return Settings(runner, frozenset(k for k in given if k in RUNTIME_OPTIONS), sampling)
+
+    def memory(self, target: Target, settings: Settings) -> dict[str, int]:
+        """Bytes a runner with these settings needs: estimated from the file, with the
+        weights and graph the last runner of this file measured when there was one."""
+        o = settings.runner
+        estimate = target.info.estimate_memory(o.num_ctx, o.parallel, o.num_batch, o.kv_type)
+        measured = self.scheduler.measured.get(target.key)
+        if measured and measured.get("weights"):
+            estimate["weights"] = measured["weights"]
+            estimate["graph"] = max(estimate["graph"], measured.get("graph", 0))
+            estimate["total"] = estimate["weights"] + estimate["kv_cache"] + estimate["graph"]
+        return estimate
+
+    def spec(self, target: Target, settings: Settings) -> LoadSpec:
+        """What the scheduler loads. With HEARTH_NUM_PARALLEL unset, the spec is for one slot
+        and offers AUTO_PARALLEL slots (with their estimate) for the scheduler to take when
+        they fit in the available memory."""
+        o = settings.runner
+        estimate = self.memory(target, settings)
+        choices: tuple[tuple[int, int], ...] = ()
+        reason = f"HEARTH_NUM_PARALLEL={self.config.num_parallel}"
+        if not self.config.num_parallel:
+            more = replace(settings, runner=replace(o, parallel=AUTO_PARALLEL))
+            choices = ((AUTO_PARALLEL, self.memory(target, more)["total"]),)
+            reason = ""
+        return LoadSpec(
+            key=target.key,
+            path=str(target.path),
+            name=target.name,
+            digest=target.record.digest,
+            options=o,
+            explicit=settings.explicit,
+            estimate=estimate["total"],
+            details=target.info.details(),
+            parallel_choices=choices,
+            parallel_reason=reason,
+        )
+
+    def images(self, images: list[str] | None) -> list[str]:
+        c = self.config
+        return [
+            check_image(b64, c.max_image_bytes, c.max_image_pixels, i)
+            for i, b64 in enumerate(images or [])
+        ]
+
+    async def lease(self, target: Target, settings: Settings, keep_alive: float) -> Lease:
+        if not target.info.supported:
+            raise APIError(400, f"{target.name}: {target.info.problem}")
+        return await self.scheduler.acquire(self.spec(target, settings), keep_alive)
+
+    async def generate(
+        self, target: Target, settings: Settings, request: CompletionRequest, keep_alive: float
+    ) -> Generation:
+        """Lease a runner and start the completion; errors before the first token raise
+        (so the route can answer with a status code)."""
+        started = time.perf_counter_ns()
+        lease = await self.lease(target, settings, keep_alive)
+        gen = Generation(self, lease, request, started)
+        try:
+            await gen.prime()
+        except BaseException:
+            await gen.close()
+            raise
+        return gen
+
+
+class Generation:
+    """One completion on a leased runner. Iterate `events()` once: runner chunks, then the
+    final `done` object with `total_duration` and `load_duration` added. A RunnerError raised
+    from `events()` is a mid-stream failure; the lease is always released."""
+
+    def __init__(
+        self, service: Service, lease: Lease, request: CompletionRequest, started: int
+    ) -> None:
+        self.service = service
+        self.lease = lease
+        self.request = request
+        self.started = started
+        self._iter: AsyncIterator[dict[str, Any]] | None = None
+        self._first: dict[str, Any] | None = None
+        self._closed = False
+
+    async def prime(self) -> None:
+        self._iter = aiter(self.lease.runner.completion(self.request))
+        try:
+            self._first = await anext(self._iter)
+        except StopAsyncIteration:
+            self._first = None
+        except RunnerError as e:
+            dead = not self.lease.runner.alive
+            self._failed()
+            raise APIError(500 if dead else 400, str(e)) from None
+
+    def _failed(self) -> None:
+        self.service.scheduler.runner_failed(self.lease.entry)
+
+    async def events(self) -> AsyncIterator[dict[str, Any]]:
+        assert self._iter is not None
+        try:
+            item = self._first
+            while True:
+                if item is None:
+                    raise RunnerError("the runner ended the response without finishing it")
+                if item.get("done"):
+                    final = dict(item)
+                    final["total_duration"] = time.perf_counter_ns() - self.started
+                    final["load_duration"] = self.lease.load_duration
+                    yield final
+                    return
+                yield item
+                try:
+                    item = await anext(self._iter)
+                except StopAsyncIteration:
+                    item = None
+        except RunnerError:
+            self._failed()
+            raise
+        finally:
+            await self.close()
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self._iter is not None and hasattr(self._iter, "aclose"):
+                with contextlib.suppress(RuntimeError):  # already finished or mid-cancellation
+                    await self._iter.aclose()
+        finally:
+            self.lease.release()
+
+
+@dataclass
+class Piece:
+    """One step of a parsed completion: text split into thinking and content; `final` is the
+    runner's done object (with durations) on the last step, when `tool_calls` are known."""
+
+    thinking: str = ""
+    content: str = ""
+    logprobs: list[dict[str, Any]] | None = None
+    tool_calls: list[ParsedCall] = field(default_factory=list)
+    final: dict[str, Any] | None = None
+
+
+async def pieces(gen: Generation, parser: OutputParser) -> AsyncIterator[Piece]:
+    """The generation's events run through `parser`."""
+    async for event in gen.events():
+        if event.get("done"):
+            thinking, content = parser.feed(str(event.get("content") or ""))
+            more_thinking, more_content, calls = parser.finish()
+            yield Piece(thinking + more_thinking, content + more_content, None, calls, event)
+        else:
+            thinking, content = parser.feed(str(event.get("content") or ""))
+            yield Piece(thinking, content, event.get("logprobs"))
