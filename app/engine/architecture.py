@@ -97,10 +97,15 @@ class Architecture(abc.ABC, Generic[C]):
       (`tokenizer.chat_template`), or None.
     * `eos_tokens`: texts of tokens that also end a turn (`<end_of_turn>`), on top of the
       file's end-of-sequence ids; those the vocabulary lacks are ignored.
+    * `image_text`: text written before and after each image where the prompt marks one
+      (`[img-N]`), tokenized with the text around it, as the model's own processor does it
+      (Gemma 3: `("\n\n<start_of_image>", "<end_of_image>\n\n")`, so the newlines merge with
+      neighbouring text); the image's own positions come from `post_tokenize`.
     """
 
     default_chat_template: ClassVar[str | None] = None
     eos_tokens: ClassVar[tuple[str, ...]] = ()
+    image_text: ClassVar[tuple[str, str]] = ("", "")
 
     def __init__(self, config: C, weights: Weights) -> None:
         """Keep `config` and bind every weight the forward pass needs from `weights` (a

@@ -12,16 +12,19 @@ cache, and a batch of one), so that a model which does not fit fails here, not m
 
 from __future__ import annotations
 
+import io
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
-from .input import Batch, sequence_runs
+from .architecture import MultimodalNotSupportedError
+from .input import Batch, Multimodal, sequence_runs
 from .kvcache import Cache
 from .ml.api import Context, DType, OutOfMemoryError, Tensor
 from .model import LoadedModel
+from .multimodal_store import MultimodalStore, split_placeholder
 
 __all__ = ["ForwardEngine", "MemoryReport", "Pass"]
 
@@ -79,6 +82,12 @@ class ForwardEngine:
         if cache is None:
             raise ValueError("models without a KV cache are not supported yet")
         self.cache: Cache = cache
+        self.multimodal = MultimodalStore()
+        # (rows, embd) of the largest image, when the model and this file can take images.
+        self.vision = self._probe_vision()
+        if self.vision is not None and self.vision[0] > self.num_batch:
+            # An image's positions attend to each other both ways: they share one batch.
+            self.num_batch = min(self.vision[0], num_ctx)
         self.cache.init(self.backend, kv_dtype, parallel, num_ctx, self.num_batch)
         self._graphs: OrderedDict[tuple, _Graph] = OrderedDict()  # built graphs, by shape
         self.graphs_built = 0
@@ -94,17 +103,44 @@ class ForwardEngine:
             )
 
     # -- reservation ----------------------------------------------------------------------
+    def _probe_vision(self) -> tuple[int, int] | None:
+        """Build (not compute) the encoder graph of a largest-size image and reserve its
+        memory; None for a model or file without an image encoder."""
+        if not self.model.handles_multimodal():
+            return None
+        ctx = self.backend.new_context()
+        try:
+            try:
+                items = self.model.encode_multimodal(ctx, _largest_image())
+            except MultimodalNotSupportedError:
+                return None
+            tensors = [item.tensor for item in items if item.tensor is not None]
+            ctx.reserve(*tensors)
+            rows = sum(t.dim(1) for t in tensors)
+            return rows, tensors[0].dim(0)
+        finally:
+            ctx.close()
+
     def _reserve(self) -> MemoryReport:
         for n in (self.num_batch, 1):
             outputs = np.full(min(self.parallel, n), n - 1, dtype=np.int32)
             ctx = self.backend.new_context()
             try:
+                media = None
+                if self.vision is not None and n > 1:  # a batch full of image embeddings
+                    rows = min(n, self.vision[0])
+                    media = _Media(
+                        np.arange(rows, dtype=np.int32),
+                        np.zeros((rows, self.vision[1]), np.float32),
+                        [(0, rows, True)],
+                    )
                 batch = self._batch(
                     ctx,
                     np.zeros(n, np.int32),
                     np.arange(n, dtype=np.int32),
                     np.zeros(n, np.int32),
                     outputs,
+                    media=media,
                 )
                 self.cache.start_forward(ctx, batch, reserve=True)
                 logits = self.model.forward(ctx, batch, self.cache)
@@ -126,9 +162,10 @@ class ForwardEngine:
         sequences: np.ndarray,
         outputs: np.ndarray,
         hidden: bool = False,
+        media: _Media | None = None,
     ) -> Batch:
         n = len(tokens)
-        return Batch(
+        batch = Batch(
             tokens=ctx.input(DType.I32, (n,), tokens, key="batch.tokens"),
             positions=ctx.input(DType.I32, (n,), positions, key="batch.positions"),
             outputs=ctx.input(DType.I32, (len(outputs),), outputs, key="batch.outputs"),
@@ -137,6 +174,43 @@ class ForwardEngine:
             outputs_host=outputs,
             hidden=hidden,
         )
+        if media is not None:
+            m = len(media.rows)
+            embd = media.embeddings.shape[1]
+            fresh = not ctx.has_input("batch.mm_rows")  # a reused graph has its views
+            batch.multimodal_rows = ctx.input(DType.I32, (m,), media.rows, key="batch.mm_rows")
+            batch.multimodal_embd = ctx.input(
+                DType.F32, (embd, m), media.embeddings, key="batch.mm_embd"
+            )
+            at = 0
+            for start, count, bidirectional in media.runs:
+                if fresh:
+                    view = ctx.view(
+                        batch.multimodal_embd, (embd, count), (embd * 4,), offset=at * embd * 4
+                    )
+                    batch.multimodal.append((start, [Multimodal(view, None, bidirectional, count)]))
+                at += count
+            batch.bidirectional = [(s, c) for s, c, both in media.runs if both]
+        return batch
+
+    def _media(self, tokens: np.ndarray) -> _Media | None:
+        """The multimodal rows of a batch (placeholders, see multimodal_store.py): their
+        embeddings, fetched (computed on first use) from the store, in runs per image."""
+        rows = np.flatnonzero(tokens < 0)
+        if not len(rows):
+            return None
+        parts: list[np.ndarray] = []
+        runs: list[tuple[int, int, bool]] = []
+        for start, count in _image_runs(tokens, rows):
+            image, first = split_placeholder(int(tokens[start]))
+            entry = self.multimodal.info(image)
+            if entry is None:
+                raise KeyError(f"image {image} is not in the multimodal store")
+            both = any(item.bidirectional for item in entry.items)
+            embeddings = self.multimodal.embeddings(image)
+            parts.append(embeddings[first : first + count])
+            runs.append((int(start), int(count), both))
+        return _Media(rows.astype(np.int32), np.concatenate(parts), runs)
 
     def plan(
         self,
@@ -151,6 +225,9 @@ class ForwardEngine:
         (tokens still being sampled). If the graph may be computing for an earlier pass, call
         this only after that compute has started (its inputs are refilled here)."""
         tokens = np.array(tokens, dtype=np.int32)
+        media = self._media(tokens)
+        if media is not None:
+            tokens = np.where(tokens < 0, 0, tokens).astype(np.int32)
         if len(tokens) > self.num_batch:  # the memory reserved at load is for num_batch
             raise ValueError(f"a batch of {len(tokens)} inputs; at most {self.num_batch}")
         positions = np.ascontiguousarray(positions, dtype=np.int32)
@@ -158,19 +235,22 @@ class ForwardEngine:
         outputs = np.ascontiguousarray(outputs, dtype=np.int32)
         runs = sequence_runs(sequences)
         host = Batch(None, None, None, positions, sequences, outputs, hidden=hidden, runs=runs)  # type: ignore[arg-type]
+        if media is not None:
+            host.bidirectional = [(s, c) for s, c, both in media.runs if both]
         self.cache.prepare(host)
         out_runs = sequence_runs(sequences[outputs])
-        key = (len(tokens), len(outputs), hidden, self.cache.signature(), tuple(out_runs))
+        layout = tuple((s, c) for s, c, _ in media.runs) if media is not None else ()
+        key = (len(tokens), len(outputs), hidden, self.cache.signature(), tuple(out_runs), layout)
         graph = self._graphs.get(key)
         if graph is not None:
             self._graphs.move_to_end(key)
             self.graphs_reused += 1
-            self._batch(graph.ctx, tokens, positions, sequences, outputs, hidden)
+            self._batch(graph.ctx, tokens, positions, sequences, outputs, hidden, media)
             self.cache.bind(graph.ctx)
         else:
             ctx = self.backend.new_context()
             ctx.row_groups = {len(tokens): runs, len(outputs): out_runs}
-            batch = self._batch(ctx, tokens, positions, sequences, outputs, hidden)
+            batch = self._batch(ctx, tokens, positions, sequences, outputs, hidden, media)
             self.cache.bind(ctx)
             out = self.model.forward(ctx, batch, self.cache)
             graph = self._graphs[key] = _Graph(ctx, batch, out)
@@ -202,7 +282,40 @@ class ForwardEngine:
         for graph in self._graphs.values():
             graph.ctx.close()
         self._graphs.clear()
+        self.multimodal.close()
         self.cache.close()
+
+
+@dataclass
+class _Media:
+    rows: np.ndarray  # I32 batch rows that take embeddings
+    embeddings: np.ndarray  # [len(rows), embd] float32
+    runs: list[tuple[int, int, bool]]  # (first row, count, bidirectional) per image
+
+
+def _largest_image() -> bytes:
+    """A 2048x2048 picture: the most a plugin's preprocessing makes of any image (resized to
+    the tower's size, or the most tiles)."""
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.new("RGB", (2048, 2048), (128, 128, 128)).save(out, format="PNG")
+    return out.getvalue()
+
+
+def _image_runs(tokens: np.ndarray, rows: np.ndarray) -> list[tuple[int, int]]:
+    """(first row, count) of consecutive placeholder rows of one image each."""
+    runs: list[tuple[int, int]] = []
+    for r in rows.tolist():
+        image, row = split_placeholder(int(tokens[r]))
+        if runs:
+            start, count = runs[-1]
+            prev_image, prev_row = split_placeholder(int(tokens[start + count - 1]))
+            if start + count == r and prev_image == image and prev_row + 1 == row:
+                runs[-1] = (start, count + 1)
+                continue
+        runs.append((r, 1))
+    return runs
 
 
 def _mib(n: int) -> str:

@@ -25,11 +25,23 @@ def sequence_runs(ids: np.ndarray) -> list[tuple[int, int]]:
 
 @dataclass
 class Multimodal:
-    """An encoded item (image tiles, ...): a tensor built by the plugin's encode_multimodal
-    plus opaque plugin data."""
+    """An encoded item (an image, a tile, ...) as the plugin's `encode_multimodal` builds it:
+    `tensor` `[embd, rows]` (its graph not yet computed) plus opaque plugin `data`.
+
+    bidirectional: the item's rows attend to each other both ways (an image's tokens in
+        Gemma 3), on top of the causal mask; set by the plugin.
+    rows: how many input positions the item fills (`tensor`'s second dimension); the core
+        sets it, and keeps it when the tensor itself is gone (an item recalled from the
+        multimodal store on a later turn has `tensor` None).
+
+    In a `Batch`, `tensor` is instead the item's computed embeddings for the rows it fills
+    in that batch, as a graph input.
+    """
 
     tensor: Tensor | None
     data: Any = None
+    bidirectional: bool = False
+    rows: int = 0
 
 
 @dataclass
@@ -50,7 +62,12 @@ class Batch:
     positions: I32 `[n]` positions; `positions_host` holds the same values on the host.
     sequences: the sequence id of each input (host).
     outputs: I32 `[n_outputs]` indices of the rows whose logits are wanted.
-    multimodal: (input index, items) pairs for inputs that carry embeddings.
+    multimodal: (input index, items) pairs: the items' embeddings replace the token
+        embeddings of rows index, index + 1, ... (`item.tensor` `[embd, rows]`, in order).
+    multimodal_rows, multimodal_embd: the same as two tensors, I32 `[m]` row indices and
+        `[embd, m]` embeddings (None when the batch has no multimodal rows), for
+        `ctx.set_rows(hidden, multimodal_embd, multimodal_rows)`.
+    bidirectional: (first row, count) runs of rows that attend to each other both ways.
     hidden: the model returns `[embd, n_outputs]` hidden states (after the output norm)
         instead of logits; used for embeddings.
     """
@@ -62,6 +79,9 @@ class Batch:
     sequences: np.ndarray
     outputs_host: np.ndarray
     multimodal: list[tuple[int, list[Multimodal]]] = field(default_factory=list)
+    multimodal_rows: Tensor | None = None
+    multimodal_embd: Tensor | None = None
+    bidirectional: list[tuple[int, int]] = field(default_factory=list)
     hidden: bool = False  # return the final (normed) hidden states instead of logits
     runs: list[tuple[int, int]] | None = None  # sequence_runs(sequences), when known
 

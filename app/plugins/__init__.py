@@ -52,6 +52,7 @@ from .transformer import (
     layers,
     part,
     read_rope,
+    with_multimodal,
 )
 
 __all__ = [
@@ -90,4 +91,5 @@ __all__ = [
     "load_installed_model",
     "part",
     "read_rope",
+    "with_multimodal",
 ]

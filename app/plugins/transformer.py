@@ -51,6 +51,7 @@ __all__ = [
     "layers",
     "part",
     "read_rope",
+    "with_multimodal",
 ]
 
 T = TypeVar("T", bound="DataclassInstance")
@@ -253,6 +254,15 @@ class Layer:
         return tuple(ctx.get_rows(t, self.batch.outputs) for t in tensors)
 
 
+def with_multimodal(ctx: Context, batch: Batch, hidden: Tensor) -> Tensor:
+    """`hidden` `[embd, n]` with the batch's multimodal rows (an image's positions) replaced
+    by their embeddings, which the core computed in the encoder's own graph. Call it after
+    any scaling of the token embeddings (image embeddings are not scaled)."""
+    if batch.multimodal_embd is None or batch.multimodal_rows is None:
+        return hidden
+    return ctx.set_rows(hidden, batch.multimodal_embd, batch.multimodal_rows)
+
+
 def layers(cache: Cache, batch: Batch, blocks: Sequence[E]) -> Iterator[tuple[Layer, E]]:
     """Loop over the blocks with the cache pointed at each one's layer (`set_layer`)."""
     last = len(blocks) - 1
@@ -308,7 +318,7 @@ class Transformer(Architecture[C], Generic[C, B]):
         return linear(ctx, h, self.output, self.output_bias)
 
     def forward(self, ctx: Context, batch: Batch, cache: Cache) -> Tensor:
-        h = self.embed(ctx, batch)
+        h = with_multimodal(ctx, batch, self.embed(ctx, batch))
         for at, block in layers(cache, batch, self.blocks):
             h = self.layer(ctx, at, block, h, cache)
         return self.logits(ctx, batch, h)

@@ -3,6 +3,8 @@ request operations the HTTP layer exposes (see protocol.py)."""
 
 from __future__ import annotations
 
+import base64
+import binascii
 import logging
 import threading
 from collections.abc import Callable
@@ -15,6 +17,7 @@ from ..engine.ml.api import DType
 from ..engine.model import LoadedModel, load_model
 from ..plugins.registry import default_registry
 from .loop import BatchLoop
+from .prompt_inputs import build_prompt
 from .protocol import CompletionRequest, RunnerOptions
 from .sequence import PromptTooLongError, Sequence, SequenceSettings, settings_from_request
 
@@ -97,12 +100,12 @@ class Runner:
 
     def completion(self, req: CompletionRequest) -> Sequence:
         """Validate and queue a generation; its `events` queue streams the protocol lines."""
+        marks: list[int] | None = None
         if req.images:
-            raise RequestError(
-                f"this model ({self.loaded.architecture}) cannot see images; "
-                "use a vision model or send text only"
-            )
-        if req.tokens is not None:
+            if req.tokens is not None or req.prompt is None:
+                raise RequestError("images need a text prompt (with [img-N] markers or none)")
+            prompt, marks = self._prompt_with_images(req.prompt, req.images)
+        elif req.tokens is not None:
             if not all(
                 isinstance(t, int) and 0 <= t < self.tokenizer.vocab_size for t in req.tokens
             ):
@@ -116,12 +119,35 @@ class Runner:
             settings = settings_from_request(req)
             constraint = self._constraint(req.format)
             seq = Sequence(
-                prompt, settings, self.tokenizer, self.engine.num_ctx, constraint=constraint
+                prompt,
+                settings,
+                self.tokenizer,
+                self.engine.num_ctx,
+                constraint=constraint,
+                same_batch=marks,
             )
         except (PromptTooLongError, ValueError) as e:
             raise RequestError(str(e)) from None
         self.loop.submit(seq)
         return seq
+
+    def _prompt_with_images(self, text: str, images: list[str]) -> tuple[list[int], list[int]]:
+        model = self.loaded.model
+        if not model.handles_multimodal() or not self.engine.vision:
+            raise RequestError(
+                f"this model ({self.loaded.architecture}) cannot see images; "
+                "use a vision model or send text only"
+            )
+        data = []
+        for i, item in enumerate(images):
+            try:
+                data.append(base64.b64decode(item, validate=True))
+            except (binascii.Error, ValueError):
+                raise RequestError(f"image {i} is not valid base64") from None
+        try:
+            return build_prompt(text, data, model, self.engine, self.encode)
+        except ValueError as e:
+            raise RequestError(str(e)) from None
 
     def _constraint(self, fmt: Any) -> Any:
         if fmt in (None, ""):

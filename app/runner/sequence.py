@@ -144,7 +144,7 @@ class Sequence:
         self.pending_marks: list[int] = []  # their same_batch counts
         self.done = False
         self.shifted = False
-        self.sampler = Sampler(settings.sampling, history=prompt)
+        self.sampler = Sampler(settings.sampling, history=[t for t in prompt if t >= 0])
         self._decoder = StreamDecoder(tokenizer)
         self._stops = [s for s in settings.stop if s]
         self._held = ""  # text withheld because it may begin a stop string

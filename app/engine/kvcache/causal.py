@@ -167,8 +167,9 @@ class Causal(Cache):
                 self._slide_absent({int(seqs[start]) for start, _ in runs})
             for start, count in runs:
                 self._allocate(int(seqs[start]), positions[start : start + count], locs, start)
+            spans = [(int(positions[s]), int(positions[s + c - 1])) for s, c in batch.bidirectional]
             self._groups = [
-                self._group(start, count, positions[start : start + count], int(seqs[start]))
+                self._group(start, count, positions[start : start + count], int(seqs[start]), spans)
                 for start, count in runs
             ]
         self._locs_host = locs.astype(np.int32)
@@ -235,9 +236,17 @@ class Causal(Cache):
             lowest = int(self.cell_pos[mine].max()) + 1
             self._drop(mine[self.cell_pos[mine] < lowest - self.swa_memory], bit)
 
-    def _group(self, start: int, count: int, positions: np.ndarray, seq: int) -> _Group:
+    def _group(
+        self,
+        start: int,
+        count: int,
+        positions: np.ndarray,
+        seq: int,
+        spans: list[tuple[int, int]] = (),  # type: ignore[assignment]
+    ) -> _Group:
         """The cells a run of one sequence's rows attends to, from the padding boundary below
-        its first cell to the one above its last, with the run's mask."""
+        its first cell to the one above its last, with the run's mask. `spans`: position
+        ranges (first, last) whose rows also see each other's later positions (an image)."""
         pad = self._config.padding  # type: ignore[union-attr]
         bit = np.uint64(1) << np.uint64(seq)
         if seq in self._shared:  # holds cells of other regions (copy_prefix)
@@ -247,7 +256,7 @@ class Causal(Cache):
             mine = np.flatnonzero(self.cell_seqs[base : base + self.region] & bit) + base
         lo = int(mine[0]) // pad * pad
         hi = min(self.cells, _round_up(int(mine[-1]) + 1, pad))
-        return _Group(start, count, lo, hi - lo, self._mask(positions, bit, lo, hi))
+        return _Group(start, count, lo, hi - lo, self._mask(positions, bit, lo, hi, spans))
 
     def _mask_rows(self, n: int) -> int:
         # Flash attention wants the rows padded; soft_max takes them as they are.
@@ -292,7 +301,14 @@ class Causal(Cache):
             DType.I32, (n,), rows.astype(np.int32).ravel(), key=self._key + f"vrows{dv}"
         )
 
-    def _mask(self, positions: np.ndarray, bit: np.uint64, lo: int, hi: int) -> np.ndarray:
+    def _mask(
+        self,
+        positions: np.ndarray,
+        bit: np.uint64,
+        lo: int,
+        hi: int,
+        spans: list[tuple[int, int]] = (),  # type: ignore[assignment]
+    ) -> np.ndarray:
         cp = self.cell_pos[lo:hi][None, :]
         mine = ((self.cell_seqs[lo:hi] & bit) != 0)[None, :]
         tp = positions[:, None]
@@ -301,6 +317,9 @@ class Causal(Cache):
             visible &= (tp - cp) < self.window
         if self.chunk:
             visible &= cp >= tp - tp % self.chunk
+        for first, last in spans:  # an image's rows see all of it, whatever the window
+            inside = (tp >= first) & (tp <= last)
+            visible |= inside & mine & (cp >= first) & (cp <= last)
         mask = np.full((self._mask_rows(len(positions)), hi - lo), -np.inf, dtype=np.float32)
         mask[: len(positions)][visible] = 0.0
         return mask
