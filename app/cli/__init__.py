@@ -47,6 +47,7 @@ def _add_runner(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     runner.add_argument("--flash-attention", action="store_true", default=d.flash_attention)
     runner.add_argument("--kv-type", default=d.kv_type, choices=["f16", "q8_0", "q4_0"])
     runner.add_argument("--memory-limit", type=int, default=d.memory_limit, help="bytes at most")
+    runner.add_argument("--projector", default=d.projector, help="vision projector .gguf")
 
 
 def _add_models(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

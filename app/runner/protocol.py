@@ -79,6 +79,7 @@ class RunnerOptions:
     flash_attention: bool = False
     kv_type: str = "f16"  # f16 | q8_0 | q4_0 (the last two need flash attention)
     memory_limit: int | None = None  # bytes; a model needing more fails at load
+    projector: str | None = None  # a vision projector GGUF beside the model (mmproj-*.gguf)
 
     def args(self) -> list[str]:
         """These options as `hearth runner` arguments."""
@@ -90,6 +91,8 @@ class RunnerOptions:
             out.append("--flash-attention")
         if self.memory_limit:
             out += ["--memory-limit", str(self.memory_limit)]
+        if self.projector:
+            out += ["--projector", self.projector]
         return out
 
 
