@@ -185,11 +185,21 @@ class Metadata(Mapping[str, Any]):
     Getters take a key without the architecture prefix: `meta.uint("block_count")` reads
     `<arch>.block_count`. Keys that start with `general.` or `tokenizer.` are used as given.
     Each getter returns `default` when the key is absent.
+
+    `projector`: the metadata of a model's separate projector file (llama.cpp's
+    `mmproj-*.gguf`, architecture `clip`) when it was loaded with one, else None; its getters
+    read `clip.*` keys (`meta.projector.uint("vision.image_size")` reads
+    `clip.vision.image_size`). The two files' keys stay apart (both have `general.*` keys).
     """
 
-    def __init__(self, values: dict[str, Any]) -> None:
+    def __init__(self, values: dict[str, Any], projector: Metadata | None = None) -> None:
         self._values = values
         self.architecture: str = str(values.get("general.architecture", ""))
+        self.projector = projector
+
+    def with_projector(self, projector: Metadata | None) -> Metadata:
+        """The same keys (shared, not copied) with `projector` attached."""
+        return Metadata(self._values, projector)
 
     # Mapping protocol over the raw, fully-qualified keys.
     def __getitem__(self, key: str) -> Any:

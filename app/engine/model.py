@@ -1,5 +1,9 @@
 """Opening a GGUF file as a runnable model: architecture lookup, config, weights, tokenizer.
 
+A model may come as two files: the text model and a projector (llama.cpp's `mmproj-*.gguf`,
+architecture `clip`: the image encoder). `load_model(path, projector=...)` reads weights from
+both, and the architecture's config reader sees the projector's keys as `meta.projector`.
+
 The architectures come from the caller (`registry`): the programs that assemble Hearth build
 them from the plugins (`hearth.plugins.default_registry()`); the engine itself knows only the
 contract (`architecture.py`).
@@ -12,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .architecture import Architecture, Architectures, ArchitectureSpec
-from .gguf import GGUFFile
+from .gguf import GGUFError, GGUFFile
 from .ml.ggml import GGMLBackend
 from .ml.weights import ProgressFn, WeightStore
 from .tokenizer import Tokenizer, load_tokenizer
@@ -28,8 +32,8 @@ class ModelLoadError(RuntimeError):
 class LoadedModel:
     """A model ready to build graphs: the plugin's model object plus what it was built from.
 
-    Owns the file map, the weights and (unless one was passed in) the backend; close() frees
-    them all.
+    Owns the file maps, the weights and (unless one was passed in) the backend; close() frees
+    them all. `projector`: the projector file the model was loaded with, if any.
     """
 
     path: str
@@ -41,6 +45,7 @@ class LoadedModel:
     tokenizer: Tokenizer
     backend: GGMLBackend
     owns_backend: bool = True
+    projector: GGUFFile | None = None
 
     @property
     def architecture(self) -> str:
@@ -51,12 +56,15 @@ class LoadedModel:
         if self.owns_backend:
             self.backend.close()
         self.file.close()
+        if self.projector is not None:
+            self.projector.close()
 
 
 def load_model(
     path: str | os.PathLike[str],
     *,
     registry: Architectures,
+    projector: str | os.PathLike[str] | None = None,
     backend: GGMLBackend | None = None,
     progress: ProgressFn | None = None,
     num_threads: int | None = None,
@@ -64,6 +72,7 @@ def load_model(
 ) -> LoadedModel:
     """Open `path`, build its architecture's model (found in `registry`, which the program
     that assembles Hearth builds from the installed plugins) and load the weights.
+    `projector`: a separate projector file (`mmproj-*.gguf`) with the image encoder.
 
     Raises GGUFError for a damaged file and ModelLoadError when the file is valid but cannot
     be run (unknown architecture, missing tensors, unsupported settings).
@@ -71,18 +80,32 @@ def load_model(
     file = GGUFFile(path)
     owns_backend = backend is None
     weights: WeightStore | None = None
+    proj: GGUFFile | None = None
     try:
+        if projector is not None:
+            proj = GGUFFile(projector)
+            if proj.architecture != "clip":
+                raise ModelLoadError(
+                    f"{proj.path.name} is not a projector (mmproj) file: its architecture is "
+                    f"'{proj.architecture or 'unknown'}', not 'clip'"
+                )
         try:
             spec = registry.get(file.architecture)
         except LookupError as e:
             raise ModelLoadError(f"{file.path.name}: {e}") from None
+        meta = file.metadata.with_projector(proj.metadata) if proj is not None else file.metadata
         try:
-            config = spec.config.from_gguf(file.metadata)
+            config = spec.config.from_gguf(meta)
         except (ValueError, KeyError, TypeError) as e:
             raise ModelLoadError(f"{file.path.name}: cannot read {spec.name} settings: {e}") from e
         if backend is None:
             backend = GGMLBackend(num_threads=num_threads, flash_attention=flash_attention)
-        weights = WeightStore(backend, file)
+        try:
+            weights = WeightStore(backend, file, proj)
+        except GGUFError as e:
+            if proj is None:
+                raise
+            raise ModelLoadError(str(e)) from None
         model = spec.model(config, weights)
         try:
             model.validate()
@@ -97,16 +120,23 @@ def load_model(
                 tokenizer.add_eos_token(text)
         weights.load(progress)
         return LoadedModel(
-            str(path), file, spec, config, model, weights, tokenizer, backend, owns_backend
+            str(path), file, spec, config, model, weights, tokenizer, backend, owns_backend, proj
         )
     except BaseException:
-        _cleanup(file, weights, backend if owns_backend else None)
+        _cleanup(file, weights, backend if owns_backend else None, proj)
         raise
 
 
-def _cleanup(file: GGUFFile, weights: WeightStore | None, backend: GGMLBackend | None) -> None:
+def _cleanup(
+    file: GGUFFile,
+    weights: WeightStore | None,
+    backend: GGMLBackend | None,
+    projector: GGUFFile | None = None,
+) -> None:
     if weights is not None:
         weights.close()
     if backend is not None:
         backend.close()
     file.close()
+    if projector is not None:
+        projector.close()

@@ -1,4 +1,4 @@
-"""Gemma 3 text models (GGUF architecture `gemma3`).
+"""Gemma 3 (GGUF architecture `gemma3`): the text model, and images through its encoder.
 
 Sliding-window layers are interleaved with global ones: with pattern P (metadata
 `sliding_window_pattern`, default 6) layer i is global when (i + 1) % P == 0, else it attends
@@ -6,6 +6,27 @@ to the last `sliding_window` positions and uses the local RoPE base (`rope.freq_
 default 10000) without the global RoPE scaling. Unlike Llama: embeddings scaled by sqrt(embd),
 RMS-normed queries and keys, norms after attention and feed-forward too, GeGLU, and logits
 soft-capped by tanh.
+
+Images (`vision.py`, `image.py`): a file with the encoder inside (Ollama's), or a text file
+loaded with its projector file (llama.cpp's `mmproj-*.gguf`), takes images. The prompt layout
+is Gemma3Processor's: it writes `\n\n<start_of_image>`, then `tokens_per_image` (256) image
+soft tokens, then `<end_of_image>\n\n` where the text has an image. In Hearth:
+
+* `image_text` is `("\n\n<start_of_image>", "<end_of_image>\n\n")`: the runner writes it
+  around each image in the prompt text and tokenizes it with the text, so the newlines
+  merge with the neighbouring text exactly as the reference tokenizer merges them.
+* `encode_multimodal(ctx, data)` preprocesses the bytes and builds the encoder's graph: one
+  item, `[text_embd, tokens_per_image]`, `bidirectional` (an image's positions see each other
+  both ways, as transformers' Gemma 3 mask has them), `data` None.
+* `post_tokenize(inputs)` expands each image input (one `Input` whose `multimodal` holds the
+  items, with its `multimodal_hash`) into `rows` positions (the items' rows: 256): the first
+  carries the items and the hash and `same_batch = rows - 1` (the image in one batch), the
+  other `rows - 1` carry the hash only; every position's `token` is `<image_soft_token>`'s id
+  (0 where the vocabulary lacks it; the embeddings replace it anyway). Token inputs pass
+  through unchanged. Where the input before an image is not `<start_of_image>` (a caller
+  that does not use `image_text`), it adds `\n\n` and `<start_of_image>` before the image;
+  likewise `<end_of_image>` and `\n\n` after it unless the next input is `<end_of_image>`
+  (Ollama's layout), so the model always sees the markers it was trained with.
 """
 
 from __future__ import annotations
@@ -21,8 +42,11 @@ from hearth.plugins import (
     Cache,
     Causal,
     ConfigDefaults,
+    Input,
     Layer,
     Metadata,
+    Multimodal,
+    MultimodalNotSupportedError,
     Transformer,
     TransformerConfig,
     Weights,
@@ -31,7 +55,10 @@ from hearth.plugins import (
 )
 from hearth.plugins import Block as BaseBlock
 
-__all__ = ["Config", "Attention", "Block", "Model"]
+from .image import preprocess
+from .vision import VisionConfig, VisionTower
+
+__all__ = ["Config", "Attention", "Block", "ImageTokens", "Model"]
 
 _DEFAULT_PATTERN = 6
 _LOCAL_ROPE_BASE = 10000.0
@@ -41,11 +68,34 @@ DEFAULTS = ConfigDefaults(
 
 
 @dataclass(frozen=True)
+class ImageTokens:
+    """Ids of the tokens around and inside an image (-1: not in the vocabulary)."""
+
+    start: int = -1  # <start_of_image>
+    end: int = -1  # <end_of_image>
+    soft: int = -1  # <image_soft_token>
+    newlines: int = -1  # "\n\n"
+
+    @classmethod
+    def read(cls, meta: Metadata) -> ImageTokens:
+        tokens = meta.raw("tokenizer.ggml.tokens")
+        if tokens is None:
+            return cls()
+        index = {t: i for i, t in enumerate(tokens) if t in _IMAGE_TOKEN_TEXTS}
+        return cls(*(index.get(t, -1) for t in _IMAGE_TOKEN_TEXTS))
+
+
+_IMAGE_TOKEN_TEXTS = ("<start_of_image>", "<end_of_image>", "<image_soft_token>", "\n\n")
+
+
+@dataclass(frozen=True)
 class Config(TransformerConfig):
     rope_base_local: float
     sliding_window: int
     sliding_layers: tuple[bool, ...]
     final_softcap: float
+    vision: VisionConfig | None = None  # the image encoder's settings, when the files have it
+    image_tokens: ImageTokens = ImageTokens()
 
     @classmethod
     def from_gguf(cls, meta: Metadata) -> Config:
@@ -71,6 +121,8 @@ class Config(TransformerConfig):
             sliding_window=window,
             sliding_layers=sliding,
             final_softcap=meta.float("final_logit_softcapping", 0.0),
+            vision=VisionConfig.from_metadata(meta),
+            image_tokens=ImageTokens.read(meta),
         )
 
     @cached_property
@@ -115,14 +167,57 @@ class Model(Transformer[Config, Block]):
 
     default_chat_template = _CHAT_TEMPLATE
     eos_tokens = ("<end_of_turn>",)
+    image_text = ("\n\n<start_of_image>", "<end_of_image>\n\n")
 
     def __init__(self, config: Config, weights: Weights) -> None:
         super().__init__(config, weights, Block)
+        self.vision = VisionTower(config.vision, weights) if config.vision is not None else None
 
     def validate(self) -> None:
         if len(self.config.sliding_layers) != self.config.block_count:
             raise ValueError("sliding_window_pattern does not have one entry per layer")
         super().validate()
+        if self.vision is not None:
+            self.vision.config.check()
+            self.vision.check()
+            if self.vision.output_length != self.config.embedding_length:
+                raise ValueError(
+                    f"the image encoder makes {self.vision.output_length}-dimensional "
+                    f"embeddings, but the text model's are {self.config.embedding_length}: "
+                    "the projector file is for another model size"
+                )
+
+    def encode_multimodal(self, ctx: Context, data: bytes) -> list[Multimodal]:
+        """One item `[embd, tokens_per_image]`, bidirectional (see the module docstring)."""
+        if self.vision is None:
+            raise MultimodalNotSupportedError(
+                "this model file has no image encoder (for a llama.cpp file, load it with its "
+                "mmproj projector file)"
+            )
+        cfg = self.vision.config
+        pixels = preprocess(data, cfg.image_size, cfg.image_mean, cfg.image_std)
+        return [Multimodal(self.vision.encode(ctx, pixels), None, bidirectional=True)]
+
+    def post_tokenize(self, inputs: list[Input]) -> list[Input]:
+        """Image inputs to one position per embedding (see the module docstring)."""
+        ids = self.config.image_tokens
+        soft = max(ids.soft, 0)
+        out: list[Input] = []
+        for i, inp in enumerate(inputs):
+            if not inp.multimodal:
+                out.append(inp)
+                continue
+            rows = sum(_rows(item) for item in inp.multimodal)
+            prev = out[-1] if out else None
+            if ids.start >= 0 and not _is_token(prev, ids.start):
+                out.extend(Input(token=t) for t in (ids.newlines, ids.start) if t >= 0)
+            h = inp.multimodal_hash
+            out.append(Input(soft, inp.multimodal, h, same_batch=rows - 1))
+            out.extend(Input(soft, multimodal_hash=h) for _ in range(rows - 1))
+            nxt = inputs[i + 1] if i + 1 < len(inputs) else None
+            if ids.end >= 0 and not _is_token(nxt, ids.end):
+                out.extend(Input(token=t) for t in (ids.end, ids.newlines) if t >= 0)
+        return out
 
     def make_cache(self) -> Cache:
         cfg = self.config
@@ -160,3 +255,16 @@ class Model(Transformer[Config, Block]):
         if batch.hidden or not cap:
             return logits
         return ctx.scale(ctx.tanh(ctx.scale(logits, 1.0 / cap)), cap)
+
+
+def _rows(item: Multimodal) -> int:
+    """Positions an item fills: `rows` as the core set it, else its tensor's second size."""
+    if item.rows:
+        return item.rows
+    if item.tensor is None:
+        raise ValueError("an image item has neither rows nor a tensor")
+    return item.tensor.dim(1)
+
+
+def _is_token(inp: Input | None, token: int) -> bool:
+    return inp is not None and not inp.multimodal and not inp.multimodal_hash and inp.token == token

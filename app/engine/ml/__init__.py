@@ -9,7 +9,7 @@ from .api import (
     RopeOptions,
     Tensor,
 )
-from .nn import attention, bind, linear, rms_norm, weight
+from .nn import attention, bind, full_attention, gelu_tanh, layer_norm, linear, rms_norm, weight
 
 __all__ = [
     "Backend",
@@ -21,6 +21,9 @@ __all__ = [
     "Tensor",
     "attention",
     "bind",
+    "full_attention",
+    "gelu_tanh",
+    "layer_norm",
     "linear",
     "rms_norm",
     "weight",

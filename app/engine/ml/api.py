@@ -302,6 +302,15 @@ class Context(abc.ABC):
         """Fused attention. q `[d, tokens, heads]`, k `[d, n_kv, kv_heads]`, v likewise
         (not permuted), mask `[n_kv, tokens_padded]` F16. Returns `[d_v, heads, tokens]`."""
 
+    @abc.abstractmethod
+    def pool_2d(
+        self, a: Tensor, kernel: int, stride: int | None = None, mode: str = "avg"
+    ) -> Tensor:
+        """ggml_pool_2d without padding: `a` `[w, h, channels, n]` pooled over `kernel` x
+        `kernel` windows `stride` apart (default: `kernel`, windows side by side), mode "avg"
+        (the mean of each window) or "max". Returns F32 `[w', h', channels, n]` with
+        `w' = (w - kernel) // stride + 1`, likewise `h'`."""
+
     # -- layout ------------------------------------------------------------------------------
     @abc.abstractmethod
     def reshape(self, a: Tensor, *shape: int) -> Tensor:

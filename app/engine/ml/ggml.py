@@ -31,6 +31,7 @@ from .invariance import (
 __all__ = ["GGMLBackend", "GGMLContext", "GGMLTensor", "metadata_context", "physical_cores"]
 
 _c_void_p = ctypes.c_void_p
+_POOL_OPS = {"avg": g.GGML_OP_POOL_AVG, "max": g.GGML_OP_POOL_MAX}
 
 
 class GGMLContext(Context):
@@ -187,6 +188,18 @@ class GGMLContext(Context):
         p = g.ggml_flash_attn_ext(self._ctx, q.ptr, k.ptr, v.ptr, m, scale, 0.0, softcap)  # type: ignore[attr-defined]
         g.ggml_flash_attn_ext_set_prec(p, g.GGML_PREC_F32)
         # The result is [d_v, heads, tokens] already (ggml permutes internally).
+        return self._t(p)
+
+    def pool_2d(
+        self, a: Tensor, kernel: int, stride: int | None = None, mode: str = "avg"
+    ) -> GGMLTensor:
+        op = _POOL_OPS.get(mode)
+        if op is None:
+            raise ValueError(f"pool_2d: mode is 'avg' or 'max', not {mode!r}")
+        s = kernel if stride is None else stride
+        if kernel < 1 or s < 1 or kernel > a.dim(0) or kernel > a.dim(1):
+            raise ValueError(f"pool_2d: a {kernel}x{kernel} window does not fit {list(a.shape)}")
+        p = g.ggml_pool_2d(self._ctx, a.ptr, op, kernel, kernel, s, s, 0.0, 0.0)  # type: ignore[attr-defined]
         return self._t(p)
 
     # -- layout -------------------------------------------------------------------------

@@ -22,7 +22,18 @@ from typing import Any, Protocol, TypeVar
 
 from .api import Context, DType, Tensor
 
-__all__ = ["weight", "bind", "linear", "rms_norm", "attention", "AttentionCache", "KVView"]
+__all__ = [
+    "weight",
+    "bind",
+    "linear",
+    "rms_norm",
+    "layer_norm",
+    "gelu_tanh",
+    "attention",
+    "full_attention",
+    "AttentionCache",
+    "KVView",
+]
 
 T = TypeVar("T")
 
@@ -82,6 +93,66 @@ def rms_norm(ctx: Context, x: Tensor, w: Tensor | None, eps: float) -> Tensor:
     """RMS-normalise along dimension 0, then scale by `w` when given."""
     y = ctx.rms_norm(x, eps)
     return ctx.mul(y, w) if w is not None else y
+
+
+def layer_norm(ctx: Context, x: Tensor, w: Tensor | None, b: Tensor | None, eps: float) -> Tensor:
+    """LayerNorm along dimension 0 (zero mean, unit variance), then `* w + b` when given."""
+    y = ctx.norm(x, eps)
+    if w is not None:
+        y = ctx.mul(y, w)
+    return ctx.add(y, b) if b is not None else y
+
+
+_SQRT_2_OVER_PI = 0.7978845608028654
+
+
+def gelu_tanh(ctx: Context, x: Tensor) -> Tensor:
+    """GELU (tanh approximation), `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`, in F32
+    throughout: eight elementwise ops. `ctx.gelu` is one op but reads ggml's table of F16
+    values (off by up to 2e-3), which is what llama.cpp uses; this is for encoders that must
+    match a float32 reference closely (PyTorch's `gelu_pytorch_tanh`)."""
+    inner = ctx.add(x, ctx.scale(ctx.mul(ctx.mul(x, x), x), 0.044715))
+    t = ctx.tanh(ctx.scale(inner, _SQRT_2_OVER_PI))
+    half = ctx.scale(x, 0.5)
+    return ctx.add(ctx.mul(half, t), half)
+
+
+_SCORES_BYTES = 256 * 2**20  # full_attention: at most this much F32 scores per chunk of heads
+
+
+def full_attention(
+    ctx: Context, q: Tensor, k: Tensor, v: Tensor, scale: float, mask: Tensor | None = None
+) -> Tensor:
+    """Attention without a KV cache, every query seeing every key (an encoder's
+    self-attention), in F32: q `[head_dim, heads, n_q]`, k `[head_dim, heads, n_kv]`, v
+    `[head_dim_v, heads, n_kv]` (the same number of heads), optional mask `[n_kv, n_q]`
+    added to the scores. Returns `[head_dim_v * heads, n_q]`.
+
+    The `[n_kv, n_q, heads]` scores of a large image are big (4096 patches: 64 MiB per head),
+    so heads are taken in chunks of at most 256 MiB of scores: the graph's allocator reuses
+    one chunk's memory for the next.
+    """
+    d, heads, n_q = q.dim(0), q.dim(1), q.dim(2)
+    n_kv, dv = k.dim(2), v.dim(0)
+    qp = ctx.permute(q, 0, 2, 1, 3)  # [head_dim, n_q, heads]
+    kp = ctx.permute(k, 0, 2, 1, 3)  # [head_dim, n_kv, heads]
+    vt = ctx.cont(ctx.permute(v, 1, 2, 0, 3))  # [n_kv, head_dim_v, heads]
+    per_chunk = max(1, min(heads, _SCORES_BYTES // max(1, 4 * n_kv * n_q)))
+    out: Tensor | None = None
+    for h0 in range(0, heads, per_chunk):
+        hn = min(per_chunk, heads - h0)
+        qc, kc, vc = qp, kp, vt
+        if hn != heads:
+            qc = ctx.view(qp, (d, n_q, hn), qp.strides[1:3], h0 * qp.strides[2])
+            kc = ctx.view(kp, (d, n_kv, hn), kp.strides[1:3], h0 * kp.strides[2])
+            vc = ctx.view(vt, (n_kv, dv, hn), vt.strides[1:3], h0 * vt.strides[2])
+        kq = ctx.mul_mat(kc, qc, full_precision=True)  # [n_kv, n_q, hn]
+        kq = ctx.soft_max(kq, mask, scale)
+        part = ctx.mul_mat(vc, kq)  # [head_dim_v, n_q, hn]
+        out = part if out is None else ctx.concat(out, part, 2)
+    assert out is not None
+    out = ctx.cont(ctx.permute(out, 0, 2, 1, 3))  # [head_dim_v, heads, n_q]
+    return ctx.reshape(out, dv * heads, n_q)
 
 
 @dataclass(frozen=True)

@@ -283,6 +283,28 @@ class NumpyOps(Graph):
         srcs = (qt, kt, vt) if mt is None else (qt, kt, vt, mt)
         return self._node(DType.F32, (vt.ne[0], heads, tokens, q3), srcs, fn)
 
+    def pool_2d(
+        self, a: Tensor, kernel: int, stride: int | None = None, mode: str = "avg"
+    ) -> NumpyTensor:
+        x = numpy_tensor(a)
+        if mode not in ("avg", "max"):
+            raise ValueError(f"pool_2d: mode is 'avg' or 'max', not {mode!r}")
+        s = kernel if stride is None else stride
+        if kernel < 1 or s < 1 or kernel > x.ne[0] or kernel > x.ne[1]:
+            raise ValueError(f"pool_2d: a {kernel}x{kernel} window does not fit {list(x.shape)}")
+        ow, oh = (x.ne[0] - kernel) // s + 1, (x.ne[1] - kernel) // s + 1
+
+        def fn() -> np.ndarray:
+            v = x.values()  # [n, channels, h, w]
+            out = np.empty((v.shape[0], v.shape[1], oh, ow))
+            for i in range(oh):
+                for j in range(ow):
+                    win = v[:, :, i * s : i * s + kernel, j * s : j * s + kernel]
+                    out[:, :, i, j] = win.mean(axis=(2, 3)) if mode == "avg" else win.max((2, 3))
+            return out
+
+        return self._node(DType.F32, (ow, oh, x.ne[2], x.ne[3]), (x,), fn)
+
     # -- layout -----------------------------------------------------------------------------
     def reshape(self, a: Tensor, *shape: int) -> NumpyTensor:
         x = numpy_tensor(a)

@@ -11,6 +11,10 @@ multiplication goes to the CPU "repack" buffer type when ggml supports it for th
 buffer. A tied output matrix (`output.weight` missing, `token_embd.weight` used instead) is
 therefore loaded twice: once for row lookups, once laid out for matmul, as llama.cpp does.
 
+A model may come in two files: the text model and a projector (llama.cpp's `mmproj-*.gguf`,
+the image encoder). The store then looks names up in both (a name in both is an error) and
+maps each file on its own.
+
 One condition is ours: a repacked layout is used only if it is batch-invariant, i.e. a row's
 result is bit-identical whether it is multiplied alone or among others (checked at load on one
 real tensor of each type, see invariance.py). Some repacked kernels (e.g. Q4_K's) round a row
@@ -68,20 +72,37 @@ class _Slot:
     info: TensorInfo
     tensor: GGMLTensor
     matmul: bool
+    file: GGUFFile
     buft: object = None
 
 
 class WeightStore:
-    """Tensor handles by GGUF name for one file (see the module docstring).
+    """Tensor handles by GGUF name for one file, or a model file and its projector file (see
+    the module docstring).
 
     Ownership: the store owns the weight buffers; `close()` frees them. Handles stay valid
-    (as graph operands) until then. Not thread-safe; used while a model loads.
+    (as graph operands) until then. The files stay the caller's. Not thread-safe; used while
+    a model loads.
     """
 
-    def __init__(self, backend: GGMLBackend, file: GGUFFile) -> None:
+    def __init__(
+        self, backend: GGMLBackend, file: GGUFFile, projector: GGUFFile | None = None
+    ) -> None:
         self.backend = backend
         self.file = file
-        self._meta = metadata_context(len(file.tensors) * 2 + 8)
+        self.projector = projector
+        self.files = [file] if projector is None else [file, projector]
+        self._owner: dict[str, GGUFFile] = {}  # tensor name -> the file holding it
+        for f in self.files:
+            for name in f.tensors:
+                if name in self._owner:
+                    raise GGUFError(
+                        f"{file.path.name} and {f.path.name} both have tensor '{name}': the "
+                        "model file has its own image encoder, so it needs no projector file"
+                    )
+                self._owner[name] = f
+        n_tensors = len(self._owner)
+        self._meta = metadata_context(n_tensors * 2 + 8)
         self._slots: dict[tuple[str, bool], _Slot] = {}
         self._buffers: list[object] = []
         self._contexts: list[object] = []
@@ -89,12 +110,12 @@ class WeightStore:
         self.bytes_by_buffer_type: dict[str, int] = {}
         self.product_rules: dict[str, ProductRule] = {}  # "Q4_K (CPU)" -> probed rule
         self.rejected_layouts: dict[str, ProductRule] = {}  # probed, not invariant, not used
-        self._raw: np.ndarray | None = None
+        self._raw: list[np.ndarray] = []  # views of the file maps, while weights point in
         # Graphs need room for every op of every layer: scale the scheduler's node budget.
-        backend.graph_nodes = max(backend.graph_nodes, 16 * len(file.tensors) + 1024)
+        backend.graph_nodes = max(backend.graph_nodes, 16 * n_tensors + 1024)
 
     def has(self, name: str) -> bool:
-        return name in self.file.tensors
+        return name in self._owner
 
     def get(
         self, name: str, alt: str | None = None, matmul: bool | None = None
@@ -104,10 +125,11 @@ class WeightStore:
         matmul: whether the tensor is the weight of a matrix multiplication; None infers it
         (two or more dimensions, and not the token embedding).
         """
-        resolved = name if name in self.file.tensors else alt
-        if resolved is None or resolved not in self.file.tensors:
+        resolved = name if name in self._owner else alt
+        if resolved is None or resolved not in self._owner:
             return None
-        info = self.file.tensors[resolved]
+        file = self._owner[resolved]
+        info = file.tensors[resolved]
         if matmul is None:
             matmul = len(info.shape) >= 2 and resolved != "token_embd.weight"
         key = (resolved, matmul)
@@ -115,7 +137,7 @@ class WeightStore:
         if slot is None:
             if self.loaded:
                 raise RuntimeError("weights were requested after load()")
-            slot = self._new_slot(info, matmul)
+            slot = self._new_slot(file, info, matmul)
             self._slots[key] = slot
         return slot.tensor
 
@@ -123,22 +145,24 @@ class WeightStore:
         t = self.get(name, alt, matmul)
         if t is None:
             arch = self.file.architecture or "this"
+            names = " and ".join(f.path.name for f in self.files)
             raise MissingTensorError(
-                f"{self.file.path.name} lacks tensor '{name}', which the {arch} architecture "
-                "needs; the file may be damaged or converted for a different program"
+                f"{names} {'lack' if self.projector else 'lacks'} tensor '{name}', which the "
+                f"{arch} architecture needs; the file may be damaged or converted for a "
+                "different program"
             )
         return t
 
-    def _new_slot(self, info: TensorInfo, matmul: bool) -> _Slot:
+    def _new_slot(self, file: GGUFFile, info: TensorInfo, matmul: bool) -> _Slot:
         if info.type_id not in _SUPPORTED_TYPES:
             raise GGUFError(
-                f"{self.file.path.name}: tensor '{info.name}' has type {info.type_name}, which "
+                f"{file.path.name}: tensor '{info.name}' has type {info.type_name}, which "
                 "this engine's ggml cannot compute with"
             )
         ne = list(info.shape) + [1] * (4 - len(info.shape))
         p = g.ggml_new_tensor_4d(self._meta, info.type_id, ne[0], ne[1], ne[2], ne[3])
         g.ggml_set_name(p, info.name.encode()[:63])
-        return _Slot(info, GGMLTensor(p, self), matmul)
+        return _Slot(info, GGMLTensor(p, self), matmul, file)
 
     # -- loading ------------------------------------------------------------------------
     def load(self, progress: ProgressFn | None = None) -> None:
@@ -147,33 +171,35 @@ class WeightStore:
         share a tensor), repacked ones are copied into their own buffers."""
         if self.loaded:
             return
-        raw = np.frombuffer(self.file._mm, dtype=np.uint8)  # read-only view of the map
-        self._raw = raw  # keeps the view (and the map) alive while weights point into it
-        base = raw.ctypes.data
+        # Read-only views of the maps, kept (with the maps) while weights point into them.
+        raws = {id(f): np.frombuffer(f._mm, dtype=np.uint8) for f in self.files}
+        self._raw = list(raws.values())
         extra = _extra_buffer_types()
-        mapped: list[_Slot] = []
+        mapped: dict[int, list[_Slot]] = {}  # by file
         copied: dict[int, list[_Slot]] = {}
         bufts: dict[int, object] = {}
         for slot in self._slots.values():
             slot.buft = self._choose_buffer_type(slot, extra)
             if slot.buft is self.backend.cpu_buffer_type:
-                mapped.append(slot)
+                mapped.setdefault(id(slot.file), []).append(slot)
             else:
                 copied.setdefault(address(slot.buft), []).append(slot)
                 bufts[address(slot.buft)] = slot.buft
-        if mapped:
-            self._map(mapped, base)
+        for slots in mapped.values():
+            self._map(slots, slots[0].file, raws[id(slots[0].file)].ctypes.data)
         for key, slots in copied.items():
             self._allocate(slots, bufts[key])
-        # Bring the file in now (with progress) rather than on the first token.
+        # Bring the files in now (with progress) rather than on the first token.
         total = sum(s.info.nbytes for s in self._slots.values()) or 1
         done = 0
-        for slot in sorted(self._slots.values(), key=lambda s: s.info.offset):
-            if slot in mapped:
+        order = {id(f): i for i, f in enumerate(self.files)}
+        for slot in sorted(self._slots.values(), key=lambda s: (order[id(s.file)], s.info.offset)):
+            raw = raws[id(slot.file)]
+            if slot.buft is self.backend.cpu_buffer_type:
                 _touch(raw, slot.info.offset, slot.info.nbytes)
             else:
                 g.ggml_backend_tensor_set(
-                    slot.tensor.ptr, base + slot.info.offset, 0, slot.info.nbytes
+                    slot.tensor.ptr, raw.ctypes.data + slot.info.offset, 0, slot.info.nbytes
                 )
             done += slot.info.nbytes
             if progress is not None:
@@ -217,10 +243,11 @@ class WeightStore:
             slot.tensor._p = p
         return ctx
 
-    def _map(self, slots: list[_Slot], base: int) -> None:
+    def _map(self, slots: list[_Slot], file: GGUFFile, base: int) -> None:
+        """Point `slots` (all in `file`, mapped at `base`) into the map of the file."""
         self._rehome(slots)
-        start = self.file.data_offset
-        buf = g.ggml_backend_cpu_buffer_from_ptr(base + start, self.file.size - start)
+        start = file.data_offset
+        buf = g.ggml_backend_cpu_buffer_from_ptr(base + start, file.size - start)
         if not buf:
             raise OutOfMemoryError("could not map the model file")
         g.ggml_backend_buffer_set_usage(buf, g.GGML_BACKEND_BUFFER_USAGE_WEIGHTS)
@@ -228,7 +255,7 @@ class WeightStore:
         for slot in slots:
             status = g.ggml_backend_tensor_alloc(buf, slot.tensor.ptr, base + slot.info.offset)
             if status != g.GGML_STATUS_SUCCESS:
-                raise GGUFError(f"{self.file.path.name}: tensor '{slot.info.name}' is misaligned")
+                raise GGUFError(f"{file.path.name}: tensor '{slot.info.name}' is misaligned")
         unique = {s.info.name: s.info.nbytes for s in slots}
         self._count("CPU (mapped)", sum(unique.values()))
 
@@ -262,7 +289,7 @@ class WeightStore:
         rule = self.backend.product_rules.get(key)
         if rule is None:
             rule = _probe_in_layout(
-                self.backend, buft, slot.tensor, self.file.tensor_bytes(slot.info.name)
+                self.backend, buft, slot.tensor, slot.file.tensor_bytes(slot.info.name)
             )
             self.backend.product_rules[key] = rule
         if rule is not ProductRule.INVARIANT:  # the plain layout is used; it gets probed
@@ -285,7 +312,7 @@ class WeightStore:
         if self._meta:
             g.ggml_free(self._meta)
             self._meta = None
-        self._raw = None  # releases the file map for closing
+        self._raw = []  # releases the file maps for closing
 
 
 def _touch(raw: np.ndarray, offset: int, nbytes: int, page: int = 4096) -> None:
