@@ -8,7 +8,7 @@ Libraries:
 * plugins: the plugin kit and the registry of installed plugins, built on the engine.
 * history, app_settings: the desktop app's chat history and settings (Qt-free).
 * launcher: starts or finds a `hearth serve` (for the CLI and the desktop app); no server code.
-* hearth.paths, hearth.default_model: leaf modules anyone may use.
+* hearth.paths, hearth.default_model, hearth.hostport: leaf modules anyone may use.
 
 Programs (each a process, or the command that starts one):
 * runner: the runner process (one model); engine + plugins.
@@ -23,7 +23,7 @@ import ast
 from pathlib import Path
 
 APP = Path(__file__).resolve().parents[1] / "app"
-LEAVES = {"paths", "default_model"}
+LEAVES = {"paths", "default_model", "hostport"}
 PACKAGES = {
     "engine",
     "plugins",
@@ -47,6 +47,7 @@ ALLOWED: dict[str, set[str]] = {
     "ui": {"history", "app_settings", "launcher"},
     "paths": set(),
     "default_model": {"paths"},
+    "hostport": set(),
 }
 
 

@@ -13,7 +13,7 @@ from typing import Any, TextIO
 
 import httpx
 
-from ..launcher import Connection, connect
+from .connection import Connection, connect
 from .http_client import ServiceError
 from .modelfile import ModelfileError, parameter_value, parse_modelfile
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ..default_model import DEFAULT_MODEL
-from ..launcher import Connection, connect
+from .connection import Connection, connect
 from .http_client import HearthClient, ServiceError
 
 __all__ = ["resolve_model", "request_options", "run"]

@@ -6,12 +6,13 @@ whose message names the variable, so `hearth serve` can refuse to start with one
 
 from __future__ import annotations
 
-import ipaddress
 import math
 import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+
+from ..hostport import DEFAULT_HOST, DEFAULT_PORT, HostError, env_host, is_loopback, parse_host
 
 __all__ = [
     "ConfigError",
@@ -24,8 +25,6 @@ __all__ = [
     "is_loopback",
 ]
 
-DEFAULT_HOST = "127.0.0.1"
-DEFAULT_PORT = 11434
 FOREVER = math.inf  # keep_alive < 0: never unload
 
 _UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -62,40 +61,6 @@ def parse_duration(value: object, what: str = "keep_alive") -> float:
     if math.isnan(seconds):
         raise ConfigError(f"{what} is not a number")
     return FOREVER if seconds < 0 else seconds
-
-
-def parse_host(value: str, default_port: int = DEFAULT_PORT) -> tuple[str, int]:
-    """`host`, `host:port`, `:port`, `[v6]:port` or `http://host:port` -> (host, port)."""
-    text = value.strip()
-    text = re.sub(r"^[a-zA-Z][a-zA-Z0-9+.-]*://", "", text).rstrip("/")
-    host, port_text = text, ""
-    if text.startswith("["):
-        end = text.find("]")
-        if end < 0:
-            raise ConfigError(f"HEARTH_HOST {value!r} has an unclosed '['")
-        host, rest = text[1:end], text[end + 1 :]
-        port_text = rest[1:] if rest.startswith(":") else ""
-    elif text.count(":") == 1:
-        host, port_text = text.split(":")
-    host = host or DEFAULT_HOST
-    if not port_text:
-        return host, default_port
-    try:
-        port = int(port_text)
-    except ValueError:
-        raise ConfigError(f"HEARTH_HOST {value!r} has a port that is not a number") from None
-    if not 0 <= port <= 65535:
-        raise ConfigError(f"HEARTH_HOST {value!r}: the port must be between 0 and 65535")
-    return host, port
-
-
-def is_loopback(host: str) -> bool:
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _int(env: Mapping[str, str], name: str, default: int, minimum: int = 0) -> int:
@@ -151,9 +116,12 @@ class ServerConfig:
     ) -> ServerConfig:
         """Settings from the environment; `host` (may include a port) and `port` override."""
         env = os.environ if env is None else env
-        h, p = parse_host(env.get("HEARTH_HOST", "") or DEFAULT_HOST)
-        if host:
-            h, p = parse_host(host, default_port=p)
+        try:
+            h, p = env_host(env)
+            if host:
+                h, p = parse_host(host, default_port=p)
+        except HostError as e:
+            raise ConfigError(str(e)) from None
         if port is not None:
             if not 0 <= port <= 65535:
                 raise ConfigError("--port must be between 0 and 65535")

@@ -23,7 +23,7 @@ from .controllers.drops import DropController
 from .controllers.history import HistoryController
 from .controllers.models import ModelsController
 from .controllers.settings import SettingsController
-from .service import ServiceManager
+from .service_manager import ServiceManager
 from .views.main_window import MainWindow
 from .wiring import Wiring
 

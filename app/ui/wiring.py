@@ -10,7 +10,7 @@ from PySide6.QtCore import QUrl
 from PySide6.QtGui import QDesktopServices, QGuiApplication
 from PySide6.QtWidgets import QFileDialog, QInputDialog, QMessageBox
 
-from .service import READY, STARTING
+from .service_manager import READY, STARTING
 from .theme import Palette
 from .views.dialogs import ChatSettingsDialog, ShortcutsDialog, service_failed_box
 from .views.main_window import CHAT_PAGE, MODELS_PAGE

@@ -88,12 +88,12 @@ def test_image_on_a_vision_model_is_sent_with_the_message(qtbot, stub, make_app,
 
 
 def test_a_service_that_cannot_start_shows_why_and_where_the_log_is(qtbot, make_app, monkeypatch):
-    import hearth.ui.service as service
+    import hearth.launcher as launcher
 
     monkeypatch.setattr(
-        service,
+        launcher,
         "serve_command",
-        lambda host, port: (sys.executable, ["-c", "print('no GPU driver found'); exit(3)"]),
+        lambda *_args: [sys.executable, "-c", "print('no GPU driver found'); exit(3)"],
     )
     app = make_app(ready=False)
     with qtbot.waitSignal(app.service.failed, timeout=30_000) as blocker:

@@ -6,7 +6,7 @@ from PySide6.QtCore import QObject, QTimer, Signal
 from PySide6.QtWidgets import QApplication
 
 from ...app_settings import THEMES, Settings, new_api_key, save_settings
-from ..service import ServiceManager
+from ..service_manager import ServiceManager
 from ..theme import Palette, apply_theme
 
 __all__ = ["SettingsController"]

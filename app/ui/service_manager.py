@@ -1,31 +1,32 @@
-"""Starting `hearth serve` as a child process, or attaching to one that already runs.
+"""Starting `hearth serve` as a child process (through `hearth.launcher`), or attaching to
+one that already runs.
 
-Where it listens follows the Local API settings (see Settings): a private loopback port with a
-random token, 127.0.0.1:<port> for other programs, or 0.0.0.0:<port> with the API key. The
-child's output goes to a log file whose path every failure message names.
+Where it listens follows the Local API settings (see Settings): a private loopback port (a free
+one, learnt from the service's ready line) with a random token, 127.0.0.1:<port> for other
+programs, or 0.0.0.0:<port> with the API key. The child's output goes to a log file whose path
+every failure message names. A timer watches the child from the event loop: its ready line,
+and its exit.
 """
 
 from __future__ import annotations
 
-import secrets
-import socket
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
-from PySide6.QtCore import QIODevice, QObject, QProcess, QProcessEnvironment, QTimer, Signal
-
-from hearth.paths import logs_dir
+from PySide6.QtCore import QObject, QTimer, Signal
 
 from ..app_settings import Settings
+from ..launcher import LaunchError, PrivateService, error_sentence, launch, log_tail
+from ..paths import logs_dir
 from .api_client import ApiClient, ApiError
 
-__all__ = ["ServiceManager", "Endpoint", "free_port", "serve_command"]
+__all__ = ["ServiceManager", "Endpoint"]
 
 STOPPED, STARTING, READY, FAILED = "stopped", "starting", "ready", "failed"
 _START_TIMEOUT_S = 120
-_POLL_MS = 250
+_POLL_MS = 250  # probing an attached service
+_WATCH_MS = 100  # our child: its ready line, its exit
+_RESTART_KILL_MS = 8000
 
 
 @dataclass(frozen=True)
@@ -38,29 +39,6 @@ class Endpoint:
     def url(self) -> str:
         host = "127.0.0.1" if self.host == "0.0.0.0" else self.host
         return f"http://{host}:{self.port}"
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def serve_command(host: str, port: int) -> tuple[str, list[str]]:
-    """How to run `hearth serve` from this interpreter (or from a frozen app's executable)."""
-    # The service ends when our stdin pipe closes, so even a killed app leaves no orphan.
-    args = ["serve", "--host", host, "--port", str(port), "--exit-on-stdin-close"]
-    if getattr(sys, "frozen", False):
-        return sys.executable, args
-    return sys.executable, ["-m", "hearth", *args]
-
-
-def _tail(path: Path, lines: int = 15) -> str:
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return ""
-    return "\n".join(text.strip().splitlines()[-lines:])
 
 
 class ServiceManager(QObject):
@@ -84,10 +62,13 @@ class ServiceManager(QObject):
         self._settings = settings
         self._attach = (attach_url.rstrip("/"), attach_token) if attach_url else None
         self._probe_client = ApiClient(self)
-        self._process: QProcess | None = None
+        self._child: PrivateService | None = None
         self._endpoint: Endpoint | None = None
+        self._child_host = ""  # where our child was asked to listen (0.0.0.0 when exposed)
         self._poll = QTimer(self, interval=_POLL_MS, singleShot=True)
         self._poll.timeout.connect(self._probe)
+        self._watch = QTimer(self, interval=_WATCH_MS)
+        self._watch.timeout.connect(self._watch_child)
         self._deadline = QTimer(self, singleShot=True)
         self._deadline.timeout.connect(self._start_timed_out)
         self._restart_pending = False
@@ -100,7 +81,7 @@ class ServiceManager(QObject):
 
     @property
     def owns_process(self) -> bool:
-        return self._process is not None
+        return self._child is not None
 
     def _set_state(self, state: str, text: str) -> None:
         self.state = state
@@ -122,7 +103,7 @@ class ServiceManager(QObject):
             return
         s = self._settings()
         if not s.api_enabled:
-            self._spawn(Endpoint("127.0.0.1", free_port(), secrets.token_urlsafe(24)))
+            self._spawn("127.0.0.1", 0, None)  # a free port, a random key
             return
         host = "0.0.0.0" if s.api_expose else "127.0.0.1"
         token = s.api_key if s.api_expose else ""
@@ -152,34 +133,44 @@ class ServiceManager(QObject):
             if err.kind == "http":
                 answered("")
             else:
-                self._spawn(ep)
+                self._spawn(ep.host, ep.port, ep.token)
 
         call.done.connect(answered)
         call.failed.connect(refused)
 
-    def _spawn(self, ep: Endpoint) -> None:
-        self._endpoint = ep
+    def _spawn(self, host: str, port: int, token: str | None) -> None:
+        """Start our own service; `_watch_child` sees it become ready, or end."""
+        self._endpoint = None
         self._set_state(STARTING, self.tr("Starting the engine…"))
-        proc = QProcess(self)
-        env = QProcessEnvironment.systemEnvironment()
-        env.remove("HEARTH_API_KEY")
-        if ep.token:
-            env.insert("HEARTH_API_KEY", ep.token)
+        s = self._settings()
         # The service's own default context (its memory estimates assume it) follows ours.
-        env.insert("HEARTH_CONTEXT_LENGTH", str(self._settings().num_ctx))
-        models_dir = self._settings().models_dir
-        if models_dir:
-            env.insert("HEARTH_MODELS", models_dir)
-        env.insert("PYTHONUNBUFFERED", "1")
-        proc.setProcessEnvironment(env)
-        proc.setProcessChannelMode(QProcess.ProcessChannelMode.MergedChannels)
-        proc.setStandardOutputFile(str(self.log_path), QIODevice.OpenModeFlag.Truncate)
-        program, args = serve_command(ep.host, ep.port)
-        proc.finished.connect(self._on_exit)
-        proc.errorOccurred.connect(self._on_process_error)
-        self._process = proc
-        proc.start(program, args)
-        self._poll.start()
+        env = {"HEARTH_CONTEXT_LENGTH": str(s.num_ctx)}
+        if s.models_dir:
+            env["HEARTH_MODELS"] = s.models_dir
+        try:
+            self._child = launch(host, port, token, env, self.log_path)
+        except LaunchError as e:
+            self._fail(self.tr("Could not run the engine: %1").replace("%1", str(e)))
+            return
+        self._child_host = host
+        self._watch.start()
+
+    def _watch_child(self) -> None:
+        child = self._child
+        if child is None:
+            self._watch.stop()
+            return
+        code = child.returncode
+        if code is not None:
+            self._watch.stop()
+            self._child = None
+            child.wait(2.0)  # its last output reaches the log
+            self._on_exit(code, child)
+        elif self.state == STARTING and child.url and not self._restart_pending:
+            self._endpoint = Endpoint(self._child_host, child.port, child.token)
+            self._deadline.stop()
+            self._set_state(READY, self.tr("Engine ready"))
+            self.ready.emit(self._endpoint.url, self._endpoint.token)
 
     def _probe(self) -> None:
         if self._endpoint is None or self.state != STARTING:
@@ -204,7 +195,7 @@ class ServiceManager(QObject):
         elif self._attach and err.kind == "http":
             self._fail(err.message)
         else:
-            self._poll.start()  # not listening yet: the child is still importing or binding
+            self._poll.start()  # not answering yet
 
     def _start_timed_out(self) -> None:
         if self.state == STARTING:
@@ -214,28 +205,26 @@ class ServiceManager(QObject):
                 )
             )
 
-    def _on_process_error(self, error: QProcess.ProcessError) -> None:
-        if error == QProcess.ProcessError.FailedToStart and self.state == STARTING:
-            self._process = None
-            self._fail(self.tr("Could not run %1.").replace("%1", sys.executable))
-
-    def _on_exit(self, code: int, _status: QProcess.ExitStatus) -> None:
-        self._process = None
+    def _on_exit(self, code: int, child: PrivateService) -> None:
         if self._restart_pending:
             self._restart_pending = False
             self.state = STOPPED
             self.start()
         elif self.state in (STARTING, READY):
-            self._fail(
-                self.tr("The engine stopped (exit status %1).").replace("%1", str(code)),
-            )
+            reason = self.tr("The engine stopped (exit status %1).").replace("%1", str(code))
+            said = error_sentence(child.log_path)  # its own words, when it said why
+            if said:
+                reason += " " + said[:1].upper() + said[1:]
+            self._fail(reason)
 
     def _fail(self, reason: str) -> None:
         self._poll.stop()
         self._deadline.stop()
-        if self._process is not None:
-            self._process.kill()
-        tail = _tail(self.log_path) if self._attach is None else ""
+        self._watch.stop()
+        child, self._child = self._child, None
+        if child is not None:
+            child.kill()
+        tail = log_tail(self.log_path) if self._attach is None else ""
         detail = reason + (("\n\n" + tail) if tail else "")
         self._set_state(FAILED, reason)
         self.failed.emit(detail, str(self.log_path))
@@ -247,36 +236,30 @@ class ServiceManager(QObject):
         if self._attach:
             return
         self._poll.stop()
-        proc = self._process
-        if proc is None or proc.state() == QProcess.ProcessState.NotRunning:
-            self._process = None
+        child = self._child
+        if child is None or child.returncode is not None:
+            self._watch.stop()
+            self._child = None
             self.state = STOPPED
             self.start()
             return
-        self._restart_pending = True
+        self._restart_pending = True  # `_watch_child` starts the new one when this one ends
         self._set_state(STARTING, self.tr("Restarting the engine…"))
-        proc.terminate()
-        QTimer.singleShot(8000, lambda p=proc: _kill_if_running(p))
+        child.terminate()
+        QTimer.singleShot(_RESTART_KILL_MS, self, lambda c=child: _kill_if_running(c))
 
     def stop(self, wait_ms: int = 5000) -> None:
         """End the child process (at app exit); an attached service is left running."""
         self._poll.stop()
         self._deadline.stop()
+        self._watch.stop()
         self._restart_pending = False
-        proc, self._process = self._process, None
+        child, self._child = self._child, None
         self.state = STOPPED
-        if proc is None:
-            return
-        proc.finished.disconnect(self._on_exit)
-        proc.terminate()
-        if not proc.waitForFinished(wait_ms):
-            proc.kill()
-            proc.waitForFinished(2000)
+        if child is not None:
+            child.stop(wait_ms / 1000)
 
 
-def _kill_if_running(proc: QProcess) -> None:
-    try:
-        if proc.state() != QProcess.ProcessState.NotRunning:
-            proc.kill()
-    except RuntimeError:
-        pass  # already deleted with its parent
+def _kill_if_running(child: PrivateService) -> None:
+    if child.returncode is None:
+        child.kill()
