@@ -37,7 +37,7 @@ PROMPTS = [
 ]
 
 
-def _finish(seq) -> dict:  # noqa: ANN001 - a runner Sequence
+def _finish(seq) -> dict:  # seq: a runner Sequence
     done = None
     while (event := seq.events.get()) is not None:
         if "error" in event:
@@ -57,7 +57,7 @@ def _streams(runner: Runner, prompts: list[str], tokens: int, round_no: int) -> 
     start = time.perf_counter()
     seqs = [runner.completion(r) for r in reqs]
 
-    def wait(seq) -> None:  # noqa: ANN001
+    def wait(seq) -> None:
         done = _finish(seq)
         with lock:
             results.append(done)

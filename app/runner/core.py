@@ -61,7 +61,7 @@ class Runner:
         self.loaded: LoadedModel = load_model(
             config.model,
             registry=registry if registry is not None else default_registry(),
-            **({"projector": config.projector} if config.projector else {}),
+            projector=config.projector or None,
             progress=progress,
             num_threads=config.threads,
             flash_attention=config.flash_attention,

@@ -48,7 +48,7 @@ class _Handler(BaseHTTPRequestHandler):
     token: str
     protocol_version = "HTTP/1.0"  # streaming bodies end when the connection closes
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+    def log_message(self, format: str, *args: Any) -> None:  # stdlib signature
         _log.debug("%s - %s", self.address_string(), format % args)
 
     # -- plumbing -------------------------------------------------------------------------
@@ -92,7 +92,7 @@ class _Handler(BaseHTTPRequestHandler):
         return runner
 
     # -- routes ---------------------------------------------------------------------------
-    def do_GET(self) -> None:  # noqa: N802 - stdlib naming
+    def do_GET(self) -> None:  # stdlib naming
         if not self._authorised():
             return
         if self.path == "/health":
@@ -104,7 +104,7 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._json(404, {"error": f"no route {self.path}"})
 
-    def do_POST(self) -> None:  # noqa: N802 - stdlib naming
+    def do_POST(self) -> None:  # stdlib naming
         if not self._authorised():
             return
         routes = {

@@ -119,7 +119,7 @@ class BatchLoop:
     def _execute(self, flight: _Flight) -> None:
         try:
             flight.logits = self.engine.run(flight.plan, on_started=flight.started.set)
-        except BaseException as e:  # noqa: BLE001 - handed to the loop thread
+        except BaseException as e:  # handed to the loop thread
             flight.error = e
         finally:
             flight.started.set()
@@ -136,7 +136,7 @@ class BatchLoop:
                     break
             try:
                 inflight = self._step(inflight)
-            except Exception as e:  # noqa: BLE001 - never let one bug stop every sequence
+            except Exception as e:  # never let one bug stop every sequence
                 _log.exception("batch loop step failed")
                 for seq in list(self._active):
                     self._end(seq, error=f"internal error in the runner: {e}")
@@ -336,7 +336,7 @@ class BatchLoop:
                 continue
             try:
                 token = seq.accept_logits(flight.logits[flight.rows[i]])
-            except Exception as e:  # noqa: BLE001 - a broken sampler state ends one sequence
+            except Exception as e:  # a broken sampler state ends one sequence
                 seq.fail(f"sampling failed: {e}")
                 continue
             if token is not None:

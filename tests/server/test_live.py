@@ -192,7 +192,7 @@ def test_as_a_new_user_would(live_server, tmp_path):
             print(part.response, end="", flush=True)
         print()
     """)
-    )  # noqa: E501
+    )
     env = dict(os.environ, OLLAMA_HOST=live_server.url)
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
                           env=env, timeout=300)  # fmt: skip

@@ -28,7 +28,7 @@ def auto(key: str = "a", one: int = 1000, four: int = 3000) -> LoadSpec:
                     parallel_choices=((4, four),))  # fmt: skip
 
 
-def run(coro):  # noqa: ANN001, ANN201
+def run(coro):
     return asyncio.run(coro)
 
 

@@ -21,7 +21,7 @@ def spec(key: str = "a", num_ctx: int = 2048, estimate: int = 0, **kw: object) -
                     options=options, estimate=estimate)  # fmt: skip
 
 
-def run(coro):  # noqa: ANN001, ANN201
+def run(coro):
     return asyncio.run(coro)
 
 

@@ -22,7 +22,7 @@ from ...runner.protocol import CompletionRequest
 from ..prompting.outputs import OutputParser, ParsedCall
 from ..prompting.prompts import IMAGE_TAG, conversation, render
 from ..scheduling.runner_process import RunnerError
-from ..scheduling.service import Generation, Piece, Service, Settings, Target, pieces
+from ..scheduling.service import Generation, GenerationSettings, Piece, Service, Target, pieces
 from .errors import APIError
 from .responses import ndjson, now_iso
 from .schemas import (
@@ -151,7 +151,10 @@ async def _load_or_unload(
 
 
 def _request(
-    settings: Settings, body: GenerateRequest | ChatRequest, prompt: str, images: list[str]
+    settings: GenerationSettings,
+    body: GenerateRequest | ChatRequest,
+    prompt: str,
+    images: list[str],
 ) -> CompletionRequest:
     return CompletionRequest(
         prompt=prompt,
@@ -213,7 +216,7 @@ async def generate(body: GenerateRequest, request: Request) -> Response:
 
 
 async def _with_context(
-    svc: Service, target: Target, settings: Settings, req: CompletionRequest,
+    svc: Service, target: Target, settings: GenerationSettings, req: CompletionRequest,
     context: list[int], keep_alive: float,
 ) -> CompletionRequest:  # fmt: skip
     """Ollama's deprecated `context`: earlier token ids go before this prompt."""

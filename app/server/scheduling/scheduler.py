@@ -2,17 +2,34 @@
 
 One `hearth runner` subprocess per loaded model file. A request `acquire()`s a lease on the
 model's runner (loading it on demand, one load at a time) and the lease's release starts the
-keep-alive timer. Ollama's rules (ENGINE_REFERENCE.md §5.3), with two of its pain points
-fixed: a request that asks for a smaller `num_ctx` than the loaded one is served by the loaded
-runner instead of reloading it, and only `num_ctx` growth or a changed cache/attention setting
-forces a reload. When the maximum number of models is loaded, or the new model's estimated
-memory does not fit in what the system has free, idle runners are unloaded, least recently
-used first (waiting for one to become idle when none is). A runner that dies fails only the
-requests that were using it and is replaced on the next request.
+keep-alive timer. The rules:
+
+- Reuse: a loaded runner serves a request unless the request needs more context (`num_ctx`)
+  than it was started with, a different flash-attention or K/V cache type, or sets
+  `num_batch` / `num_thread` itself to values other than the runner's. A request that asks
+  for a smaller `num_ctx` is served by the loaded runner. Otherwise the runner is retired
+  (once its requests finish) and started again with the request's settings.
+- Queue: at most HEARTH_MAX_QUEUE requests wait for a runner; more are refused (ServerBusy,
+  answered with 503).
+- Room: when the maximum number of models is loaded (HEARTH_MAX_LOADED_MODELS), or the new
+  model's estimated memory does not fit in what the system has free, idle runners are
+  unloaded, least recently used first; when none is idle, the load waits for one to become
+  idle.
+- Keep-alive: a runner with no requests left stays loaded for the request's keep-alive, then
+  is stopped; keep-alive 0 stops it at once, a negative one keeps it forever.
+- Failure: a runner that dies fails only the requests that were using it and is replaced on
+  the next request. A start that fails for lack of memory while other models are loaded
+  unloads one of them and tries again.
+
+This follows Ollama's scheduler (https://github.com/ollama/ollama/blob/main/server/sched.go:
+one runner per model, a bounded queue, keep-alive timers, unloading idle runners to make room)
+except that Ollama reloads a model for any change of its runner options, a smaller `num_ctx`
+included.
 
 Parallel slots: with HEARTH_NUM_PARALLEL unset, a spec carries the (slots, estimate) pairs to
 try beside its one-slot fallback, and the load takes the first (4 slots) whose estimate fits in
-the memory available once room for one slot has been made, else one slot (Ollama's old rule).
+the memory available once room for one slot has been made, else one slot (the rule Ollama used
+while its OLLAMA_NUM_PARALLEL defaulted to "4 or 1, by memory").
 A runner that fails to start with several slots is started again with one.
 
 Everything here runs on the service's event loop; no locks other than the load lock.
@@ -35,7 +52,7 @@ from ..config import FOREVER, ServerConfig
 from .runner_process import RunnerOptions, RunnerProcess, RunnerStartError
 
 __all__ = [
-    "Runner",
+    "RunnerHandle",
     "Launcher",
     "LoadSpec",
     "Loaded",
@@ -49,8 +66,9 @@ __all__ = [
 log = logging.getLogger("hearth.scheduler")
 
 
-class Runner(Protocol):
-    """What the scheduler needs from a runner (RunnerProcess, or a fake in tests)."""
+class RunnerHandle(Protocol):
+    """The service's handle on one runner process: what the scheduler needs from it
+    (RunnerProcess, or a fake in tests). The process itself runs hearth.runner.core.Runner."""
 
     info: dict[str, Any]
 
@@ -71,10 +89,10 @@ class Runner(Protocol):
     async def stop(self) -> None: ...
 
 
-Launcher = Callable[[str, RunnerOptions, float], Awaitable[Runner]]
+Launcher = Callable[[str, RunnerOptions, float], Awaitable[RunnerHandle]]
 
 
-async def process_launcher(path: str, options: RunnerOptions, timeout: float) -> Runner:
+async def process_launcher(path: str, options: RunnerOptions, timeout: float) -> RunnerHandle:
     return await RunnerProcess.start(path, options, timeout=timeout)
 
 
@@ -126,7 +144,7 @@ class LoadSpec:
 @dataclass(eq=False)
 class Loaded:
     spec: LoadSpec
-    runner: Runner
+    runner: RunnerHandle
     slots: asyncio.Semaphore
     loaded_at: float = field(default_factory=time.time)
     refs: int = 0
@@ -337,7 +355,7 @@ class Scheduler:
 
     async def _start(
         self, spec: LoadSpec, fallback: LoadSpec | None = None
-    ) -> tuple[LoadSpec, Runner]:
+    ) -> tuple[LoadSpec, RunnerHandle]:
         """Start a runner for `spec`; a start that fails with automatically chosen slots is
         tried again with `fallback` (one slot). Returns the spec used and the runner."""
         while True:

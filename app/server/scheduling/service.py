@@ -28,7 +28,7 @@ from ..store.modelinfo import ModelInfo, ModelInfoCache, capabilities
 from .runner_process import RunnerError, RunnerOptions
 from .scheduler import Lease, LoadSpec, Scheduler
 
-__all__ = ["Service", "Target", "Settings", "Generation", "Piece", "pieces"]
+__all__ = ["Service", "Target", "GenerationSettings", "Generation", "Piece", "pieces"]
 
 AUTO_PARALLEL = 4  # slots tried when HEARTH_NUM_PARALLEL is unset (Ollama's old default)
 
@@ -79,7 +79,11 @@ class Target:
 
 
 @dataclass(frozen=True)
-class Settings:
+class GenerationSettings:
+    """One request's settings once the model's parameters and the request's options are
+    merged: how its runner must be started, which runtime options the request set itself
+    (only those force a reload), and the sampling options sent with the completion."""
+
     runner: RunnerOptions
     explicit: frozenset[str]
     sampling: dict[str, Any]
@@ -144,7 +148,7 @@ class Service:
         except ConfigError as e:
             raise APIError(400, str(e)) from None
 
-    def settings(self, target: Target, options: Options | None) -> Settings:
+    def settings(self, target: Target, options: Options | None) -> GenerationSettings:
         given = options.model_dump(exclude_none=True) if options is not None else {}
         merged = {**target.params, **given}
         trained = target.info.context_length or 1 << 24
@@ -161,9 +165,11 @@ class Service:
         sampling = {k: merged[k] for k in _SAMPLING if k in merged}
         if sampling.get("num_predict", -1) < 0:
             sampling["num_predict"] = 10 * num_ctx  # Ollama's cap on runaway generation
-        return Settings(runner, frozenset(k for k in given if k in RUNTIME_OPTIONS), sampling)
+        return GenerationSettings(
+            runner, frozenset(k for k in given if k in RUNTIME_OPTIONS), sampling
+        )
 
-    def memory(self, target: Target, settings: Settings) -> dict[str, int]:
+    def memory(self, target: Target, settings: GenerationSettings) -> dict[str, int]:
         """Bytes a runner with these settings needs: estimated from the file, with the
         weights and graph the last runner of this file measured when there was one."""
         o = settings.runner
@@ -175,7 +181,7 @@ class Service:
             estimate["total"] = estimate["weights"] + estimate["kv_cache"] + estimate["graph"]
         return estimate
 
-    def spec(self, target: Target, settings: Settings) -> LoadSpec:
+    def spec(self, target: Target, settings: GenerationSettings) -> LoadSpec:
         """What the scheduler loads. With HEARTH_NUM_PARALLEL unset, the spec is for one slot
         and offers AUTO_PARALLEL slots (with their estimate) for the scheduler to take when
         they fit in the available memory."""
@@ -207,13 +213,17 @@ class Service:
             for i, b64 in enumerate(images or [])
         ]
 
-    async def lease(self, target: Target, settings: Settings, keep_alive: float) -> Lease:
+    async def lease(self, target: Target, settings: GenerationSettings, keep_alive: float) -> Lease:
         if not target.info.supported:
             raise APIError(400, f"{target.name}: {target.info.problem}")
         return await self.scheduler.acquire(self.spec(target, settings), keep_alive)
 
     async def generate(
-        self, target: Target, settings: Settings, request: CompletionRequest, keep_alive: float
+        self,
+        target: Target,
+        settings: GenerationSettings,
+        request: CompletionRequest,
+        keep_alive: float,
     ) -> Generation:
         """Lease a runner and start the completion; errors before the first token raise
         (so the route can answer with a status code)."""
