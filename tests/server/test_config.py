@@ -67,7 +67,7 @@ def test_conversation_adds_the_model_system_prompt_and_image_tags():
     msgs = [ChatMessage(role="user", content="hi", images=["AAAA", "BBBB"])]
     out, images = conversation(msgs, system="Be brief.")
     assert out[0] == {"role": "system", "content": "Be brief."}
-    assert out[1]["content"] == "[img-0] [img-1] hi" and images == ["AAAA", "BBBB"]
+    assert out[1]["content"] == "[img-0][img-1]hi" and images == ["AAAA", "BBBB"]  # as Ollama
     own = [ChatMessage(role="system", content="Mine."), ChatMessage(role="user", content="x")]
     assert conversation(own, system="Be brief.")[0][0]["content"] == "Mine."
 

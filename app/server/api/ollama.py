@@ -181,8 +181,10 @@ async def generate(body: GenerateRequest, request: Request) -> Response:
     if images:
         target.require("vision", "images")
     think = think_flag(target, body.think)
-    tags = " ".join(IMAGE_TAG.format(i) for i in range(len(images)))
-    text = f"{tags} {body.prompt}" if tags else body.prompt
+    # A raw prompt places its images itself with [img-N] (without any, the runner puts them
+    # first); otherwise they go before the text, as the reference chat templates write it.
+    tags = "".join(IMAGE_TAG.format(i) for i in range(len(images)))
+    text = body.prompt if body.raw else tags + body.prompt
     if body.raw:
         prompt = text
     else:

@@ -139,6 +139,11 @@ async def show(body: ShowRequest, request: Request) -> dict[str, Any]:
     out |= {
         "details": info.details(),
         "model_info": model_info,
+        **(
+            {"projector_info": target.projector_info.model_info}
+            if target.projector_info is not None
+            else {}
+        ),
         "capabilities": target.capabilities,
         "modified_at": iso(target.record.modified),
         "hearth": {

@@ -47,8 +47,10 @@ def check_template(source: str) -> None:
 def _message(m: ChatMessage, image_offset: int) -> dict[str, Any]:
     content = m.content or ""
     if m.images:
-        tags = " ".join(IMAGE_TAG.format(image_offset + i) for i in range(len(m.images)))
-        content = f"{tags} {content}" if content else tags
+        # As the reference chat templates write it: the images, then the text, no space.
+        content = (
+            "".join(IMAGE_TAG.format(image_offset + i) for i in range(len(m.images))) + content
+        )
     out: dict[str, Any] = {"role": m.role, "content": content}
     if m.thinking:
         out["thinking"] = m.thinking

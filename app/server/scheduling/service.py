@@ -62,6 +62,8 @@ class Target:
     system: str | None = None
     preset: tuple[ChatMessage, ...] = ()
     license: str | None = None
+    projector: Path | None = None  # the vision projector file (llama.cpp's mmproj layout)
+    projector_info: ModelInfo | None = None
 
     @property
     def key(self) -> str:
@@ -69,7 +71,7 @@ class Target:
 
     @property
     def capabilities(self) -> list[str]:
-        return capabilities(self.info, self.template)
+        return capabilities(self.info, self.template, self.projector_info)
 
     def require(self, capability: str, what: str) -> None:
         if not self.info.supported:
@@ -114,6 +116,13 @@ class Service:
             info = await asyncio.to_thread(self.infos.get, path)
         except GGUFError as e:
             raise APIError(400, f"{name} cannot be used: {e}") from None
+        projector, projector_info = None, None
+        if (layer := record.layer("projector")) is not None:
+            projector = self.store.blob_path(layer.digest)
+            try:
+                projector_info = await asyncio.to_thread(self.infos.get, projector)
+            except (GGUFError, OSError) as e:
+                raise APIError(400, f"{name}: its vision projector cannot be used: {e}") from None
         return Target(
             name=record.name.display,
             record=record,
@@ -124,6 +133,8 @@ class Service:
             system=self.store.read_text(record.layer("system")),
             preset=self._preset(record),
             license=self.store.read_text(record.layer("license")),
+            projector=projector,
+            projector_info=projector_info,
         )
 
     def _params(self, record: ModelRecord) -> dict[str, Any]:
@@ -161,6 +172,7 @@ class Service:
             threads=merged.get("num_thread") or None,
             flash_attention=flash,
             kv_type=self.config.kv_cache_type if flash else "f16",  # quantized K/V needs FA
+            projector=str(target.projector) if target.projector is not None else None,
         )
         sampling = {k: merged[k] for k in _SAMPLING if k in merged}
         if sampling.get("num_predict", -1) < 0:
@@ -174,6 +186,9 @@ class Service:
         weights and graph the last runner of this file measured when there was one."""
         o = settings.runner
         estimate = target.info.estimate_memory(o.num_ctx, o.parallel, o.num_batch, o.kv_type)
+        if target.projector_info is not None:
+            estimate["weights"] += target.projector_info.weights_bytes
+            estimate["total"] += target.projector_info.weights_bytes
         measured = self.scheduler.measured.get(target.key)
         if measured and measured.get("weights"):
             estimate["weights"] = measured["weights"]

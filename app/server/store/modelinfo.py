@@ -88,6 +88,7 @@ class ModelInfo:
     feed_forward_length: int
     head_count: int
     model_info: dict[str, Any] = field(default_factory=dict)  # short metadata, JSON-ready
+    sees_images: bool = False  # the architecture's plugin has an image encoder
 
     def details(self) -> dict[str, Any]:
         return {
@@ -144,11 +145,16 @@ def _file_capabilities(
     return caps
 
 
-def capabilities(info: ModelInfo, template: str | None) -> list[str]:
-    """What a model can do: from its file, plus what its chat template supports."""
+def capabilities(
+    info: ModelInfo, template: str | None, projector: ModelInfo | None = None
+) -> list[str]:
+    """What a model can do: from its file (and vision projector file, if any), plus what its
+    chat template supports."""
     if not info.supported:
         return []
     caps = list(info.capabilities)
+    if projector is not None and info.sees_images and "vision" not in caps:
+        caps.append("vision")
     source = template or ""
     if "tools" in source:
         caps.append("tools")
@@ -210,6 +216,7 @@ def read_model_info(path: Path, registry: Architectures) -> ModelInfo:
             feed_forward_length=max(_per_layer(meta, "feed_forward_length", layers, 0) or [0]),
             head_count=heads[0] if heads else 1,
             model_info=info,
+            sees_images=model_cls is not None and model_cls.handles_multimodal(),
         )
 
 
