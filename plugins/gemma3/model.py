@@ -163,7 +163,8 @@ _CHAT_TEMPLATE = (
 
 
 class Model(Transformer[Config, Block]):
-    """The Gemma 3 text forward pass (see hearth.plugins for the contract)."""
+    """Gemma 3: the text forward pass, and the image encoder when the files have one (see
+    the module docstring and hearth.plugins for the contract)."""
 
     default_chat_template = _CHAT_TEMPLATE
     eos_tokens = ("<end_of_turn>",)
