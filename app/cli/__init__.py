@@ -34,6 +34,9 @@ def _add_run(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     run.add_argument("--flash-attention", action="store_true", help="use flash attention")
     run.add_argument("--verbose", action="store_true", help="print prompt and generation speed")
     run.add_argument("--keep-alive", default=None, help="how long the model stays loaded")
+    run.add_argument(
+        "--mmproj", default=None, help="vision projector .gguf (default: mmproj*.gguf beside)"
+    )
 
 
 def _add_runner(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -82,6 +85,7 @@ def _add_models(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     create.add_argument("model", help="name for the new model (name[:tag])")
     create.add_argument("-f", "--file", help="a .gguf file or a Modelfile")
     create.add_argument("--from", dest="source", help="an existing model to start from")
+    create.add_argument("--mmproj", help="its vision projector .gguf (llama.cpp's mmproj file)")
     create.add_argument(
         "--link",
         action="store_true",

@@ -151,12 +151,19 @@ def cmd_create(args: Any, conn: Connection, out: TextIO, err: TextIO = sys.stder
             body.setdefault("parameters", {}).setdefault("stop", []).append(value)
         else:
             body.setdefault("parameters", {})[key] = parameter_value(value)
+    if getattr(args, "mmproj", None):
+        body["projector"] = str(Path(args.mmproj).expanduser().resolve())
     local = str(body["from"]).endswith(".gguf") and Path(body["from"]).is_absolute()
     host = httpx.URL(conn.client.base_url).host
     if local and host not in ("127.0.0.1", "localhost", "::1"):
-        source = Path(body.pop("from"))  # the service is elsewhere: send the file itself
-        err.write(f"uploading {source.name}\n")
-        body["files"] = {source.name: conn.client.upload_blob(source)}
+        # The service is elsewhere: send the files themselves, as the ollama client does.
+        sources = [Path(body.pop("from"))]
+        if body.get("projector"):
+            sources.append(Path(body.pop("projector")))
+        body["files"] = {}
+        for source in sources:
+            err.write(f"uploading {source.name}\n")
+            body["files"][source.name] = conn.client.upload_blob(source)
     body.update(model=args.model, link=bool(args.link))
     last = ""
     for status in conn.client.create(body):

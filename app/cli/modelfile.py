@@ -1,6 +1,7 @@
 """Reading an Ollama Modelfile into an `/api/create` request body, for `hearth create -f`.
 
-Supported instructions: FROM (a model name or a .gguf path, relative to the Modelfile),
+Supported instructions: FROM (a model name or a .gguf path, relative to the Modelfile; a
+second FROM names the vision projector .gguf),
 PARAMETER, TEMPLATE (Jinja, as Hearth runs it), SYSTEM, LICENSE and MESSAGE; values may be
 quoted or wrapped in triple quotes across lines. ADAPTER is refused with a sentence.
 """
@@ -69,10 +70,17 @@ def parse_modelfile(path: Path) -> dict[str, Any]:
     messages = []
     for word, value, line in _instructions(text):
         if word == "FROM":
+            # Two FROM lines: the model and its vision projector (the service tells which
+            # file is which from their GGUF headers, as Ollama does).
+            if "projector" in body:
+                raise ModelfileError(f"line {line}: at most two FROM lines (model, projector)")
+            key = "projector" if "from" in body else "from"
             source = Path(value).expanduser()
             if value.lower().endswith(".gguf") or value.startswith((".", "/", "~")):
                 source = source if source.is_absolute() else (path.parent / source).resolve()
-                body["from"] = str(source)
+                body[key] = str(source)
+            elif key == "projector":
+                raise ModelfileError(f"line {line}: the second FROM must be a .gguf file")
             else:
                 body["from"] = value
         elif word == "PARAMETER":

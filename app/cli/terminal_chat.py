@@ -28,8 +28,19 @@ def _local_name(path: Path) -> str:
     return f"local/{stem[:80]}:latest"
 
 
-def resolve_model(client: HearthClient, name: str) -> str:
-    """A model name, or a .gguf path registered with the service -> the name to use."""
+def projector_beside(model: Path) -> Path | None:
+    """The vision projector lying beside a model file (`mmproj*.gguf`, as llama.cpp's
+    releases name it): the only one, else the one whose name shares the model's stem."""
+    found = sorted(p for p in model.parent.glob("mmproj*.gguf") if p.is_file() and p != model)
+    if len(found) > 1:
+        stem = model.stem.lower().split("-")[0]
+        found = [p for p in found if stem in p.name.lower()]
+    return found[0] if len(found) == 1 else None
+
+
+def resolve_model(client: HearthClient, name: str, projector: str | None = None) -> str:
+    """A model name, or a .gguf path registered with the service -> the name to use. A
+    model file brings its vision projector: `projector`, else an `mmproj*.gguf` beside it."""
     if name in _ALIASES:
         return DEFAULT_MODEL
     path = Path(name).expanduser()
@@ -38,6 +49,11 @@ def resolve_model(client: HearthClient, name: str) -> str:
             raise ServiceError(f"model '{name}' not found: there is no such file")
         local = _local_name(path)
         body = {"model": local, "from": str(path.resolve()), "link": True}
+        mmproj = Path(projector).expanduser() if projector else projector_beside(path.resolve())
+        if mmproj is not None:
+            if not mmproj.is_file():
+                raise ServiceError(f"no vision projector at {mmproj}")
+            body["projector"] = str(mmproj.resolve())
         for _ in client.create(body):
             pass
         return local
@@ -69,7 +85,7 @@ def run(args: Any, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
     conn: Connection | None = None
     try:
         conn = connect(start_private=True)
-        model = resolve_model(conn.client, args.model)
+        model = resolve_model(conn.client, args.model, getattr(args, "mmproj", None))
         chat = _Chat(conn.client, model, args, out, err)
         if args.prompt is not None:
             return chat.one_shot(args.prompt)

@@ -77,7 +77,7 @@ class _Plan:
 
     name: ModelName
     base: list[Layer] = field(default_factory=list)
-    local_file: Path | None = None
+    local_files: list[tuple[Path, str]] = field(default_factory=list)  # (file, layer kind)
     link: bool = False
     settings: dict[str, bytes] = field(default_factory=dict)  # kind -> blob content
 
@@ -168,12 +168,11 @@ async def _plan(svc: Service, body: CreateRequest) -> _Plan:
             plan.base.append(
                 Layer(f"application/vnd.ollama.image.{kind}", digest, path.stat().st_size)
             )
-        if not any(x.kind == "model" for x in plan.base):
-            raise APIError(400, "the files hold no model, only a vision projector")
     elif body.from_:
-        plan.local_file = _local_path(body.from_)
-        if plan.local_file is not None:
-            await asyncio.to_thread(_check_gguf, plan.local_file, check)
+        local = _local_path(body.from_)
+        if local is not None:
+            kind = await asyncio.to_thread(_check_gguf, local, check)
+            plan.local_files.append((local, kind))
         else:
             plan.base = list(svc.store.resolve(body.from_).layers)
     else:
@@ -182,43 +181,58 @@ async def _plan(svc: Service, body: CreateRequest) -> _Plan:
             "say what to create from: 'from' (a model name or an absolute "
             "path to a .gguf file) or 'files' (uploaded blobs)",
         )
+    if body.projector:
+        local = _local_path(body.projector)
+        if local is None:
+            raise APIError(400, "'projector' must be the absolute path of a .gguf file")
+        kind = await asyncio.to_thread(_check_gguf, local, check)
+        plan.local_files.append((local, kind))
+        plan.base = [x for x in plan.base if x.kind != "projector"]  # the new one replaces it
+    kinds = [k for _, k in plan.local_files] + [x.kind for x in plan.base]
+    if kinds.count("model") != 1 or kinds.count("projector") > 1:
+        found = ", ".join(kinds) or "nothing"
+        raise APIError(
+            400, f"a model needs exactly one model file and at most one vision projector ({found})"
+        )
     return plan
 
 
-async def _bring_in(store: ModelStore, plan: _Plan) -> AsyncIterator[dict[str, Any]]:
-    """Copy or link the local file into the store, reporting progress."""
-    assert plan.local_file is not None
-    progress = {"completed": 0, "total": plan.local_file.stat().st_size}
+async def _bring_in(
+    store: ModelStore, source: Path, kind: str, link: bool
+) -> AsyncIterator[dict[str, Any] | Layer]:
+    """Copy or link a local file into the store, reporting progress; yields its layer last."""
+    progress = {"completed": 0, "total": source.stat().st_size}
 
     def report(done: int, total: int) -> None:
         progress.update(completed=done, total=total)
 
-    verb = "linking" if plan.link else "copying"
-    task = asyncio.ensure_future(
-        asyncio.to_thread(store.add_file, plan.local_file, plan.link, report)
-    )
+    verb = "linking" if link else "copying"
+    task = asyncio.ensure_future(asyncio.to_thread(store.add_file, source, link, report, kind))
     last = -1
     while not task.done():
         await asyncio.wait([task], timeout=0.25)
         if progress["completed"] != last:
             last = progress["completed"]
-            yield {"status": f"{verb} {plan.local_file.name}", **progress}
+            yield {"status": f"{verb} {source.name}", **progress}
     layer = task.result()
-    plan.base.append(layer)
     yield {
-        "status": f"{verb} {plan.local_file.name}",
+        "status": f"{verb} {source.name}",
         "digest": layer.digest,
         "total": layer.size,
         "completed": layer.size,
     }
+    yield layer
 
 
 async def _run(svc: Service, plan: _Plan) -> AsyncIterator[dict[str, Any]]:
     store = svc.store
     yield {"status": "parsing GGUF"}
-    if plan.local_file is not None:
-        async for status in _bring_in(store, plan):
-            yield status
+    for source, kind in plan.local_files:
+        async for status in _bring_in(store, source, kind, plan.link):
+            if isinstance(status, Layer):
+                plan.base.append(status)
+            else:
+                yield status
     layers = [x for x in plan.base if x.kind not in plan.settings]
     for layer in layers:
         yield {"status": f"using existing layer {layer.digest}"}

@@ -266,7 +266,9 @@ class PullRequest(_Body):
 
 class CreateRequest(_Body):
     """Ollama's create request; `from` may also be an absolute path to a local .gguf file
-    (Hearth extension), with `link` to hard-link (or symlink) it instead of copying."""
+    (Hearth extension), with `link` to hard-link (or symlink) it instead of copying, and
+    `projector` the absolute path of its vision projector (`mmproj-*.gguf`). `files` may
+    hold a model and a projector, as the ollama client sends them for two FROM lines."""
 
     model: ModelField
     from_: str | None = Field(None, alias="from", max_length=4096)
@@ -281,6 +283,7 @@ class CreateRequest(_Body):
     modelfile: str | None = None
     stream: bool = True
     link: bool = False
+    projector: str | None = Field(None, max_length=4096)  # Hearth: a local mmproj .gguf path
 
     @field_validator("parameters")
     @classmethod
