@@ -33,7 +33,17 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, Self, TypeVar, cast
 from ..engine.architecture import Architecture, Metadata, Weights
 from ..engine.input import Batch
 from ..engine.kvcache import Cache
-from ..engine.ml import Context, RopeOptions, Tensor, attention, bind, linear, rms_norm, weight
+from ..engine.ml import (
+    Context,
+    RopeOptions,
+    Tensor,
+    attention,
+    bind,
+    gelu_tanh,
+    linear,
+    rms_norm,
+    weight,
+)
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -217,12 +227,22 @@ class GatedMLP:
     ffn_down: Tensor = weight()
 
     def forward(
-        self, ctx: Context, x: Tensor, activation: Literal["silu", "gelu"] = "silu"
+        self,
+        ctx: Context,
+        x: Tensor,
+        activation: Literal["silu", "gelu", "gelu_f32"] = "silu",
     ) -> Tensor:
         """down(act(gate·x) * up·x): `[embd, n]` -> `[embd, n]`; SiLU is SwiGLU (Llama,
-        Qwen), GELU is GeGLU (Gemma). Fused in one op either way."""
+        Qwen), GELU is GeGLU (Gemma), fused in one op either way, as llama.cpp computes them
+        (ggml's GELU reads a table of F16 values, up to 2e-3 off). "gelu_f32" is the tanh
+        GELU in F32 throughout (`nn.gelu_tanh`, eight ops): as close as PyTorch's."""
         gate, up = ctx.mul_mat(self.ffn_gate, x), ctx.mul_mat(self.ffn_up, x)
-        h = ctx.swiglu(gate, up) if activation == "silu" else ctx.geglu(gate, up)
+        if activation == "silu":
+            h = ctx.swiglu(gate, up)
+        elif activation == "gelu":
+            h = ctx.geglu(gate, up)
+        else:
+            h = ctx.mul(gelu_tanh(ctx, gate), up)
         return ctx.mul_mat(self.ffn_down, h)  # [embd, n]
 
 

@@ -34,6 +34,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 from functools import cached_property
+from typing import Literal
 
 from hearth.engine.ml import Context, RopeOptions, Tensor, attention, rms_norm, weight
 from hearth.plugins import Attention as BaseAttention
@@ -173,6 +174,10 @@ class Model(Transformer[Config, Block]):
     def __init__(self, config: Config, weights: Weights) -> None:
         super().__init__(config, weights, Block)
         self.vision = VisionTower(config.vision, weights) if config.vision is not None else None
+        # Vision models compute the feed-forward's GELU in F32, as the reference does: ggml's
+        # F16 GELU table (llama.cpp's) puts their logits 3e-3 from transformers'. Text-only
+        # files keep llama.cpp's numbers and speed.
+        self.gelu: Literal["gelu", "gelu_f32"] = "gelu" if self.vision is None else "gelu_f32"
 
     def validate(self) -> None:
         if len(self.config.sliding_layers) != self.config.block_count:
@@ -247,7 +252,7 @@ class Model(Transformer[Config, Block]):
         a, h = at.output_rows(ctx, a, h)
         a = rms_norm(ctx, attn.output(ctx, a), block.post_attention_norm, cfg.rms_eps)
         h = ctx.add(a, h)
-        f = block.mlp.forward(ctx, rms_norm(ctx, h, block.ffn_norm, cfg.rms_eps), "gelu")
+        f = block.mlp.forward(ctx, rms_norm(ctx, h, block.ffn_norm, cfg.rms_eps), self.gelu)
         return ctx.add(rms_norm(ctx, f, block.post_ffw_norm, cfg.rms_eps), h)
 
     def logits(self, ctx: Context, batch: Batch, h: Tensor) -> Tensor:
