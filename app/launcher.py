@@ -21,7 +21,7 @@ import secrets
 import subprocess
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import httpx
@@ -186,22 +186,20 @@ class PrivateService:
 
     def terminate(self) -> None:
         """Ask it to end (close its stdin, SIGTERM); returns at once."""
-        with contextlib.suppress(OSError):
-            if self.process.stdin is not None:
-                self.process.stdin.close()
-        if self.process.poll() is None:
-            with contextlib.suppress(OSError):
-                self.process.terminate()
+        self._close_and_signal(self.process.terminate)
 
     def kill(self) -> None:
         """End it now (SIGKILL) and reap it."""
+        self._close_and_signal(self.process.kill)
+        self.process.wait()
+
+    def _close_and_signal(self, send: Callable[[], None]) -> None:
         with contextlib.suppress(OSError):
             if self.process.stdin is not None:
                 self.process.stdin.close()
         if self.process.poll() is None:
             with contextlib.suppress(OSError):
-                self.process.kill()
-        self.process.wait()
+                send()
 
     def stop(self, timeout: float = 10.0) -> int:
         """End it: close its stdin and terminate it, kill it if it is still there after
