@@ -1,4 +1,5 @@
-"""The KV-cache scenarios of Ollama's `kvcache/causal_test.go` (ENGINE_REFERENCE §3.5).
+"""The KV-cache scenarios of Ollama's `kvcache/causal_test.go`
+(https://github.com/ollama/ollama/blob/main/kvcache/causal_test.go).
 
 Every scenario runs on the numpy reference backend and on ggml, with permuted V off and on, as
 Ollama's test runs each with PermutedV false and true. As there: capacity 16, max_batch 16 unless

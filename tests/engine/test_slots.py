@@ -1,5 +1,5 @@
-"""Prompt-cache slots (`runner/slots.py`), ported from Ollama's
-`runner/ollamarunner/cache_test.go` (ENGINE_REFERENCE §3.5, §4.1): TestShiftDiscard (exact
+"""Prompt-cache slots (`engine/prompt_cache.py`), ported from Ollama's
+`runner/ollamarunner/cache_test.go` (https://github.com/ollama/ollama): TestShiftDiscard (exact
 vectors), TestFindCacheSlot and TestLoadCacheSlot (through `InputCache.acquire`) and
 TestShiftCacheSlot (through `InputCache.shift`)."""
 

@@ -26,13 +26,12 @@ SEPARATOR = "\n__ggml_vocab_test__\n"
 
 
 def fixtures_dir() -> Path | None:
-    """llama.cpp's vocab fixtures: $HEARTH_FIXTURES, else ../shared/fixtures/vocab."""
+    """llama.cpp's vocab fixtures: $HEARTH_FIXTURES, else the copy in tests/fixtures/vocab."""
     repo = Path(__file__).resolve().parents[2]
     candidates = []
     if os.environ.get("HEARTH_FIXTURES"):
         env = Path(os.environ["HEARTH_FIXTURES"])
         candidates += [env / "vocab", env]
-    candidates.append(repo.parent / "shared" / "fixtures" / "vocab")
     candidates.append(repo / "tests" / "fixtures" / "vocab")
     for c in candidates:
         if (c / "ggml-vocab-llama-spm.gguf").exists():
@@ -43,7 +42,7 @@ def fixtures_dir() -> Path | None:
 FIXTURES = fixtures_dir()
 needs_fixtures = pytest.mark.skipif(
     FIXTURES is None,
-    reason="llama.cpp vocab fixtures not found (set HEARTH_FIXTURES or clone next to shared/)",
+    reason="llama.cpp vocab fixtures not found (tests/fixtures/vocab, or set HEARTH_FIXTURES)",
 )
 
 
