@@ -10,13 +10,13 @@ from pathlib import Path
 from hearth.default_model import DEFAULT_MODEL
 from hearth.paths import data_dir
 
-__all__ = ["Settings", "load_settings", "save_settings", "settings_path", "new_api_key"]
+__all__ = ["AppSettings", "load_settings", "save_settings", "settings_path", "new_api_key"]
 
 THEMES = ("system", "light", "dark")
 
 
 @dataclass
-class Settings:
+class AppSettings:
     # Local API: off = a private loopback port with a random token (only this app can talk to
     # the service); on = 127.0.0.1:api_port with no key, like Ollama; expose = 0.0.0.0 + api_key.
     api_enabled: bool = False
@@ -46,6 +46,10 @@ class Settings:
         return opts
 
 
+# The old name, for app/ui/service_manager.py until it imports AppSettings; delete then.
+Settings = AppSettings
+
+
 def new_api_key() -> str:
     return "hearth-" + secrets.token_urlsafe(24)
 
@@ -54,20 +58,20 @@ def settings_path() -> Path:
     return data_dir() / "settings.json"
 
 
-def load_settings(path: Path | None = None) -> Settings:
+def load_settings(path: Path | None = None) -> AppSettings:
     """Read the settings; a missing or damaged file gives the defaults (never a crash)."""
     path = path or settings_path()
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         raw = {}
-    known = {f.name: f for f in fields(Settings)}
+    known = {f.name: f for f in fields(AppSettings)}
     values = {}
-    defaults = Settings()
+    defaults = AppSettings()
     for key, value in raw.items() if isinstance(raw, dict) else ():
         if key in known and isinstance(value, type(getattr(defaults, key))):
             values[key] = value
-    settings = Settings(**values)
+    settings = AppSettings(**values)
     if settings.theme not in THEMES:
         settings.theme = "system"
     if not 1 <= settings.api_port <= 65535:
@@ -75,7 +79,7 @@ def load_settings(path: Path | None = None) -> Settings:
     return settings
 
 
-def save_settings(settings: Settings, path: Path | None = None) -> None:
+def save_settings(settings: AppSettings, path: Path | None = None) -> None:
     path = path or settings_path()
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(asdict(settings), indent=2), encoding="utf-8")

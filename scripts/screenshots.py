@@ -107,13 +107,13 @@ def shoot(out: Path) -> None:
     from PySide6.QtCore import QEventLoop
     from PySide6.QtWidgets import QApplication
 
-    from hearth.app_settings import Settings, new_api_key
+    from hearth.app_settings import AppSettings, new_api_key
     from hearth.ui.app import HearthApp
     from hearth.ui.views.main_window import CHAT_PAGE, MODELS_PAGE, SETTINGS_PAGE
 
     app = QApplication(["hearth"])
     app.setApplicationName("Hearth")
-    h = HearthApp([], settings=Settings(theme="light"))
+    h = HearthApp([], settings=AppSettings(theme="light"))
     h.start()
     h.window.resize(1320, 900)
 
@@ -150,7 +150,7 @@ def shoot(out: Path) -> None:
     h.window.models_page.select_name("gemma3:270m")
     grab("models.png")
     # Show the page as it looks with the API exposed, without binding 0.0.0.0 here.
-    shown = Settings(**{**vars(h.settings), "api_enabled": True, "api_expose": True})
+    shown = AppSettings(**{**vars(h.settings), "api_enabled": True, "api_expose": True})
     shown.api_key = new_api_key()
     h.window.show_page(SETTINGS_PAGE)
     h.window.settings_page.show_settings(

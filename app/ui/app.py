@@ -2,6 +2,13 @@
 
 `main(argv)` is what `hearth` (no arguments) runs. Everything is owned by one HearthApp per
 window; nothing lives at module level.
+
+The parts, from the bottom up:
+* the service (service_manager.py) and the HTTP client (api_client.py);
+* controllers/: what the app does (the open chat, the models, the chat list, the settings,
+  drops), as QObjects with signals; they know nothing of widgets;
+* views/ and widgets/: the window and its pages; they only show things and emit signals;
+* wiring_*.py: one function per page that connects its views to its controllers.
 """
 
 from __future__ import annotations
@@ -15,7 +22,7 @@ from collections.abc import Sequence
 from PySide6.QtCore import QByteArray, QTimer
 from PySide6.QtWidgets import QApplication
 
-from ..app_settings import Settings, load_settings, save_settings
+from ..app_settings import AppSettings, load_settings, save_settings
 from ..history import ChatStore
 from .api_client import ApiClient
 from .controllers.chat import ChatController
@@ -25,7 +32,11 @@ from .controllers.models import ModelsController
 from .controllers.settings import SettingsController
 from .service_manager import ServiceManager
 from .views.main_window import MainWindow
-from .wiring import Wiring
+from .wiring_chat import wire_chat_page
+from .wiring_models import wire_models_page
+from .wiring_service import wire_service
+from .wiring_settings import wire_settings_page
+from .wiring_sidebar import wire_sidebar
 
 __all__ = ["main", "HearthApp", "parse_args"]
 
@@ -45,7 +56,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 class HearthApp:
     """One window and everything behind it. Tests build this directly."""
 
-    def __init__(self, argv: Sequence[str] | None = None, settings: Settings | None = None):
+    def __init__(self, argv: Sequence[str] | None = None, settings: AppSettings | None = None):
         args = parse_args(argv)
         token = args.api_key or (os.environ.get("HEARTH_API_KEY", "") if args.server else "")
         self.settings = settings or load_settings()
@@ -61,13 +72,28 @@ class HearthApp:
         self.window = MainWindow(
             self.history.model, self.chat.conversation, self.models.model, self.drops, palette
         )
-        self.wiring = Wiring(self)
+        self._wire()
         self._closed = False
         if self.settings.window_geometry:
             self.window.restoreGeometry(
                 QByteArray.fromBase64(self.settings.window_geometry.encode())
             )
         self._open_first_chat()
+
+    def _wire(self) -> None:
+        w = self.window
+        wire_service(self.service, self.client, self.models, w.sidebar, w.chat_page, w.dialogs)
+        wire_chat_page(w, self.chat, self.models, self.settings_ctrl, self.drops)
+        wire_sidebar(w.sidebar, self.history, self.chat, w.dialogs)
+        wire_models_page(w, self.models, self.chat)
+        wire_settings_page(
+            w.settings_page,
+            self.settings_ctrl,
+            self.service,
+            w.chat_page.transcript,
+            w.dialogs,
+            w.notify,
+        )
 
     def _open_first_chat(self) -> None:
         self.history.refresh()

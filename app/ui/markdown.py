@@ -88,7 +88,7 @@ class _Renderer:
             lexer = get_lexer_by_name(lang) if lang else guess_lexer(code)
         except ClassNotFound:
             return html.escape(code)
-        out = highlight(code, lexer, self.formatter)
+        out: str = highlight(code, lexer, self.formatter)
         return out.rstrip("\n")
 
 

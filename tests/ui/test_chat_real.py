@@ -39,7 +39,7 @@ def test_send_streams_a_reply_with_its_numbers(qtbot, make_app, real_service):
     assert app.chat.chat.title == "Why is the sky blue?"
     meter = app.window.chat_page.meter
     assert meter.used == reply.stats["prompt_tokens"] + reply.stats["eval_count"]
-    assert meter.window == 4096
+    assert meter.capacity == 4096
 
 
 def test_stop_keeps_what_was_written(qtbot, make_app, real_service):

@@ -101,7 +101,7 @@ def test_a_service_that_cannot_start_shows_why_and_where_the_log_is(qtbot, make_
     reason, log = blocker.args
     assert "exit status 3" in reason and "no GPU driver found" in reason
     assert log.endswith("serve.log")
-    box = app.wiring.failure_box
+    box = app.window.dialogs.failure_box
     assert box is not None and box.isVisible() and log in box.informativeText()
 
 
@@ -110,4 +110,4 @@ def test_a_wrong_key_is_reported(qtbot, stub, make_app, status):
     stub.token = "right"
     app = make_app(stub.url, "wrong", ready=False)
     qtbot.waitUntil(lambda: app.service.state == "failed", timeout=10_000)
-    assert "401" in app.wiring.failure_box.text()
+    assert "401" in app.window.dialogs.failure_box.text()

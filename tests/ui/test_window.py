@@ -53,7 +53,7 @@ def test_every_control_has_an_accessible_name(qtbot, stub, make_app):
     app = make_app(stub.url)
     send_and_wait(qtbot, app, "hello")  # message widgets with their buttons
     assert _unnamed(app.window) == []
-    app.wiring.open_chat_settings()
+    app.window.chat_page.settings_btn.click()
     dlg = next(d for d in app.window.findChildren(QDialog) if d.isVisible())
     assert _unnamed(dlg) == []
     dlg.reject()
@@ -149,6 +149,43 @@ def test_search_rename_delete_from_the_sidebar(qtbot, stub, make_app):
     assert app.store.chat(first).title == "Volcanoes"
     app.history.delete(first)
     assert app.history.model.rowCount() == 1
+
+
+def test_sidebar_rename_and_delete_ask_first(qtbot, stub, make_app, monkeypatch):
+    app = make_app(stub.url)
+    send_and_wait(qtbot, app, "Tell me about volcanoes")
+    first = app.chat.chat.id
+    app.chat.new_chat()
+    send_and_wait(qtbot, app, "Bake sourdough bread")
+    second = app.chat.chat.id
+    sb, dialogs = app.window.sidebar, app.window.dialogs
+    asked = []
+    monkeypatch.setattr(dialogs, "ask_chat_title", lambda title: asked.append(title) or "Bread")
+    sb.rename_requested.emit(second)  # F2 on the chat list
+    assert asked == ["Bake sourdough bread"]
+    assert app.chat.chat.title == "Bread" and app.window.windowTitle() == "Bread — Hearth"
+    monkeypatch.setattr(dialogs, "confirm_delete_chat", lambda title: False)
+    sb.delete_requested.emit(second)  # Delete on the chat list, answered No
+    assert app.store.chat(second) is not None
+    monkeypatch.setattr(dialogs, "confirm_delete_chat", lambda title: title == "Bread")
+    sb.delete_requested.emit(second)
+    assert app.store.chat(second) is None
+    assert app.chat.chat.id == first  # the open chat went: the newest left opens
+    assert app.history.model.chat_id(0) == first
+    assert sb.list.currentIndex().row() == 0
+
+
+def test_the_chat_settings_dialog_applies_what_is_ticked(qtbot, stub, make_app):
+    app = make_app(stub.url)
+    app.window.act_chat_settings.trigger()  # Ctrl+;
+    dlg = next(d for d in app.window.findChildren(QDialog) if d.isVisible())
+    dlg.system.setPlainText("Be brief.")
+    box, spin = dlg.rows["temperature"]
+    box.setChecked(True)
+    spin.setValue(0.3)
+    dlg.accept()
+    assert app.chat.chat.system_prompt == "Be brief."
+    assert app.chat.chat.options == {"temperature": 0.3}
 
 
 def test_thinking_is_collapsible_and_code_has_a_copy_link(qtbot, stub, make_app):

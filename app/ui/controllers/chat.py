@@ -1,28 +1,31 @@
-"""The open chat: send, stream, stop, regenerate, edit into a branch, switch versions.
+"""The open chat: open, create, close; send, stop, regenerate, edit into a branch, switch
+versions; the images waiting to go with the next message.
 
-Every streamed piece is committed to the history database before the screen shows it, so a
-killed app keeps what was on screen; ChatStore marks such a reply interrupted on next start.
+The reply being written is a StreamingReply (reply.py), which commits every streamed piece
+to the history database before the screen shows it, so a killed app keeps what was on
+screen; ChatStore marks such a reply interrupted on next start.
 """
 
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Callable
 from typing import Any
 
-from PySide6.QtCore import QBuffer, QByteArray, QIODevice, QObject, Signal
-from PySide6.QtGui import QGuiApplication, QImage
+from PySide6.QtCore import QObject, Signal
 
-from ...app_settings import Settings, save_settings
-from ...history import Chat, ChatStore
+from ...app_settings import AppSettings, save_settings
+from ...history import Chat, ChatStore, Message
 from ...history.chat_store import make_title
-from ...history.records import DONE, ERROR, STOPPED, STREAMING
-from ..api_client import ApiClient, ApiError, Call
+from ...history.records import STREAMING
+from ..api_client import ApiClient, ApiError
 from ..item_models.conversation import ConversationModel, MessageItem
+from .clipboard import copy_text
 from .errors import friendly_error
+from .images import readable_images
 from .models import ModelsController
-from .reply import chat_body, context_used, context_window, reply_stats
+from .reply import StreamingReply
+from .request import chat_body, context_used, context_window
 
 __all__ = ["ChatController"]
 
@@ -41,7 +44,7 @@ class ChatController(QObject):
         store: ChatStore,
         client: ApiClient,
         models: ModelsController,
-        settings: Callable[[], Settings],
+        settings: Callable[[], AppSettings],
         parent: QObject | None = None,
     ) -> None:
         super().__init__(parent)
@@ -52,22 +55,14 @@ class ChatController(QObject):
         self.conversation = ConversationModel(self)
         self.chat: Chat | None = None
         self.pending_images: list[bytes] = []
-        self._call: Call | None = None
-        self._reply_id = 0
-        self._reply_chat = 0
-        self._content = ""
-        self._thinking = ""
-        self._t0 = 0.0
-        self._ttft: float | None = None
-        self._think_start = 0.0
-        self._think_s = 0.0
+        self._reply: StreamingReply | None = None  # the reply being written, if any
         models.model_updated.connect(self._on_model_info)
 
     # -- state -------------------------------------------------------------------------------
 
     @property
     def busy(self) -> bool:
-        return self._call is not None
+        return self._reply is not None
 
     @property
     def model(self) -> str:
@@ -113,6 +108,12 @@ class ChatController(QObject):
         )
         self.context_changed.emit(context_used(path), window)
 
+    def option_defaults(self) -> dict[str, Any]:
+        """What applies to the open chat where it overrides nothing: its model's defaults, and
+        the app's context length."""
+        info = self._models.info(self.model)
+        return {**(info.parameters if info else {}), "num_ctx": self._settings().num_ctx}
+
     def _on_model_info(self, name: str) -> None:
         if self.chat and self.chat.model == name:
             self._emit_context()
@@ -150,6 +151,17 @@ class ChatController(QObject):
         self.chat = None
         self.conversation.set_messages([])
         self.chat_opened.emit(0)
+
+    def on_chat_deleted(self, chat_id: int) -> None:
+        """A chat was deleted: if it was the open one, open the newest left (or a new one)."""
+        if self.chat is None or self.chat.id != chat_id:
+            return
+        self.close_chat()
+        rest = self._store.chats()
+        if rest:
+            self.open_chat(rest[0].id)
+        else:
+            self.new_chat()
 
     def set_model(self, name: str) -> None:
         """The user picked `name` for the open chat (its model chooser): later new chats use
@@ -195,19 +207,12 @@ class ChatController(QObject):
                 ).replace("%1", self.model),
             )
             return False
-        good = [img for img in images if not QImage.fromData(img).isNull()]
+        good = readable_images(images)
         if len(good) < len(images):
             self.notice.emit("error", self.tr("That file is not an image Hearth can read."))
         self.pending_images.extend(good)
         self.attachments_changed.emit()
         return bool(good)
-
-    def attach_qimage(self, image: QImage) -> bool:
-        data = QByteArray()
-        buf = QBuffer(data)
-        buf.open(QIODevice.OpenModeFlag.WriteOnly)
-        image.save(buf, "PNG")
-        return self.attach_images([bytes(data.data())])
 
     def remove_attachment(self, index: int) -> None:
         if 0 <= index < len(self.pending_images):
@@ -273,11 +278,11 @@ class ChatController(QObject):
     def copy_message(self, message_id: int) -> str:
         msg = self._store.message(message_id)
         text = msg.content if msg else ""
-        QGuiApplication.clipboard().setText(text)
+        copy_text(text)
         self.notice.emit("info", self.tr("Copied"))
         return text
 
-    def _last(self, role: str) -> Any:
+    def _last(self, role: str) -> Message | None:
         if self.chat is None:
             return None
         return next((m for m in reversed(self._store.path(self.chat.id)) if m.role == role), None)
@@ -286,7 +291,7 @@ class ChatController(QObject):
         msg = self._last(role)
         return msg.id if msg else 0
 
-    # -- streaming ---------------------------------------------------------------------------
+    # -- the reply ---------------------------------------------------------------------------
 
     def _start_reply(self, user_id: int) -> None:
         assert self.chat is not None
@@ -295,46 +300,34 @@ class ChatController(QObject):
         info = self._models.info(self.chat.model)
         think = self._settings().think if info and info.thinking else None
         body = chat_body(self.chat, path, self._settings().request_options(), think)
-        reply = self._store.add_message(
+        message = self._store.add_message(
             self.chat.id, user_id, "assistant", model=self.chat.model, state=STREAMING
         )
-        self._reply_id, self._reply_chat = reply.id, self.chat.id
-        self._content = self._thinking = ""
-        self._t0, self._ttft, self._think_start, self._think_s = time.monotonic(), None, 0.0, 0.0
+        reply = StreamingReply(self._store, message.id, self.chat.id, self)
+        reply.grew.connect(self._on_reply_grew)
+        reply.ended.connect(self._on_reply_ended)
         self._reload()
-        call = self._client.post("/api/chat", body, stream=True)
-        call.chunk.connect(self._on_chunk)
-        call.done.connect(self._on_done)
-        call.failed.connect(self._on_failed)
-        self._call = call
+        reply.follow(self._client.post("/api/chat", body, stream=True))
+        self._reply = reply
         self.busy_changed.emit(True)
 
     def stop(self) -> None:
-        if self._call is not None:
-            self._call.cancel()
+        if self._reply is not None:
+            self._reply.cancel()
 
-    def _on_chunk(self, chunk: dict[str, Any]) -> None:
-        msg = chunk.get("message") or {}
-        piece, thought = str(msg.get("content") or ""), str(msg.get("thinking") or "")
-        if not piece and not thought:
-            return
-        now = time.monotonic()
-        if self._ttft is None:
-            self._ttft = now - self._t0
-        if thought and not self._think_start:
-            self._think_start = now
-        if piece and self._think_start and not self._think_s:
-            self._think_s = now - self._think_start
-        self._content += piece
-        self._thinking += thought
-        # Commit first, then show: the screen never holds text the database lacks.
-        self._store.update_message(self._reply_id, content=self._content, thinking=self._thinking)
-        if self.chat and self.chat.id == self._reply_chat:
-            self.conversation.update(self._reply_id, content=self._content, thinking=self._thinking)
+    def _on_reply_grew(self) -> None:
+        reply = self._reply
+        if reply is not None and self.chat and self.chat.id == reply.chat_id:
+            self.conversation.update(
+                reply.message_id, content=reply.content, thinking=reply.thinking
+            )
 
-    def _finish(self, state: str, stats: dict[str, Any], error: str = "") -> None:
-        rid, chat_id = self._reply_id, self._reply_chat
-        self._call = None
+    def _on_reply_ended(self, state: str, stats: dict[str, Any], err: ApiError | None) -> None:
+        reply, self._reply = self._reply, None
+        assert reply is not None
+        rid, chat_id = reply.message_id, reply.chat_id
+        reply.deleteLater()
+        error = friendly_error(err, self.chat.model if self.chat else "") if err is not None else ""
         self._store.update_message(rid, state=state, stats=stats, error=error)
         if self.chat and self.chat.id == chat_id:
             self.conversation.update(rid, state=state, stats=stats, error=error)
@@ -342,30 +335,14 @@ class ChatController(QObject):
         self.busy_changed.emit(False)
         self.chat_meta_changed.emit()
         self.reply_finished.emit(rid, state)
-
-    def _on_done(self, final: dict[str, Any]) -> None:
-        think_s = self._think_s or (
-            time.monotonic() - self._think_start if self._think_start else 0.0
-        )
-        self._finish(DONE, reply_stats(final, self._ttft, think_s))
-
-    def _on_failed(self, err: ApiError) -> None:
-        stats = {"ttft": self._ttft} if self._ttft is not None else {}
-        if err.kind == "cancelled":
-            self._finish(STOPPED, stats)
-            return
-        model = self.chat.model if self.chat else ""
-        text = friendly_error(err, model)
-        self._finish(ERROR, stats, text)
-        self.notice.emit("error", text)
+        if err is not None:
+            self.notice.emit("error", error)
 
     def shutdown(self) -> None:
         """At exit: a reply still streaming is kept as it stands, marked stopped."""
-        if self._call is not None:
-            call, self._call = self._call, None
-            call.failed.disconnect(self._on_failed)
-            call.cancel()
-            self._store.update_message(self._reply_id, state=STOPPED)
+        if self._reply is not None:
+            reply, self._reply = self._reply, None
+            reply.abandon()
 
     def item(self, message_id: int) -> MessageItem | None:
         row = self.conversation.row_of(message_id)

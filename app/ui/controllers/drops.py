@@ -8,6 +8,7 @@ from PySide6.QtCore import QMimeData, QObject
 from PySide6.QtGui import QImage
 
 from .chat import ChatController
+from .images import png_bytes
 from .models import ModelsController
 
 __all__ = ["DropController", "IMAGE_SUFFIXES"]
@@ -53,7 +54,7 @@ class DropController(QObject):
         if mime.hasImage():
             image = mime.imageData()
             if isinstance(image, QImage) and not image.isNull():
-                return self._chat.attach_qimage(image)
+                return self._chat.attach_images([png_bytes(image)])
         return False
 
     def open_paths(self, paths: list[Path]) -> bool:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import QObject, Signal
 
-from ...history import ChatStore
+from ...history import Chat, ChatStore
 from ..item_models.chat_list import ChatListModel, ChatRow
 
 __all__ = ["HistoryController"]
@@ -18,6 +18,9 @@ class HistoryController(QObject):
         self._store = store
         self.model = ChatListModel(self)
         self.query = ""
+
+    def chat(self, chat_id: int) -> Chat | None:
+        return self._store.chat(chat_id)
 
     def refresh(self) -> None:
         if self.query.strip():

@@ -9,7 +9,7 @@ from typing import Any
 from PySide6.QtCore import QObject, Signal
 
 from ..api_client import ApiClient, ApiError
-from ..item_models.model_list import ModelInfo, ModelListModel
+from ..item_models.model_list import ModelListModel, ModelRow
 
 __all__ = ["ModelsController", "model_name_for"]
 
@@ -37,7 +37,7 @@ class ModelsController(QObject):
         self.importing = False
         self.loaded = False
 
-    def info(self, name: str) -> ModelInfo | None:
+    def info(self, name: str) -> ModelRow | None:
         return self.model.info(name)
 
     def names(self) -> list[str]:
@@ -57,7 +57,7 @@ class ModelsController(QObject):
         old = {m.name: m for m in self.model.models()}
         infos = []
         for tag in tags:
-            info = ModelInfo.from_tag(tag)
+            info = ModelRow.from_tag(tag)
             previous = old.get(info.name)
             if previous and previous.details_loaded and previous.modified_at == info.modified_at:
                 info = previous  # unchanged: keep the details already fetched

@@ -1,52 +1,118 @@
-"""Pure helpers for a chat request: the /api/chat body, and the numbers a reply reports."""
+"""A reply while it streams (StreamingReply), and the numbers it reports once done."""
 
 from __future__ import annotations
 
-import base64
+import time
 from typing import Any
 
-from PySide6.QtCore import QCoreApplication
+from PySide6.QtCore import QCoreApplication, QObject, Signal
 
-from ...history.records import ERROR, Chat, Message
+from ...history import ChatStore
+from ...history.records import DONE, ERROR, STOPPED
+from ..api_client import ApiError, Call
 
-__all__ = ["chat_body", "reply_stats", "context_window", "context_used", "format_stats"]
+__all__ = ["StreamingReply", "reply_stats", "format_stats"]
 
 
-def chat_body(
-    chat: Chat, path: list[Message], runtime: dict[str, Any], think: bool | None
-) -> dict[str, Any]:
-    """The /api/chat request for `path` (root → the user message being answered)."""
-    messages: list[dict[str, Any]] = []
-    if chat.system_prompt.strip():
-        messages.append({"role": "system", "content": chat.system_prompt})
-    for m in path:
-        if m.role == "assistant" and m.state == ERROR and not m.content:
-            continue  # a failed reply has nothing to show the model
-        entry: dict[str, Any] = {"role": m.role, "content": m.content}
-        if m.images:
-            entry["images"] = [base64.b64encode(img).decode("ascii") for img in m.images]
-        messages.append(entry)
-    # Per-chat overrides sit on top of the app's runtime settings; the service applies the
-    # model's own defaults under both.
-    options = {**runtime, **{k: v for k, v in chat.options.items() if v is not None}}
-    body: dict[str, Any] = {
-        "model": chat.model,
-        "messages": messages,
-        "stream": True,
-        "options": options,
-    }
-    if think is not None:
-        body["think"] = think
-    return body
+class StreamingReply(QObject):
+    """The reply streaming into one assistant message: what it has said and thought so far,
+    its time to first token and thinking time, and its request (to cancel).
+
+    Every piece is committed to the history database before `grew` is emitted, so the screen
+    never holds text the database lacks. `ended` comes exactly once (not after `abandon`); the
+    final state is for the receiver to record, since an error's wording depends on the chat.
+    """
+
+    grew = Signal()  # `content` / `thinking` grew (already in the database)
+    ended = Signal(str, object, object)  # DONE, STOPPED or ERROR; stats; ApiError (ERROR only)
+
+    def __init__(
+        self, store: ChatStore, message_id: int, chat_id: int, parent: QObject | None = None
+    ) -> None:
+        super().__init__(parent)
+        self._store = store
+        self.message_id = message_id
+        self.chat_id = chat_id
+        self.content = ""
+        self.thinking = ""
+        self._t0 = time.monotonic()  # the clock starts now, before the request is sent
+        self.ttft: float | None = None
+        self._think_start = 0.0
+        self._think_s = 0.0
+        self._call: Call | None = None
+
+    def follow(self, call: Call) -> None:
+        """Read the reply from `call` (a streamed /api/chat request)."""
+        call.chunk.connect(self._on_chunk)
+        call.done.connect(self._on_done)
+        call.failed.connect(self._on_failed)
+        self._call = call
+
+    def cancel(self) -> None:
+        """Stop the reply; `ended` follows with STOPPED."""
+        if self._call is not None:
+            self._call.cancel()
+
+    def abandon(self) -> None:
+        """At exit: stop reading and keep what came as it stands, marked stopped. No `ended`."""
+        if self._call is not None:
+            call, self._call = self._call, None
+            call.failed.disconnect(self._on_failed)
+            call.cancel()
+            self._store.update_message(self.message_id, state=STOPPED)
+
+    def _on_chunk(self, chunk: dict[str, Any]) -> None:
+        msg = chunk.get("message") or {}
+        piece, thought = str(msg.get("content") or ""), str(msg.get("thinking") or "")
+        if not piece and not thought:
+            return
+        now = time.monotonic()
+        if self.ttft is None:
+            self.ttft = now - self._t0
+        if thought and not self._think_start:
+            self._think_start = now
+        if piece and self._think_start and not self._think_s:
+            self._think_s = now - self._think_start  # the first answer token ends the thinking
+        self.content += piece
+        self.thinking += thought
+        # Commit first, then show: the screen never holds text the database lacks.
+        self._store.update_message(self.message_id, content=self.content, thinking=self.thinking)
+        self.grew.emit()
+
+    def _thinking_seconds(self) -> float:
+        if self._think_s:
+            return self._think_s
+        return time.monotonic() - self._think_start if self._think_start else 0.0
+
+    def _on_done(self, final: dict[str, Any]) -> None:
+        self._end(DONE, reply_stats(final, self.ttft, self._thinking_seconds()), None)
+
+    def _on_failed(self, err: ApiError) -> None:
+        stats = {"ttft": self.ttft} if self.ttft is not None else {}
+        if err.kind == "cancelled":
+            self._end(STOPPED, stats, None)
+        else:
+            self._end(ERROR, stats, err)
+
+    def _end(self, state: str, stats: dict[str, Any], err: ApiError | None) -> None:
+        self._call = None
+        self.ended.emit(state, stats, err)
+
+
+def _hearth_extra(final: dict[str, Any]) -> dict[str, Any]:
+    """Hearth's own fields in the last chunk (`"hearth": {...}`), empty from other services."""
+    extra = final.get("hearth")
+    return extra if isinstance(extra, dict) else {}
 
 
 def _flag(final: dict[str, Any], *names: str) -> bool:
-    extra = final.get("hearth") if isinstance(final.get("hearth"), dict) else {}
+    extra = _hearth_extra(final)
     return any(bool(final.get(n) or extra.get(n)) for n in names)
 
 
 def reply_stats(final: dict[str, Any], ttft: float | None, thinking_s: float) -> dict[str, Any]:
-    """What the last chunk says (durations in ns), plus the client-side time to first token."""
+    """What the last chunk says (durations in ns) and the speed in tokens/s, plus the
+    client-side time to first token and thinking time."""
     stats: dict[str, Any] = {
         k: final[k]
         for k in (
@@ -66,29 +132,13 @@ def reply_stats(final: dict[str, Any], ttft: float | None, thinking_s: float) ->
         stats["ttft"] = ttft
     if thinking_s:
         stats["thinking_seconds"] = thinking_s
-    extra = final.get("hearth") if isinstance(final.get("hearth"), dict) else {}
+    extra = _hearth_extra(final)
     if extra.get("prompt_tokens") is not None:
         # The whole prompt, cached part included (prompt_eval_count counts only new tokens).
         stats["prompt_tokens"] = int(extra["prompt_tokens"])
     stats["truncated"] = _flag(final, "truncated", "prompt_truncated")
     stats["shifted"] = _flag(final, "shifted", "context_shifted")
     return stats
-
-
-def context_used(path: list[Message]) -> int:
-    """Tokens the conversation occupies: the last finished reply's prompt plus its answer."""
-    for m in reversed(path):
-        if m.role == "assistant" and m.stats.get("prompt_eval_count") is not None:
-            prompt = m.stats.get("prompt_tokens", m.stats["prompt_eval_count"])
-            return int(prompt) + int(m.stats.get("eval_count", 0))
-    return 0
-
-
-def context_window(chat: Chat, runtime: dict[str, Any], model_ctx: int) -> int:
-    n = int(chat.options.get("num_ctx") or runtime.get("num_ctx") or 0)
-    if model_ctx and (not n or n > model_ctx):
-        n = model_ctx
-    return n or 4096
 
 
 def _tr(text: str) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from PySide6.QtCore import QObject, QTimer, Signal
 from PySide6.QtWidgets import QApplication
 
-from ...app_settings import THEMES, Settings, new_api_key, save_settings
+from ...app_settings import THEMES, AppSettings, new_api_key, save_settings
 from ..service_manager import ServiceManager
 from ..theme import Palette, apply_theme
 
@@ -17,7 +17,7 @@ class SettingsController(QObject):
     theme_changed = Signal(object)  # Palette
 
     def __init__(
-        self, settings: Settings, service: ServiceManager, parent: QObject | None = None
+        self, settings: AppSettings, service: ServiceManager, parent: QObject | None = None
     ) -> None:
         super().__init__(parent)
         self.settings = settings
@@ -27,7 +27,7 @@ class SettingsController(QObject):
         self._restart = QTimer(self, singleShot=True, interval=400)
         self._restart.timeout.connect(self._service.restart)
 
-    def current(self) -> Settings:
+    def current(self) -> AppSettings:
         return self.settings
 
     def _save(self, restart: bool = False) -> None:

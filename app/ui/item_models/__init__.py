@@ -2,6 +2,6 @@
 
 from .chat_list import ChatListModel
 from .conversation import ConversationModel, MessageItem
-from .model_list import ModelInfo, ModelListModel
+from .model_list import ModelListModel, ModelRow
 
-__all__ = ["ChatListModel", "ConversationModel", "MessageItem", "ModelInfo", "ModelListModel"]
+__all__ = ["ChatListModel", "ConversationModel", "MessageItem", "ModelListModel", "ModelRow"]

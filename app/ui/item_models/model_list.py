@@ -8,7 +8,7 @@ from typing import Any
 
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, Qt
 
-__all__ = ["ModelInfo", "ModelListModel", "human_bytes", "parse_parameters"]
+__all__ = ["ModelRow", "ModelListModel", "human_bytes", "parse_parameters"]
 
 _Index = QModelIndex | QPersistentModelIndex
 
@@ -73,7 +73,10 @@ def _memory_estimate(show: dict[str, Any]) -> int | None:
 
 
 @dataclass
-class ModelInfo:
+class ModelRow:
+    """One installed model as the app lists it: /api/tags, then /api/show's details (the
+    service's own record of a model file is hearth.server.store.modelinfo.ModelInfo)."""
+
     name: str
     size: int = 0
     modified_at: str = ""
@@ -90,7 +93,7 @@ class ModelInfo:
     details_loaded: bool = False
 
     @classmethod
-    def from_tag(cls, tag: dict[str, Any]) -> ModelInfo:
+    def from_tag(cls, tag: dict[str, Any]) -> ModelRow:
         details = tag.get("details") or {}
         return cls(
             name=str(tag.get("name") or tag.get("model") or ""),
@@ -114,7 +117,8 @@ class ModelInfo:
         self.capabilities = [str(c) for c in show.get("capabilities") or []]
         self.parameters = parse_parameters(str(show.get("parameters") or ""))
         self.memory_estimate = _memory_estimate(show)
-        extra = show.get("hearth") if isinstance(show.get("hearth"), dict) else {}
+        hearth = show.get("hearth")
+        extra: dict[str, Any] = hearth if isinstance(hearth, dict) else {}
         memory = extra.get("memory")
         if isinstance(memory, dict):
             self.memory_parts = {
@@ -152,17 +156,17 @@ class ModelListModel(QAbstractTableModel):
 
     def __init__(self, parent: Any = None) -> None:
         super().__init__(parent)
-        self._rows: list[ModelInfo] = []
+        self._rows: list[ModelRow] = []
 
-    def set_models(self, models: list[ModelInfo]) -> None:
+    def set_models(self, models: list[ModelRow]) -> None:
         self.beginResetModel()
         self._rows = sorted(models, key=lambda m: m.name)
         self.endResetModel()
 
-    def models(self) -> list[ModelInfo]:
+    def models(self) -> list[ModelRow]:
         return list(self._rows)
 
-    def info(self, name: str) -> ModelInfo | None:
+    def info(self, name: str) -> ModelRow | None:
         row = self.row_of(name)
         return self._rows[row] if row >= 0 else None
 

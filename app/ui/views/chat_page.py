@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from PySide6.QtCore import Qt
+from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import (
     QComboBox,
     QFrame,
@@ -118,6 +119,6 @@ class ChatPage(QWidget):
             self.model_box.setPlaceholderText(name)
         self.model_box.blockSignals(False)
 
-    def resizeEvent(self, e: object) -> None:  # keep the composer as wide as the transcript
-        super().resizeEvent(e)  # type: ignore[arg-type]
+    def resizeEvent(self, e: QResizeEvent) -> None:  # the composer as wide as the transcript
+        super().resizeEvent(e)
         self.composer.setFixedWidth(min(820, max(360, self.width() - 48)))

@@ -1,7 +1,11 @@
-"""Dialogs: per-chat settings, the keyboard shortcuts sheet, and the engine failure dialog."""
+"""Dialogs: per-chat settings, the keyboard shortcuts sheet, the engine failure dialog, and
+`Dialogs`, which opens every dialog the app asks the user something with (files to open, a
+chat's new title, ...) over the main window."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import Qt
@@ -10,7 +14,9 @@ from PySide6.QtWidgets import (
     QDialog,
     QDialogButtonBox,
     QDoubleSpinBox,
+    QFileDialog,
     QFormLayout,
+    QInputDialog,
     QLabel,
     QMessageBox,
     QPlainTextEdit,
@@ -22,7 +28,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-__all__ = ["ChatSettingsDialog", "ShortcutsDialog", "SHORTCUTS", "service_failed_box"]
+__all__ = ["ChatSettingsDialog", "Dialogs", "ShortcutsDialog", "SHORTCUTS", "service_failed_box"]
+
+_IMAGE_FILTER = "Images (*.png *.jpg *.jpeg *.webp *.gif *.bmp)"
 
 # (option, label, kind, low, high, step, fallback shown when the model gives no default)
 _OPTIONS: tuple[tuple[str, str, str, float, float, float, float], ...] = (
@@ -85,7 +93,7 @@ class ChatSettingsDialog(QDialog):
             spin.setAccessibleName(self.tr(label))
             default = model_defaults.get(key, fallback)
             value = overrides.get(key, default)
-            spin.setValue(value)  # type: ignore[arg-type]
+            spin.setValue(value)
             if key == "num_predict":
                 spin.setSpecialValueText(self.tr("No limit"))
             if key == "seed":
@@ -102,10 +110,14 @@ class ChatSettingsDialog(QDialog):
         reset = QPushButton(self.tr("Use model defaults"))
         reset.setAccessibleName(self.tr("Clear every override"))
         buttons.addButton(reset, QDialogButtonBox.ButtonRole.ResetRole)
-        reset.clicked.connect(lambda: [b.setChecked(False) for b, _ in self.rows.values()])
+        reset.clicked.connect(self._clear_overrides)
         buttons.accepted.connect(self.accept)
         buttons.rejected.connect(self.reject)
         lay.addWidget(buttons)
+
+    def _clear_overrides(self) -> None:
+        for box, _spin in self.rows.values():
+            box.setChecked(False)
 
     def system_prompt(self) -> str:
         return self.system.toPlainText().strip()
@@ -181,3 +193,91 @@ def service_failed_box(parent: QWidget, reason: str, log_path: str) -> QMessageB
     box.setStandardButtons(QMessageBox.StandardButton.Retry | QMessageBox.StandardButton.Close)
     box.setAccessibleName(parent.tr("Engine failure"))
     return box
+
+
+class Dialogs:
+    """Opens the app's dialogs over `parent` (the main window). The pickers and questions
+    block and return the answer; the others are window-modal and call back when answered."""
+
+    def __init__(self, parent: QWidget) -> None:
+        self._parent = parent
+        self.failure_box: QMessageBox | None = None  # the engine failure box while it is open
+
+    def tr(self, text: str) -> str:
+        return self._parent.tr(text)
+
+    # -- files -------------------------------------------------------------------------------
+
+    def pick_images(self) -> list[Path]:
+        paths, _ = QFileDialog.getOpenFileNames(
+            self._parent, self.tr("Attach images"), str(Path.home()), self.tr(_IMAGE_FILTER)
+        )
+        return [Path(p) for p in paths]
+
+    def pick_gguf(self) -> Path | None:
+        path, _ = QFileDialog.getOpenFileName(
+            self._parent,
+            self.tr("Import a model"),
+            str(Path.home()),
+            self.tr("GGUF models (*.gguf)"),
+        )
+        return Path(path) if path else None
+
+    def pick_models_dir(self, current: str) -> str:
+        """A folder for the models ('' when cancelled), starting at `current` (else home)."""
+        return QFileDialog.getExistingDirectory(
+            self._parent, self.tr("Models folder"), current or str(Path.home())
+        )
+
+    # -- chats -------------------------------------------------------------------------------
+
+    def ask_chat_title(self, title: str) -> str | None:
+        """A new title for the chat now called `title`; None when cancelled."""
+        text, ok = QInputDialog.getText(
+            self._parent, self.tr("Rename chat"), self.tr("Title"), text=title
+        )
+        return text if ok else None
+
+    def confirm_delete_chat(self, title: str) -> bool:
+        answer = QMessageBox.question(
+            self._parent,
+            self.tr("Delete chat"),
+            self.tr("Delete “%1” and all its messages?").replace("%1", title or "New chat"),
+        )
+        return answer == QMessageBox.StandardButton.Yes
+
+    def edit_chat_settings(
+        self,
+        system_prompt: str,
+        overrides: dict[str, Any],
+        model_defaults: dict[str, Any],
+        model: str,
+        apply: Callable[[str, dict[str, Any]], None],
+    ) -> None:
+        """The chat settings dialog; on OK, `apply(system_prompt, overrides)`."""
+        dlg = ChatSettingsDialog(system_prompt, overrides, model_defaults, model, self._parent)
+        dlg.accepted.connect(lambda: apply(dlg.system_prompt(), dlg.overrides()))
+        dlg.open()
+
+    # -- help and failures -------------------------------------------------------------------
+
+    def show_shortcuts(self) -> None:
+        ShortcutsDialog(self._parent).open()
+
+    def show_service_failed(self, reason: str, log_path: str, retry: Callable[[], None]) -> None:
+        """Why the engine could not start and where its log is; Retry calls `retry`."""
+        box = service_failed_box(self._parent, reason, log_path)
+
+        def answered(result: int) -> None:
+            self.failure_box = None
+            if result == QMessageBox.StandardButton.Retry:
+                retry()
+
+        box.finished.connect(answered)
+        self.failure_box = box
+        box.open()
+
+    def close_service_failed(self) -> None:
+        if self.failure_box is not None:
+            self.failure_box.close()
+            self.failure_box = None

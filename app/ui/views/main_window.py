@@ -1,4 +1,9 @@
-"""The main window: sidebar, the three pages, toasts, the drop overlay and the shortcuts."""
+"""The main window: sidebar, the three pages, toasts, the drop overlay, the shortcuts, and
+the dialogs (views.dialogs.Dialogs) opened over it.
+
+The shortcuts that only move around the window (pages, search, message box, model chooser,
+the shortcuts sheet) are connected here; those that act on a chat or a model are connected
+by the page wiring (wiring_chat.py, wiring_models.py)."""
 
 from __future__ import annotations
 
@@ -13,6 +18,7 @@ from ..item_models.model_list import ModelListModel
 from ..theme import Palette
 from ..widgets.bits import DropOverlay, Toast
 from .chat_page import ChatPage
+from .dialogs import Dialogs
 from .models_page import ModelsPage
 from .settings_page import SettingsPage
 from .sidebar import Sidebar
@@ -57,6 +63,7 @@ class MainWindow(QMainWindow):
         lay.addWidget(self.sidebar)
         lay.addWidget(self.stack, 1)
         self.setCentralWidget(central)
+        self.dialogs = Dialogs(self)
         self.toast = Toast(self.stack)
         self.overlay = DropOverlay(central)
         self.sidebar.page_requested.connect(self.show_page)
@@ -95,6 +102,7 @@ class MainWindow(QMainWindow):
         self.act_search.triggered.connect(self._focus_search)
         self.act_focus.triggered.connect(self.focus_composer)
         self.act_model.triggered.connect(self._focus_model)
+        self.act_help.triggered.connect(self.dialogs.show_shortcuts)
 
     def show_page(self, page: int) -> None:
         self.stack.setCurrentIndex(page)
@@ -155,5 +163,6 @@ class MainWindow(QMainWindow):
     def resizeEvent(self, e: QResizeEvent) -> None:
         super().resizeEvent(e)
         self.toast.reposition()
-        if self.overlay.isVisible():
-            self.overlay.setGeometry(self.centralWidget().rect())
+        central = self.centralWidget()
+        if self.overlay.isVisible() and central is not None:
+            self.overlay.setGeometry(central.rect())

@@ -17,7 +17,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ..item_models.model_list import ModelInfo, ModelListModel, human_bytes
+from ..item_models.model_list import ModelListModel, ModelRow, human_bytes
 
 __all__ = ["ModelsPage"]
 
@@ -147,11 +147,12 @@ class ModelsPage(QWidget):
         cl.addLayout(row)
         return card
 
-    def selected(self) -> ModelInfo | None:
+    def selected(self) -> ModelRow | None:
         rows = self.table.selectionModel().selectedRows()
         if not rows:
             return None
-        return self._model.data(rows[0], ModelListModel.InfoRole)
+        row = self._model.data(rows[0], ModelListModel.InfoRole)
+        return row if isinstance(row, ModelRow) else None
 
     def selected_name(self) -> str:
         info = self.selected()
@@ -173,7 +174,7 @@ class ModelsPage(QWidget):
     def _on_selection(self, _sel: QItemSelection, _old: QItemSelection) -> None:
         self._show_details(self.selected())
 
-    def _show_details(self, m: ModelInfo | None) -> None:
+    def _show_details(self, m: ModelRow | None) -> None:
         self.delete_btn.setEnabled(m is not None)
         self.chat_btn.setEnabled(m is not None and m.chat)
         if m is None:

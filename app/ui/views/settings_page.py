@@ -18,7 +18,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ...app_settings import Settings
+from ...app_settings import AppSettings
 from ..widgets.switch import ToggleSwitch
 
 __all__ = ["SettingsPage"]
@@ -237,7 +237,25 @@ class SettingsPage(QScrollArea):
         logs.clicked.connect(self.open_logs)
         return card
 
-    def show_settings(self, s: Settings, api_url: str) -> None:
+    def api_status_text(self, s: AppSettings, port: int | None) -> str:
+        """The Local API's state in a sentence; `port` is where the service listens (None
+        while it is starting)."""
+        if not s.api_enabled:
+            return self.tr("Off: only Hearth itself can reach its engine (a private port and key).")
+        if port is None:
+            return self.tr("Starting on port %1…").replace("%1", str(s.api_port))
+        if s.api_expose:
+            return self.tr(
+                "On: listening on every network interface, port %1. Clients send the header "
+                "“Authorization: Bearer <key>”."
+            ).replace("%1", str(port))
+        return (
+            self.tr("On: listening at http://127.0.0.1:%1 (try %2).")
+            .replace("%1", str(port))
+            .replace("%2", f"curl http://127.0.0.1:{port}/api/tags")
+        )
+
+    def show_settings(self, s: AppSettings, api_text: str) -> None:
         """Reflect the settings without sending change signals back."""
         widgets = (
             self.api_switch,
@@ -271,4 +289,4 @@ class SettingsPage(QScrollArea):
         exposed = s.api_enabled and s.api_expose
         self.warning.setVisible(exposed)
         self.key_row.setVisible(exposed)
-        self.api_status.setText(api_url)
+        self.api_status.setText(api_text)

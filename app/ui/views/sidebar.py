@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from PySide6.QtCore import QModelIndex, Qt, Signal
+from PySide6.QtCore import QModelIndex, Qt, Signal, SignalInstance
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -119,10 +119,10 @@ class Sidebar(QFrame):
         if chat_id:
             self.chat_selected.emit(int(chat_id))
 
-    def _emit_current(self, signal: Signal) -> None:
+    def _emit_current(self, signal: SignalInstance) -> None:
         chat_id = self.list.currentIndex().data(ChatListModel.ChatIdRole)
         if chat_id:
-            signal.emit(int(chat_id))  # type: ignore[attr-defined]
+            signal.emit(int(chat_id))
 
     def select_chat(self, chat_id: int) -> None:
         row = self._chats.row_of(chat_id)

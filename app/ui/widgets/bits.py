@@ -39,11 +39,12 @@ class ContextMeter(QWidget):
         self.bar.setAccessibleName(self.tr("Context usage"))
         lay.addWidget(self.label)
         lay.addWidget(self.bar)
-        self.used = self.window = 0
+        # Not `window`: that would hide QWidget.window() (the event filter calls it).
+        self.used = self.capacity = 0
         self.set_usage(0, 0)
 
     def set_usage(self, used: int, window: int) -> None:
-        self.used, self.window = used, window
+        self.used, self.capacity = used, window
         self.bar.setRange(0, max(window, 1))
         self.bar.setValue(min(used, window))
         self.label.setText(

@@ -15,7 +15,7 @@ class ChatDelegate(QStyledItemDelegate):
     def sizeHint(
         self, option: QStyleOptionViewItem, index: QModelIndex | QPersistentModelIndex
     ) -> QSize:
-        fm = QFontMetrics(option.font)  # type: ignore[attr-defined]
+        fm = QFontMetrics(option.font)
         lines = 2 if index.data(ChatListModel.SnippetRole) else 1
         return QSize(200, fm.height() * lines + 16 + (4 if lines == 2 else 0))
 
@@ -25,9 +25,9 @@ class ChatDelegate(QStyledItemDelegate):
         option: QStyleOptionViewItem,
         index: QModelIndex | QPersistentModelIndex,
     ) -> None:
-        pal = option.palette  # type: ignore[attr-defined]
-        rect: QRect = option.rect  # type: ignore[attr-defined]
-        state = option.state  # type: ignore[attr-defined]
+        pal = option.palette
+        rect: QRect = option.rect
+        state = option.state
         painter.save()
         painter.setRenderHint(QPainter.RenderHint.Antialiasing)
         selected = bool(state & QStyle.StateFlag.State_Selected)
@@ -42,7 +42,7 @@ class ChatDelegate(QStyledItemDelegate):
             painter.setPen(pal.highlight().color())
             painter.setBrush(Qt.BrushStyle.NoBrush)
             painter.drawRoundedRect(rect.adjusted(6, 1, -6, -1), 8, 8)
-        font = option.font  # type: ignore[attr-defined]
+        font = option.font
         fm = QFontMetrics(font)
         inner = rect.adjusted(16, 8, -14, -8)
         age = str(index.data(ChatListModel.AgeRole) or "")

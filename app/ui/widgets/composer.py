@@ -145,8 +145,9 @@ class Composer(QFrame):
     def set_attachments(self, images: list[bytes]) -> None:
         while self._strip_layout.count():
             item = self._strip_layout.takeAt(0)
-            if item.widget():
-                item.widget().deleteLater()
+            widget = item.widget() if item is not None else None
+            if widget is not None:
+                widget.deleteLater()
         for n, data in enumerate(images):
             cell = QFrame()
             cl = QHBoxLayout(cell)

@@ -70,8 +70,8 @@ class _EditBox(QPlainTextEdit):
 
     def event(self, e: QEvent) -> bool:
         # Esc cancels the edit here; without this the window's Esc (stop) would take it.
-        override = e.type() == QEvent.Type.ShortcutOverride and isinstance(e, QKeyEvent)
-        if override and e.key() == Qt.Key.Key_Escape:  # type: ignore[attr-defined]
+        override = e.type() == QEvent.Type.ShortcutOverride
+        if override and isinstance(e, QKeyEvent) and e.key() == Qt.Key.Key_Escape:
             e.accept()
             return True
         return super().event(e)
@@ -146,8 +146,9 @@ class MessageWidget(QFrame):
         self.edit_box.setAccessibleName(self.tr("Edit your message"))
         self.edit_box.setFixedHeight(96)
         erow = QHBoxLayout()
-        erow.addWidget(QLabel(self.tr("Sends as a new version; the original stays one ‹ away.")))
-        erow.itemAt(0).widget().setObjectName("Stats")
+        hint = QLabel(self.tr("Sends as a new version; the original stays one ‹ away."))
+        hint.setObjectName("Stats")
+        erow.addWidget(hint)
         erow.addStretch(1)
         cancel = QPushButton(self.tr("Cancel"))
         cancel.setAccessibleName(self.tr("Cancel editing"))

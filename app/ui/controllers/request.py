@@ -1,0 +1,54 @@
+"""What a chat request carries: the /api/chat body, and how much of the context it fills."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+from ...history.records import ERROR, Chat, Message
+
+__all__ = ["chat_body", "context_window", "context_used"]
+
+
+def chat_body(
+    chat: Chat, path: list[Message], runtime: dict[str, Any], think: bool | None
+) -> dict[str, Any]:
+    """The /api/chat request for `path` (root → the user message being answered)."""
+    messages: list[dict[str, Any]] = []
+    if chat.system_prompt.strip():
+        messages.append({"role": "system", "content": chat.system_prompt})
+    for m in path:
+        if m.role == "assistant" and m.state == ERROR and not m.content:
+            continue  # a failed reply has nothing to show the model
+        entry: dict[str, Any] = {"role": m.role, "content": m.content}
+        if m.images:
+            entry["images"] = [base64.b64encode(img).decode("ascii") for img in m.images]
+        messages.append(entry)
+    # Per-chat overrides sit on top of the app's runtime settings; the service applies the
+    # model's own defaults under both.
+    options = {**runtime, **{k: v for k, v in chat.options.items() if v is not None}}
+    body: dict[str, Any] = {
+        "model": chat.model,
+        "messages": messages,
+        "stream": True,
+        "options": options,
+    }
+    if think is not None:
+        body["think"] = think
+    return body
+
+
+def context_used(path: list[Message]) -> int:
+    """Tokens the conversation occupies: the last finished reply's prompt plus its answer."""
+    for m in reversed(path):
+        if m.role == "assistant" and m.stats.get("prompt_eval_count") is not None:
+            prompt = m.stats.get("prompt_tokens", m.stats["prompt_eval_count"])
+            return int(prompt) + int(m.stats.get("eval_count", 0))
+    return 0
+
+
+def context_window(chat: Chat, runtime: dict[str, Any], model_ctx: int) -> int:
+    n = int(chat.options.get("num_ctx") or runtime.get("num_ctx") or 0)
+    if model_ctx and (not n or n > model_ctx):
+        n = model_ctx
+    return n or 4096
