@@ -46,10 +46,6 @@ class AppSettings:
         return opts
 
 
-# The old name, for app/ui/service_manager.py until it imports AppSettings; delete then.
-Settings = AppSettings
-
-
 def new_api_key() -> str:
     return "hearth-" + secrets.token_urlsafe(24)
 

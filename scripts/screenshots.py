@@ -117,7 +117,7 @@ def shoot(out: Path) -> None:
     h.start()
     h.window.resize(1320, 900)
 
-    def spin(seconds: float, until=lambda: False) -> None:  # noqa: ANN001
+    def spin(seconds: float, until=lambda: False) -> None:
         end = time.monotonic() + seconds
         while time.monotonic() < end and not until():
             app.processEvents(QEventLoop.ProcessEventsFlag.AllEvents, 50)

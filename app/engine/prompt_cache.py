@@ -43,7 +43,7 @@ class NoFreeSlotError(RuntimeError):
     pass
 
 
-class ReprocessInputs(Exception):  # noqa: N818 - a signal, not an error
+class ReprocessInputs(Exception):
     """A shift was impossible: the slot was cleared; evaluate `kept` (with their same_batch
     `marks`) again from position 0."""
 

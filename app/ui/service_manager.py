@@ -1,7 +1,7 @@
 """Starting `hearth serve` as a child process (through `hearth.launcher`), or attaching to
 one that already runs.
 
-Where it listens follows the Local API settings (see Settings): a private loopback port (a free
+Where it listens follows the Local API settings (see AppSettings): a private loopback port (a free
 one, learnt from the service's ready line) with a random token, 127.0.0.1:<port> for other
 programs, or 0.0.0.0:<port> with the API key. The child's output goes to a log file whose path
 every failure message names. A timer watches the child from the event loop: its ready line,
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from ..app_settings import Settings
+from ..app_settings import AppSettings
 from ..launcher import LaunchError, PrivateService, error_sentence, launch, log_tail
 from ..paths import logs_dir
 from .api_client import ApiClient, ApiError
@@ -53,7 +53,7 @@ class ServiceManager(QObject):
 
     def __init__(
         self,
-        settings: Callable[[], Settings],
+        settings: Callable[[], AppSettings],
         attach_url: str = "",
         attach_token: str = "",
         parent: QObject | None = None,

@@ -37,7 +37,7 @@ def _batches_of(runner: Runner, monkeypatch) -> list[list[int]]:
     seen: list[list[int]] = []
     plan = runner.engine.plan
 
-    def spy(tokens, positions, sequences, outputs, hidden=False):  # noqa: ANN001
+    def spy(tokens, positions, sequences, outputs, hidden=False):
         seen.append([int(p) for p in positions])
         return plan(tokens, positions, sequences, outputs, hidden)
 

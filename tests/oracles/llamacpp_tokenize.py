@@ -44,7 +44,7 @@ def answer(req: dict) -> object:
     if "detokenize" not in req:
         result: object = tokens
     else:
-        vocab = llm._model.vocab  # noqa: SLF001 - the low-level handle llama_detokenize needs
+        vocab = llm._model.vocab
         detok = []
         for ids, remove_special, unparse_special in req["detokenize"]:
             arr = (llama_cpp.llama_token * max(1, len(ids)))(*ids)

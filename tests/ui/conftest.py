@@ -18,7 +18,7 @@ import pytest
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from stub_server import StubServer  # noqa: E402
+from stub_server import StubServer
 
 if TYPE_CHECKING:  # Qt itself is imported where used, after QT_QPA_PLATFORM is set
     from PySide6.QtCore import QMimeData
@@ -111,7 +111,7 @@ def stub() -> Iterator[StubServer]:
 
 
 @pytest.fixture
-def make_app(qtbot) -> Iterator[Callable[..., object]]:  # noqa: ANN001
+def make_app(qtbot) -> Iterator[Callable[..., object]]:
     """Build a HearthApp attached to `url`, wait until its engine and models are ready."""
     from hearth.ui.app import HearthApp
 
@@ -143,7 +143,7 @@ def make_app(qtbot) -> Iterator[Callable[..., object]]:  # noqa: ANN001
         app.shutdown()
 
 
-def send_and_wait(qtbot, app, text: str, timeout: int = 120_000) -> None:  # noqa: ANN001
+def send_and_wait(qtbot, app, text: str, timeout: int = 120_000) -> None:
     """Type `text` into the composer, press Enter, wait for the reply to finish."""
     from PySide6.QtCore import Qt
 

@@ -9,9 +9,9 @@ import sys
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from PySide6.QtWidgets import QApplication  # noqa: E402
+from PySide6.QtWidgets import QApplication
 
-from hearth.ui.app import HearthApp  # noqa: E402
+from hearth.ui.app import HearthApp
 
 
 def main() -> None:

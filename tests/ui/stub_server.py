@@ -69,7 +69,7 @@ class StubServer:
                 n = int(self.headers.get("Content-Length") or 0)
                 return json.loads(self.rfile.read(n) or b"{}")
 
-            def do_GET(self) -> None:  # noqa: N802
+            def do_GET(self) -> None:
                 if self.path == "/":
                     self._send(200, b"Hearth is running", "text/plain")
                 elif not self._authorized():
@@ -83,7 +83,7 @@ class StubServer:
                 else:
                     self._send(404, {"error": "not found"})
 
-            def do_DELETE(self) -> None:  # noqa: N802
+            def do_DELETE(self) -> None:
                 if not self._authorized():
                     return
                 body = self._body()
@@ -94,7 +94,7 @@ class StubServer:
                 else:
                     self._send(200, {})
 
-            def do_POST(self) -> None:  # noqa: N802
+            def do_POST(self) -> None:
                 if not self._authorized():
                     return
                 body = self._body()

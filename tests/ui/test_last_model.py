@@ -12,13 +12,13 @@ B = "qwen3:1.7b"
 C = "llama3.2:1b"
 
 
-def pick_in_chooser(app, name: str) -> None:  # noqa: ANN001
+def pick_in_chooser(app, name: str) -> None:
     box = app.window.chat_page.model_box
     box.setCurrentIndex(box.findText(name))
     box.activated.emit(box.currentIndex())  # what choosing from the list does
 
 
-def new_chat_by_button(app) -> int:  # noqa: ANN001
+def new_chat_by_button(app) -> int:
     app.window.sidebar.new_btn.click()
     return app.chat.chat.id
 

@@ -120,7 +120,7 @@ class Tokenizer:
 
     # -- decoding ---------------------------------------------------------------------------
 
-    def _piece(self, id: int, special: bool) -> bytes:  # noqa: A002
+    def _piece(self, id: int, special: bool) -> bytes:
         piece = self._pieces.get(id)
         if piece is None:
             if not 0 <= id < self.vocab_size:
@@ -137,7 +137,7 @@ class Tokenizer:
         and trailing EOS the model adds itself; USER_DEFINED tokens always show."""
         return detokenize(self, ids, skip_special)
 
-    def token_bytes(self, id: int) -> bytes:  # noqa: A002
+    def token_bytes(self, id: int) -> bytes:
         """The raw bytes of one token, special tokens included as their text."""
         return self._piece(id, True)
 
@@ -147,25 +147,25 @@ class Tokenizer:
         """The id of the token whose string is exactly `text` (vocabulary form, e.g. "▁the")."""
         return self.vocab.token_to_id.get(text)
 
-    def token_type(self, id: int) -> TokenType:  # noqa: A002
+    def token_type(self, id: int) -> TokenType:
         """The `TokenType` of `id` (UNDEFINED for values the format does not define)."""
         try:
             return TokenType(self._types[id])
         except ValueError:
             return TokenType.UNDEFINED
 
-    def is_special(self, id: int) -> bool:  # noqa: A002
+    def is_special(self, id: int) -> bool:
         """True for CONTROL, USER_DEFINED and UNKNOWN tokens (the ones `parse_special` finds)."""
         return 0 <= id < self.vocab_size and self._types[id] in _SPECIAL_TYPES
 
-    def is_control(self, id: int) -> bool:  # noqa: A002
+    def is_control(self, id: int) -> bool:
         """True for tokens `decode(skip_special=True)` hides (CONTROL and UNKNOWN)."""
         return 0 <= id < self.vocab_size and self._types[id] in (
             TokenType.CONTROL,
             TokenType.UNKNOWN,
         )
 
-    def is_eos(self, id: int) -> bool:  # noqa: A002
+    def is_eos(self, id: int) -> bool:
         """True if `id` ends generation."""
         return id in self.eos_ids
 

@@ -81,7 +81,7 @@ def detokenize(tok: Tokenizer, ids: Iterable[int], skip_special: bool) -> str:
         ids = ids[1:]
     if skip_special and tok.add_eos and ids and ids[-1] == tok.eos_id:
         ids = ids[:-1]
-    piece = tok._piece  # noqa: SLF001 - the tokenizer's cached per-token bytes
+    piece = tok._piece
     pieces = [piece(i, not skip_special) for i in ids]
     if remove_space and pieces and pieces[0][:1] == b" ":
         pieces[0] = pieces[0][1:]
@@ -110,15 +110,15 @@ class StreamDecoder:
         self._held_eos = 0  # trailing EOS ids: dropped if the stream ends with them
         self._tail = ""  # decoded text not yet emitted (the clean-up may still change it)
 
-    def _render(self, id: int) -> bytes:  # noqa: A002
-        piece = self.tokenizer._piece(id, not self.skip_special)  # noqa: SLF001
+    def _render(self, id: int) -> bytes:
+        piece = self.tokenizer._piece(id, not self.skip_special)
         if self._remove_space:  # only the first token of the sequence
             self._remove_space = False
             if piece[:1] == b" ":
                 piece = piece[1:]
         return piece
 
-    def feed(self, id: int) -> str:  # noqa: A002 - the public name the engine uses
+    def feed(self, id: int) -> str:
         """Add one token; return the text that became final (often "", never half a char)."""
         tok = self.tokenizer
         skip = self.skip_special

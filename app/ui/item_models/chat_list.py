@@ -44,7 +44,7 @@ class ChatListModel(QAbstractListModel):
         self._rows = list(rows)
         self.endResetModel()
 
-    def rowCount(self, parent: _Index = QModelIndex()) -> int:  # noqa: B008
+    def rowCount(self, parent: _Index = QModelIndex()) -> int:
         return 0 if parent.isValid() else len(self._rows)
 
     def row_of(self, chat_id: int) -> int:

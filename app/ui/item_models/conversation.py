@@ -58,7 +58,7 @@ class ConversationModel(QAbstractListModel):
         super().__init__(parent)
         self._items: list[MessageItem] = []
 
-    def rowCount(self, parent: _Index = QModelIndex()) -> int:  # noqa: B008
+    def rowCount(self, parent: _Index = QModelIndex()) -> int:
         return 0 if parent.isValid() else len(self._items)
 
     def data(self, index: _Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
