@@ -5,10 +5,12 @@ model's runner (loading it on demand, one load at a time) and the lease's releas
 keep-alive timer. The rules:
 
 - Reuse: a loaded runner serves a request unless the request needs more context (`num_ctx`)
-  than it was started with, a different flash-attention or K/V cache type, or sets
-  `num_batch` / `num_thread` itself to values other than the runner's. A request that asks
-  for a smaller `num_ctx` is served by the loaded runner. Otherwise the runner is retired
-  (once its requests finish) and started again with the request's settings.
+  than it was started with, a different flash-attention or K/V cache type, a vision projector
+  the runner was not started with (two models may share a file, one with a projector and one
+  without), or sets `num_batch` / `num_thread` itself to values other than the runner's. A
+  request that asks for a smaller `num_ctx`, or for no projector, is served by the loaded
+  runner. Otherwise the runner is retired (once its requests finish) and started again with
+  the request's settings.
 - Queue: at most HEARTH_MAX_QUEUE requests wait for a runner; more are refused (ServerBusy,
   answered with 503).
 - Room: when the maximum number of models is loaded (HEARTH_MAX_LOADED_MODELS), or the new
@@ -162,6 +164,8 @@ class Loaded:
             return False
         if (want.flash_attention, want.kv_type) != (have.flash_attention, have.kv_type):
             return False
+        if want.projector is not None and want.projector != have.projector:
+            return False
         if "num_batch" in spec.explicit and want.num_batch != have.num_batch:
             return False
         return not ("num_thread" in spec.explicit and want.threads != have.threads)
@@ -204,8 +208,9 @@ class Scheduler:
         self._changed = asyncio.Event()  # set whenever a runner becomes idle or goes away
         self._waiting = 0
         self._tasks: set[asyncio.Task[None]] = set()
-        # The memory report of the last runner per model file: better than an estimate.
-        self.measured: dict[str, dict[str, int]] = {}
+        # The memory report of the last runner per model file and projector (None: without
+        # one; the projector's weights count): better than an estimate.
+        self.measured: dict[tuple[str, str | None], dict[str, int]] = {}
 
     # -- public ----------------------------------------------------------------------------
 
@@ -293,7 +298,7 @@ class Scheduler:
             )
             memory = runner.info.get("memory")
             if isinstance(memory, dict):
-                self.measured[spec.key] = {
+                self.measured[spec.key, spec.options.projector] = {
                     k: int(v) for k, v in memory.items() if isinstance(v, int)
                 }
             options = spec.options

@@ -189,7 +189,7 @@ class Service:
         if target.projector_info is not None:
             estimate["weights"] += target.projector_info.weights_bytes
             estimate["total"] += target.projector_info.weights_bytes
-        measured = self.scheduler.measured.get(target.key)
+        measured = self.scheduler.measured.get((target.key, o.projector))
         if measured and measured.get("weights"):
             estimate["weights"] = measured["weights"]
             estimate["graph"] = max(estimate["graph"], measured.get("graph", 0))
