@@ -319,4 +319,5 @@ def _image_runs(tokens: np.ndarray, rows: np.ndarray) -> list[tuple[int, int]]:
 
 
 def _mib(n: int) -> str:
-    return f"{n / 2**20:,.0f} MiB"
+    mib = n / 2**20
+    return f"{mib:,.0f} MiB" if mib >= 100 else f"{mib:.1f} MiB"  # "6 MiB of 6 MiB" says nothing
