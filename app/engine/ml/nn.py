@@ -20,6 +20,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
+import numpy as np
+
 from .api import Context, DType, Tensor
 
 __all__ = [
@@ -118,6 +120,7 @@ def gelu_tanh(ctx: Context, x: Tensor) -> Tensor:
 
 
 _SCORES_BYTES = 256 * 2**20  # full_attention: at most this much F32 scores per chunk of heads
+_ALIGN = 16  # full_attention: head sizes padded to a multiple of this many floats
 
 
 def full_attention(
@@ -128,14 +131,22 @@ def full_attention(
     `[head_dim_v, heads, n_kv]` (the same number of heads), optional mask `[n_kv, n_q]`
     added to the scores. Returns `[head_dim_v * heads, n_q]`.
 
+    Queries and keys are copied head by head (`[head_dim, n, heads]`, contiguous) and, where
+    head_dim is not a multiple of 16 floats (SigLIP's 72), padded with zeros to one: the dot
+    products are the same, and ggml's fast matrix kernel (llamafile's sgemm) takes the
+    product, which it does only for a contiguous right operand whose rows fill whole vector
+    registers. Otherwise ggml's generic dot-product loop does it, several times slower (an
+    896-pixel image's 4096 patches: most of the encoder's time).
+
     The `[n_kv, n_q, heads]` scores of a large image are big (4096 patches: 64 MiB per head),
     so heads are taken in chunks of at most 256 MiB of scores: the graph's allocator reuses
     one chunk's memory for the next.
     """
     d, heads, n_q = q.dim(0), q.dim(1), q.dim(2)
     n_kv, dv = k.dim(2), v.dim(0)
-    qp = ctx.permute(q, 0, 2, 1, 3)  # [head_dim, n_q, heads]
-    kp = ctx.permute(k, 0, 2, 1, 3)  # [head_dim, n_kv, heads]
+    dp = -(-d // _ALIGN) * _ALIGN
+    qp = _heads_first(ctx, q, dp)  # [dp, n_q, heads]
+    kp = _heads_first(ctx, k, dp)  # [dp, n_kv, heads]
     vt = ctx.cont(ctx.permute(v, 1, 2, 0, 3))  # [n_kv, head_dim_v, heads]
     per_chunk = max(1, min(heads, _SCORES_BYTES // max(1, 4 * n_kv * n_q)))
     out: Tensor | None = None
@@ -143,8 +154,8 @@ def full_attention(
         hn = min(per_chunk, heads - h0)
         qc, kc, vc = qp, kp, vt
         if hn != heads:
-            qc = ctx.view(qp, (d, n_q, hn), qp.strides[1:3], h0 * qp.strides[2])
-            kc = ctx.view(kp, (d, n_kv, hn), kp.strides[1:3], h0 * kp.strides[2])
+            qc = ctx.view(qp, (dp, n_q, hn), qp.strides[1:3], h0 * qp.strides[2])
+            kc = ctx.view(kp, (dp, n_kv, hn), kp.strides[1:3], h0 * kp.strides[2])
             vc = ctx.view(vt, (n_kv, dv, hn), vt.strides[1:3], h0 * vt.strides[2])
         kq = ctx.mul_mat(kc, qc, full_precision=True)  # [n_kv, n_q, hn]
         kq = ctx.soft_max(kq, mask, scale)
@@ -153,6 +164,18 @@ def full_attention(
     assert out is not None
     out = ctx.cont(ctx.permute(out, 0, 2, 1, 3))  # [head_dim_v, heads, n_q]
     return ctx.reshape(out, dv * heads, n_q)
+
+
+def _heads_first(ctx: Context, x: Tensor, padded: int) -> Tensor:
+    """x `[d, heads, n]` as a contiguous `[padded, n, heads]`, zeros after row d."""
+    d, heads, n = x.dim(0), x.dim(1), x.dim(2)
+    xp = ctx.permute(x, 0, 2, 1, 3)  # [d, n, heads], a view
+    if padded == d:
+        return ctx.cont(xp)
+    key = f"full_attention.zeros.{padded - d}.{n}.{heads}"  # one per shape, shared by layers
+    values = None if ctx.has_input(key) else np.zeros((heads, n, padded - d), np.float32)
+    zeros = ctx.input(DType.F32, (padded - d, n, heads), values, key=key)
+    return ctx.concat(xp, zeros, 0)
 
 
 @dataclass(frozen=True)
