@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
-"""Make the PNGs in docs/screenshots/: the main window mid-conversation (light and dark), the
-Models page and the Settings page, from a real window under Xvfb.
+"""Make the PNGs in docs/screenshots/: the main window mid-conversation (light and dark), a
+question about a picture (vision), the Models page and the Settings page, from a real window
+under Xvfb.
 
     .venv/bin/python scripts/screenshots.py            # needs xvfb-run (Debian: xvfb)
 
 The app runs as a user would: it starts its own `hearth serve` (so the Models page shows the
 real default model and its memory estimate). The conversation is sample text written into a
-throw-away history first, so the pictures show what a longer chat looks like. Not a test.
+throw-away history first, so the pictures show what a longer chat looks like; the vision
+scene's picture is drawn here (Pillow), its answer is sample text written for that picture,
+and its model is named as a vision model a user would pick. Not a test.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from io import BytesIO
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -54,6 +58,22 @@ reader = csv.DictReader(f, delimiter=";")
 If you don't know the delimiter in advance, `csv.Sniffer().sniff(sample)` can guess it \
 from the first few kilobytes of the file."""
 
+VISION_MODEL = "gemma3:4b"
+VISION_QUESTION = "Where could this have been taken, and what time of day is it?"
+VISION_ANSWER = """It looks like a **mountain lake at sunset**, somewhere alpine or in the \
+Rockies:
+
+- **Time of day:** early evening. The sun sits just above the ridge line, the sky shades from \
+orange near the horizon to violet overhead, and the lake mirrors that glow.
+- **Setting:** two ranges of peaks, the far one snow-capped, behind a calm lake; dark conifers \
+line the shore, which suggests a high, cool climate.
+- **Signs of people:** a small wooden cabin on the left shore with a lit window, and a jetty \
+running into the water.
+
+If you know roughly when it was taken, the sun's height would narrow the season down: this \
+low, warm light over snowy peaks fits late summer or early autumn."""
+VISION_FOLLOW_UP = "Same place in winter: what changed?"
+
 OTHER_CHATS = (
     "Plan a weekend in Lisbon",
     "Explain Rust lifetimes like I'm five",
@@ -61,6 +81,100 @@ OTHER_CHATS = (
     "Haiku about the first snow",
     "Compare SQLite WAL and rollback journal",
 )
+
+
+def lake_picture(winter: bool = False, size: tuple[int, int] = (600, 400)) -> bytes:
+    """A drawn mountain lake at sunset (or the same place under snow), as PNG bytes."""
+    from PIL import Image, ImageDraw, ImageFilter
+
+    w, h = size
+    horizon = int(h * 0.62)
+    img = Image.new("RGB", size)
+    draw = ImageDraw.Draw(img)
+    top, low = ((78, 92, 140), (200, 210, 226)) if winter else ((72, 52, 128), (252, 160, 84))
+    for y in range(horizon):  # the sky, violet overhead to orange at the horizon
+        t = y / horizon
+        draw.line(
+            [(0, y), (w, y)],
+            fill=tuple(int(a + (b - a) * t) for a, b in zip(top, low, strict=True)),
+        )
+    sun = (int(w * 0.62), int(horizon * 0.42))  # just above the ridge
+    glow = (255, 236, 200) if winter else (255, 214, 120)
+    draw.ellipse([sun[0] - 26, sun[1] - 26, sun[0] + 26, sun[1] + 26], fill=glow)
+    far = [(0, horizon), (0, 170), (90, 120), (170, 165), (260, 95), (350, 150)]
+    far += [(430, 110), (520, 160), (w, 125), (w, horizon)]
+    draw.polygon(far, fill=(120, 110, 150) if not winter else (150, 160, 185))
+    for peak in ((90, 120), (260, 95), (430, 110)):  # snow on the far peaks
+        x, y = peak
+        cap = [(x - 26, y + 22), (x, y), (x + 26, y + 22), (x + 8, y + 16), (x - 6, y + 24)]
+        draw.polygon(cap, fill=(246, 246, 250))
+    near = [(0, horizon), (0, 220), (120, 175), (210, 225), (330, 190), (450, 232)]
+    near += [(540, 200), (w, 226), (w, horizon)]
+    draw.polygon(near, fill=(58, 52, 78) if not winter else (225, 230, 240))
+    img = img.filter(ImageFilter.GaussianBlur(0.6))
+    draw = ImageDraw.Draw(img)
+    # the lake: the sky upside down, darker, with a few ripples
+    sky = img.crop((0, horizon - (h - horizon), w, horizon)).transpose(
+        Image.Transpose.FLIP_TOP_BOTTOM
+    )
+    water = Image.blend(sky, Image.new("RGB", sky.size, (30, 40, 70)), 0.45)
+    if winter:
+        water = Image.blend(water, Image.new("RGB", sky.size, (215, 225, 238)), 0.6)
+    img.paste(water, (0, horizon))
+    for n in range(0 if winter else 9):  # the sun's glitter (the winter lake is frozen)
+        y = horizon + 12 + n * 15
+        x = sun[0] - 40 + (n % 3) * 14
+        draw.line([(x, y), (x + 60 - n * 4, y)], fill=glow, width=2)
+    # the shore, pines, the cabin with its lit window, the jetty
+    shore = (34, 44, 36) if not winter else (236, 238, 244)
+    draw.polygon(
+        [(0, horizon - 6), (250, horizon + 4), (210, horizon + 30), (0, horizon + 44)], fill=shore
+    )
+    for x, height in ((18, 70), (48, 92), (80, 60), (212, 78), (236, 58)):
+        base = horizon + 8
+        pine = (22, 48, 34) if not winter else (40, 70, 60)
+        draw.polygon([(x - 14, base), (x, base - height), (x + 14, base)], fill=pine)
+        if winter:
+            draw.polygon(
+                [(x - 6, base - height + 24), (x, base - height), (x + 6, base - height + 24)],
+                fill=(250, 250, 255),
+            )
+    cabin = (110, horizon - 30, 170, horizon + 6)
+    draw.rectangle(cabin, fill=(120, 66, 40))
+    roof = [(102, horizon - 28), (140, horizon - 56), (178, horizon - 28)]
+    draw.polygon(roof, fill=(70, 36, 26) if not winter else (245, 246, 250), outline=(70, 36, 26))
+    draw.rectangle((124, horizon - 20, 138, horizon - 8), fill=(255, 206, 110))
+    draw.rectangle((170, horizon + 2, 250, horizon + 7), fill=(92, 60, 40))
+    for x in (190, 215, 240):
+        draw.line([(x, horizon + 7), (x, horizon + 18)], fill=(70, 46, 30), width=3)
+    if winter:
+        for n in range(140):  # falling snow
+            x, y = (n * 97) % w, (n * 57) % h
+            draw.ellipse([x, y, x + 3, y + 3], fill=(255, 255, 255))
+    out = BytesIO()
+    img.save(out, "PNG")
+    return out.getvalue()
+
+
+def seed_vision_chat(store, when: float) -> None:
+    """A question about a picture, answered: the vision scene's chat."""
+    from hearth.history.chat_store import make_title
+
+    chat = store.create_chat(VISION_MODEL)
+    store.set_auto_title(chat.id, make_title(VISION_QUESTION))
+    q = store.add_message(chat.id, None, "user", VISION_QUESTION, images=[lake_picture()])
+    a = store.add_message(chat.id, q.id, "assistant", VISION_ANSWER, model=VISION_MODEL)
+    stats = {
+        "eval_count": 142,
+        "eval_duration": 6_700_000_000,
+        "prompt_eval_count": 291,
+        "prompt_tokens": 291,  # 256 of them the picture
+        "tokens_per_second": 21.2,
+        "ttft": 1.84,
+        "done_reason": "stop",
+    }
+    store.update_message(a.id, stats=stats)
+    store._conn.execute("UPDATE chats SET updated_at=? WHERE id=?", (when, chat.id))
 
 
 def seed_history() -> None:
@@ -77,6 +191,7 @@ def seed_history() -> None:
         store._conn.execute(  # spread the sample chats over the past week
             "UPDATE chats SET updated_at=? WHERE id=?", (now - 86400 * (n + 1) * 1.3, chat.id)
         )
+    seed_vision_chat(store, now - 3 * 3600)
     chat = store.create_chat("gemma3:270m")
     question = "How do I read a CSV file into a list of dicts in Python?"
     store.set_auto_title(chat.id, make_title(question))
@@ -104,7 +219,7 @@ def seed_history() -> None:
 
 
 def shoot(out: Path) -> None:
-    from PySide6.QtCore import QEventLoop
+    from PySide6.QtCore import QEvent, QEventLoop
     from PySide6.QtWidgets import QApplication
 
     from hearth.app_settings import AppSettings, new_api_key
@@ -121,6 +236,8 @@ def shoot(out: Path) -> None:
         end = time.monotonic() + seconds
         while time.monotonic() < end and not until():
             app.processEvents(QEventLoop.ProcessEventsFlag.AllEvents, 50)
+            # deleteLater() waits for an event loop; processEvents alone never runs it
+            app.sendPostedEvents(None, QEvent.Type.DeferredDelete)
 
     spin(180, lambda: h.service.state in ("ready", "failed"))
     if h.service.state != "ready":
@@ -146,6 +263,14 @@ def shoot(out: Path) -> None:
     from_the_question()
     grab("main-dark.png")
     h.settings_ctrl.set_theme("light")
+    # A question about a picture, and a second picture waiting in the composer.
+    vision = next(c for c in h.store.chats() if c.model == VISION_MODEL)
+    h.chat.open_chat(vision.id)
+    h.window.chat_page.composer.edit.setPlainText(VISION_FOLLOW_UP)
+    h.chat.attach_images([lake_picture(winter=True)])
+    from_the_question()
+    grab("vision.png")
+    h.chat.remove_attachment(0)
     h.window.show_page(MODELS_PAGE)
     h.window.models_page.select_name("gemma3:270m")
     grab("models.png")

@@ -169,6 +169,10 @@ QToolButton:disabled {{ color: {p.border}; }}
 #DropCard {{ background: {p.surface}; border: 2px dashed {p.accent}; border-radius: 16px; }}
 #Warning {{ background: {p.warning_bg}; color: {p.warning_text}; border-radius: 8px;
     padding: 8px 10px; qproperty-indent: 0; }}
+#Badge {{ background: {p.sidebar}; color: {p.muted}; border: 1px solid {p.border};
+    border-radius: 7px; padding: 1px 8px; font-size: 11px; font-weight: 600; }}
+#Badge[capability="vision"] {{ background: {p.accent_soft}; color: {p.accent};
+    border-color: {p.accent}; }}
 #Card {{ background: {p.surface}; border: 1px solid {p.border}; border-radius: 12px; }}
 QTableView {{ background: {p.surface}; border: 1px solid {p.border}; border-radius: 10px;
     gridline-color: transparent; selection-background-color: {p.accent_soft};

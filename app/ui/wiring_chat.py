@@ -35,7 +35,17 @@ def wire_chat_page(
         page.set_welcome(open_chat.model)
         info = models.info(open_chat.model)
         composer.set_think(bool(info and info.thinking), settings.current().think)
+        composer.set_vision(chat.images_refused())
+        show_images_note()
         window.setWindowTitle(f"{open_chat.title} — Hearth" if open_chat.title else "Hearth")
+
+    def show_images_note() -> None:
+        """A warning over the images waiting to go when the chat's model will refuse them."""
+        composer.set_images_note(chat.images_refused() if chat.pending_images else "")
+
+    def show_attachments() -> None:
+        composer.set_attachments(chat.pending_images)
+        show_images_note()
 
     def on_opened(_chat_id: int) -> None:
         show_chat()
@@ -49,7 +59,7 @@ def wire_chat_page(
     chat.busy_changed.connect(composer.set_busy)
     chat.busy_changed.connect(transcript.set_busy)
     chat.context_changed.connect(page.meter.set_usage)
-    chat.attachments_changed.connect(lambda: composer.set_attachments(chat.pending_images))
+    chat.attachments_changed.connect(show_attachments)
 
     # -- what the user does ----------------------------------------------------------------------
 
@@ -58,6 +68,8 @@ def wire_chat_page(
             composer.clear()
 
     def attach() -> None:
+        if not chat.check_images_allowed():  # say so before the file dialog, not after
+            return
         paths = dialogs.pick_images()
         if paths:
             drops.open_paths(paths)

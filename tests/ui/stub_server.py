@@ -135,6 +135,10 @@ class StubServer:
                 if stub.error and stub.error_status:
                     self._send(stub.error_status, {"error": stub.error})
                     return
+                images = any(msg.get("images") for msg in body.get("messages") or [])
+                if images and "vision" not in m.capabilities:  # as the service refuses them
+                    self._send(400, {"error": f"{m.name} does not support images"})
+                    return
                 self._stream_start()
                 pieces = [("thinking", w) for w in _words(stub.thinking)]
                 pieces += [("content", w) for w in _words(stub.reply)]

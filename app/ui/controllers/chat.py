@@ -22,7 +22,7 @@ from ..api_client import ApiClient, ApiError
 from ..item_models.conversation import ConversationModel, MessageItem
 from .clipboard import copy_text
 from .errors import friendly_error
-from .images import readable_images
+from .images import attachable_images
 from .models import ModelsController
 from .reply import StreamingReply
 from .request import chat_body, context_used, context_window
@@ -191,23 +191,32 @@ class ChatController(QObject):
     # -- images ------------------------------------------------------------------------------
 
     def can_see_images(self) -> bool:
+        """False only when the open chat's model is known to be text-only; while its details
+        have not arrived (or it is not installed) the service has the last word."""
         info = self._models.info(self.model)
-        return bool(info and info.vision)
+        return info is None or not info.details_loaded or info.vision
+
+    def images_refused(self) -> str:
+        """Why the open chat's model will refuse pictures ('' when it may take them)."""
+        if self.can_see_images():
+            return ""
+        return self.tr(
+            "“%1” cannot see images: it is a text-only model. Pick a model with vision "
+            "to ask about a picture."
+        ).replace("%1", self.model)
+
+    def check_images_allowed(self) -> bool:
+        """True when the open chat's model may take pictures; else say why (a notice)."""
+        reason = self.images_refused()
+        if reason:
+            self.notice.emit("error", reason)
+        return not reason
 
     def attach_images(self, images: list[bytes]) -> bool:
         """Queue images for the next message; refused (with a reason) for text-only models."""
-        if not images:
+        if not images or not self.check_images_allowed():
             return False
-        if not self.can_see_images():
-            self.notice.emit(
-                "error",
-                self.tr(
-                    "“%1” cannot see images: it is a text-only model. Pick a model with vision "
-                    "to ask about a picture."
-                ).replace("%1", self.model),
-            )
-            return False
-        good = readable_images(images)
+        good = attachable_images(images)
         if len(good) < len(images):
             self.notice.emit("error", self.tr("That file is not an image Hearth can read."))
         self.pending_images.extend(good)

@@ -13,6 +13,17 @@ def _tr(text: str) -> str:
     return QCoreApplication.translate("errors", text)
 
 
+# How services say that a model has no vision: Hearth ("<model> does not support images"),
+# Ollama ("... does not support image input", "missing data required for image input").
+_NO_VISION = ("does not support images", "support image input", "required for image input")
+
+
+def _sentence(text: str) -> str:
+    """`text` ending with a full stop (not capitalised: it may begin with a model's name)."""
+    text = text.strip()
+    return text if text.endswith((".", "!", "?")) else text + "."
+
+
 def friendly_error(err: ApiError, model: str) -> str:
     msg = err.message
     low = msg.lower()
@@ -36,6 +47,16 @@ def friendly_error(err: ApiError, model: str) -> str:
             + "\n"
             + msg
         )
+    if any(s in low for s in _NO_VISION):
+        # The service's sentence ("gemma3:270m does not support images"), then what to do.
+        return (
+            _sentence(msg)
+            + " "
+            + _tr(
+                "Pick a model that can see images (the Models page shows “vision”), then press "
+                "Try again: your message and its pictures are kept."
+            )
+        )
     if "vision" in low or "image" in low:
-        return _tr("“%1” cannot read images: %2").replace("%1", model).replace("%2", msg)
+        return _tr("“%1” could not use the picture: %2").replace("%1", model).replace("%2", msg)
     return _tr("The engine reported an error: %1").replace("%1", msg)

@@ -8,7 +8,14 @@ from typing import Any
 
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, Qt
 
-__all__ = ["ModelRow", "ModelListModel", "human_bytes", "parse_parameters"]
+__all__ = [
+    "CAPABILITY_NAMES",
+    "CAPABILITY_TIPS",
+    "ModelRow",
+    "ModelListModel",
+    "human_bytes",
+    "parse_parameters",
+]
 
 _Index = QModelIndex | QPersistentModelIndex
 
@@ -30,6 +37,27 @@ def _human_count(n: int | None) -> str:
         if n >= div:
             return f"{n / div:.1f}".rstrip("0").rstrip(".") + unit
     return str(n)
+
+
+_VISION_FAMILIES = ("clip", "mllama")
+
+# What a capability means to someone picking a model (badges and tooltips).
+CAPABILITY_NAMES = {
+    "completion": "Chat",
+    "vision": "Vision",
+    "thinking": "Thinking",
+    "tools": "Tools",
+    "embedding": "Embeddings",
+    "insert": "Fill-in-the-middle",
+}
+CAPABILITY_TIPS = {
+    "completion": "Answers messages",
+    "vision": "Sees images: drop, paste or attach a picture and ask about it",
+    "thinking": "Reasons before answering (the Think switch)",
+    "tools": "Can call tools",
+    "embedding": "Turns text into vectors",
+    "insert": "Completes code between a prefix and a suffix",
+}
 
 
 def parse_parameters(text: str) -> dict[str, Any]:
@@ -95,6 +123,17 @@ class ModelRow:
     @classmethod
     def from_tag(cls, tag: dict[str, Any]) -> ModelRow:
         details = tag.get("details") or {}
+        # /api/show's list is the one that counts; until it arrives, what /api/tags says: a
+        # list of its own (newer services), or a vision tower among the families ("clip",
+        # Ollama's older vision models).
+        caps = tag.get("capabilities")
+        families = details.get("families") or []
+        if isinstance(caps, list):
+            capabilities = [str(c) for c in caps]
+        elif isinstance(families, list) and any(f in _VISION_FAMILIES for f in families):
+            capabilities = ["completion", "vision"]
+        else:
+            capabilities = []
         return cls(
             name=str(tag.get("name") or tag.get("model") or ""),
             size=int(tag.get("size") or 0),
@@ -103,6 +142,7 @@ class ModelRow:
             architecture=str(details.get("family") or ""),
             parameter_size=str(details.get("parameter_size") or ""),
             quantization=str(details.get("quantization_level") or ""),
+            capabilities=capabilities,
         )
 
     def add_show(self, show: dict[str, Any]) -> None:
@@ -180,6 +220,14 @@ class ModelListModel(QAbstractTableModel):
         if row >= 0:
             self.dataChanged.emit(self.index(row, 0), self.index(row, len(self.COLUMNS) - 1))
 
+    def capabilities_text(self, capabilities: list[str]) -> str:
+        """The Capabilities column: what sets a model apart ("Vision", "Thinking, Tools"), or
+        "Chat" for a plain chat model; "…" until /api/show answers."""
+        if not capabilities:
+            return "…"
+        extras = [c for c in capabilities if c != "completion"]
+        return ", ".join(self.tr(CAPABILITY_NAMES.get(c, c)) for c in extras or capabilities)
+
     def rowCount(self, parent: _Index = QModelIndex()) -> int:
         return 0 if parent.isValid() else len(self._rows)
 
@@ -197,6 +245,13 @@ class ModelListModel(QAbstractTableModel):
         m = self._rows[index.row()]
         if role == self.InfoRole:
             return m
+        if role == Qt.ItemDataRole.ToolTipRole and index.column() in (0, 6) and m.capabilities:
+            return "\n".join(
+                f"{self.tr(CAPABILITY_NAMES.get(c, c))}: {self.tr(CAPABILITY_TIPS[c])}"
+                if c in CAPABILITY_TIPS
+                else c
+                for c in m.capabilities
+            )
         if role == Qt.ItemDataRole.TextAlignmentRole and index.column() in (1, 5):
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         if role not in (Qt.ItemDataRole.DisplayRole, Qt.ItemDataRole.AccessibleTextRole):
@@ -215,5 +270,5 @@ class ModelListModel(QAbstractTableModel):
         if col == 5:
             return f"{m.context_length:,}" if m.context_length else "—"
         if col == 6:
-            return ", ".join(m.capabilities) if m.capabilities else "…"
+            return self.capabilities_text(m.capabilities)
         return None

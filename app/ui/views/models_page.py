@@ -17,7 +17,13 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ..item_models.model_list import ModelListModel, ModelRow, human_bytes
+from ..item_models.model_list import (
+    CAPABILITY_NAMES,
+    CAPABILITY_TIPS,
+    ModelListModel,
+    ModelRow,
+    human_bytes,
+)
 
 __all__ = ["ModelsPage"]
 
@@ -109,6 +115,12 @@ class ModelsPage(QWidget):
         self.d_name.setWordWrap(True)
         self.d_name.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         cl.addWidget(self.d_name)
+        self.badge_row = QWidget()  # one badge per capability: "Vision" says it sees images
+        self._badge_layout = QHBoxLayout(self.badge_row)
+        self._badge_layout.setContentsMargins(0, 2, 0, 6)
+        self._badge_layout.setSpacing(6)
+        self.badges: dict[str, QLabel] = {}
+        cl.addWidget(self.badge_row)
         form = QFormLayout()
         form.setHorizontalSpacing(16)
         form.setVerticalSpacing(8)
@@ -174,7 +186,28 @@ class ModelsPage(QWidget):
     def _on_selection(self, _sel: QItemSelection, _old: QItemSelection) -> None:
         self._show_details(self.selected())
 
+    def _show_badges(self, capabilities: list[str]) -> None:
+        while self._badge_layout.count():
+            item = self._badge_layout.takeAt(0)
+            widget = item.widget() if item is not None else None
+            if widget is not None:
+                widget.hide()
+                widget.deleteLater()
+        self.badges = {}
+        for cap in capabilities:
+            badge = QLabel(self.tr(CAPABILITY_NAMES.get(cap, cap.capitalize())))
+            badge.setObjectName("Badge")
+            badge.setProperty("capability", cap)
+            tip = self.tr(CAPABILITY_TIPS[cap]) if cap in CAPABILITY_TIPS else cap
+            badge.setToolTip(tip)
+            badge.setAccessibleName(badge.text() + ": " + tip)
+            self._badge_layout.addWidget(badge)
+            self.badges[cap] = badge
+        self._badge_layout.addStretch(1)
+        self.badge_row.setVisible(bool(capabilities))
+
     def _show_details(self, m: ModelRow | None) -> None:
+        self._show_badges(m.capabilities if m is not None else [])
         self.delete_btn.setEnabled(m is not None)
         self.chat_btn.setEnabled(m is not None and m.chat)
         if m is None:

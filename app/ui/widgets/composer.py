@@ -63,10 +63,17 @@ class Composer(QFrame):
         lay.setContentsMargins(12, 8, 8, 8)
         lay.setSpacing(4)
         self.strip = QWidget()
+        self.thumbnails: list[QLabel] = []  # the images waiting to go with the next message
         self._strip_layout = QHBoxLayout(self.strip)
         self._strip_layout.setContentsMargins(0, 0, 0, 4)
         self.strip.hide()
         lay.addWidget(self.strip)
+        self.images_note = QLabel()  # why the attached images will be refused, if they will
+        self.images_note.setObjectName("Warning")
+        self.images_note.setWordWrap(True)
+        self.images_note.setAccessibleName(self.tr("About the attached images"))
+        self.images_note.hide()
+        lay.addWidget(self.images_note)
 
         self.edit = PromptEdit()
         self.edit.setAccessibleName(self.tr("Message"))
@@ -147,7 +154,9 @@ class Composer(QFrame):
             item = self._strip_layout.takeAt(0)
             widget = item.widget() if item is not None else None
             if widget is not None:
+                widget.hide()
                 widget.deleteLater()
+        self.thumbnails = []
         for n, data in enumerate(images):
             cell = QFrame()
             cl = QHBoxLayout(cell)
@@ -164,6 +173,7 @@ class Composer(QFrame):
                 )
             )
             thumb.setAccessibleName(self.tr("Attached image %1").replace("%1", str(n + 1)))
+            self.thumbnails.append(thumb)
             remove = QToolButton()
             remove.setText("✕")
             remove.setAccessibleName(self.tr("Remove image %1").replace("%1", str(n + 1)))
@@ -173,6 +183,17 @@ class Composer(QFrame):
             self._strip_layout.addWidget(cell)
         self._strip_layout.addStretch(1)
         self.strip.setVisible(bool(images))
+
+    def set_images_note(self, text: str) -> None:
+        """A warning about the attached images ('' hides it)."""
+        self.images_note.setText(text)
+        self.images_note.setVisible(bool(text))
+
+    def set_vision(self, refused: str) -> None:
+        """Whether the chat's model takes pictures: `refused` says why not ('' when it does)."""
+        self.attach_btn.setToolTip(
+            refused or self.tr("Attach an image (Ctrl+O), or drop or paste one")
+        )
 
     def _grow(self) -> None:
         # Grow with the text up to _MAX_LINES, then scroll inside.

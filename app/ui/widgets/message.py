@@ -40,15 +40,18 @@ def _tool(text: str, name: str, tip: str = "") -> QToolButton:
     return b
 
 
-def _thumbs(images: list[bytes], size: int = 148) -> QWidget:
+def _thumbs(images: list[bytes], size: int = 200) -> tuple[QWidget, list[QLabel]]:
+    """A row of thumbnails of `images` (pictures Qt cannot decode get an empty label)."""
     row = QWidget()
     lay = QHBoxLayout(row)
     lay.setContentsMargins(0, 0, 0, 0)
     lay.setSpacing(6)
+    labels = []
     for n, data in enumerate(images):
         pix = QPixmap()
         pix.loadFromData(data)
         label = QLabel()
+        label.setObjectName("Thumbnail")
         label.setAccessibleName(row.tr("Attached image %1").replace("%1", str(n + 1)))
         if not pix.isNull():
             label.setPixmap(
@@ -59,9 +62,11 @@ def _thumbs(images: list[bytes], size: int = 148) -> QWidget:
                     Qt.TransformationMode.SmoothTransformation,
                 )
             )
+            label.setToolTip(f"{pix.width()} × {pix.height()}")
         lay.addWidget(label)
+        labels.append(label)
     lay.addStretch(1)
-    return row
+    return row, labels
 
 
 class _EditBox(QPlainTextEdit):
@@ -101,6 +106,7 @@ class MessageWidget(QFrame):
         self._render_timer = QTimer(self, singleShot=True, interval=_RENDER_MS)
         self._render_timer.timeout.connect(self._render)
         self._busy = False
+        self.thumbnails: list[QLabel] = []  # the pictures sent with a user message
         self.setObjectName("Message")
         outer = QVBoxLayout(self)
         outer.setContentsMargins(0, 6, 0, 6)
@@ -129,7 +135,8 @@ class MessageWidget(QFrame):
         blay = QVBoxLayout(self.bubble)
         blay.setContentsMargins(14, 10, 14, 10)
         if self.item.images:
-            blay.addWidget(_thumbs(self.item.images))
+            pictures, self.thumbnails = _thumbs(self.item.images)
+            blay.addWidget(pictures)
         self.text_label = QLabel()
         self.text_label.setWordWrap(True)
         self.text_label.setTextFormat(Qt.TextFormat.PlainText)

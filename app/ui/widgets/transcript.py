@@ -89,6 +89,7 @@ class Transcript(QScrollArea):
     def _rebuild(self) -> None:
         for w in self.widgets:
             self._layout.removeWidget(w)
+            w.hide()  # gone from the screen now, not when the event loop deletes it
             w.deleteLater()
         self.widgets = []
         for row in range(self._model.rowCount()):
@@ -109,6 +110,7 @@ class Transcript(QScrollArea):
     def _on_removed(self, _parent: QModelIndex, first: int, last: int) -> None:
         for w in self.widgets[first : last + 1]:
             self._layout.removeWidget(w)
+            w.hide()
             w.deleteLater()
         del self.widgets[first : last + 1]
         self.empty.setVisible(not self.widgets)
