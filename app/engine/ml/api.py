@@ -233,6 +233,14 @@ class Context(abc.ABC):
     def scale(self, a: Tensor, s: float) -> Tensor: ...
 
     @abc.abstractmethod
+    def scale_bias(self, a: Tensor, s: float, b: float) -> Tensor:
+        """a * s + b elementwise."""
+
+    @abc.abstractmethod
+    def div(self, a: Tensor, b: Tensor) -> Tensor:
+        """a / b elementwise; b broadcasts."""
+
+    @abc.abstractmethod
     def mul_mat(self, a: Tensor, b: Tensor, full_precision: bool = False) -> Tensor:
         """ggml_mul_mat: a `[k, m, ...]`, b `[k, n, ...]` -> `[m, n, ...]` (rows of a dotted
         with rows of b). a's dims 2/3 broadcast over b's. `full_precision` asks for f32

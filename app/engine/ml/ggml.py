@@ -92,6 +92,12 @@ class GGMLContext(Context):
     def scale(self, a: Tensor, s: float) -> GGMLTensor:
         return self._t(g.ggml_scale(self._ctx, a.ptr, s))  # type: ignore[attr-defined]
 
+    def scale_bias(self, a: Tensor, s: float, b: float) -> GGMLTensor:
+        return self._t(g.ggml_scale_bias(self._ctx, a.ptr, s, b))  # type: ignore[attr-defined]
+
+    def div(self, a: Tensor, b: Tensor) -> GGMLTensor:
+        return self._t(g.ggml_div(self._ctx, a.ptr, b.ptr))  # type: ignore[attr-defined]
+
     def mul_mat(self, a: Tensor, b: Tensor, full_precision: bool = False) -> GGMLTensor:
         ne = b.ptr.contents.ne  # type: ignore[attr-defined]
         groups = self.row_groups.get(ne[1]) if self._backend.rows_apart(a) else None

@@ -110,13 +110,15 @@ _SQRT_2_OVER_PI = 0.7978845608028654
 
 def gelu_tanh(ctx: Context, x: Tensor) -> Tensor:
     """GELU (tanh approximation), `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`, in F32
-    throughout: eight elementwise ops. `ctx.gelu` is one op but reads ggml's table of F16
-    values (off by up to 2e-3), which is what llama.cpp uses; this is for encoders that must
-    match a float32 reference closely (PyTorch's `gelu_pytorch_tanh`)."""
-    inner = ctx.add(x, ctx.scale(ctx.mul(ctx.mul(x, x), x), 0.044715))
-    t = ctx.tanh(ctx.scale(inner, _SQRT_2_OVER_PI))
-    half = ctx.scale(x, 0.5)
-    return ctx.add(ctx.mul(half, t), half)
+    throughout. `ctx.gelu` is one op but reads ggml's table of F16 values (off by up to
+    2e-3), which is what llama.cpp uses; this is for models that must match a float32
+    reference closely (PyTorch's `gelu_pytorch_tanh`).
+
+    Computed as `silu(z) / k` with `k = 2 sqrt(2/pi) (1 + 0.044715 x^2)` and `z = x k`, since
+    `0.5 (1 + tanh(z / 2)) = sigmoid(z)`: ggml's SiLU is vectorized where its tanh is a
+    scalar loop, and k is never zero. Five elementwise ops."""
+    k = ctx.scale_bias(ctx.mul(x, x), 2 * _SQRT_2_OVER_PI * 0.044715, 2 * _SQRT_2_OVER_PI)
+    return ctx.div(ctx.silu(ctx.mul(x, k)), k)
 
 
 _SCORES_BYTES = 256 * 2**20  # full_attention: at most this much F32 scores per chunk of heads

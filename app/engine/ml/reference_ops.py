@@ -77,6 +77,15 @@ class NumpyOps(Graph):
         x = numpy_tensor(a)
         return self._node(x.dtype, x.ne, (x,), lambda: x.values() * float(s))
 
+    def scale_bias(self, a: Tensor, s: float, b: float) -> NumpyTensor:
+        x = numpy_tensor(a)
+        return self._node(x.dtype, x.ne, (x,), lambda: x.values() * np.float32(s) + np.float32(b))
+
+    def div(self, a: Tensor, b: Tensor) -> NumpyTensor:
+        x, y = numpy_tensor(a), numpy_tensor(b)
+        check_repeat(y.ne, x.ne, "div")
+        return self._node(x.dtype, x.ne, (x, y), lambda: x.values() / tile(y.values(), x.ne))
+
     def mul_mat(self, a: Tensor, b: Tensor, full_precision: bool = False) -> NumpyTensor:
         x, y = numpy_tensor(a), numpy_tensor(b)
         if x.ne[0] != y.ne[0] or y.ne[2] % x.ne[2] or y.ne[3] % x.ne[3]:
