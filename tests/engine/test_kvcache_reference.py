@@ -72,6 +72,7 @@ OPS: dict[str, tuple[Callable[..., Tensor], tuple[np.ndarray, ...], dict]] = {
         {},
     ),
     "gelu": (lambda c, a: c.gelu(a), (f32(3, 40),), {"atol": 2e-3}),
+    "gelu_erf": (lambda c, a: c.gelu_erf(a), (f32(3, 40),), {}),
     "silu": (lambda c, a: c.silu(a), (f32(3, 40),), {}),
     "tanh": (lambda c, a: c.tanh(a), (f32(3, 40),), {}),
     "geglu": (lambda c, a, b: c.geglu(a, b), (f32(3, 40), f32(3, 40)), {"atol": 3e-3}),

@@ -142,6 +142,10 @@ def test_activations(backend):
     np.testing.assert_allclose(
         run(backend, lambda c, a: c.silu(a), x), silu(x), rtol=1e-5, atol=1e-6
     )
+    erf = np.vectorize(math.erf)(x.astype(np.float64) / math.sqrt(2))
+    np.testing.assert_allclose(
+        run(backend, lambda c, a: c.gelu_erf(a), x), 0.5 * x * (1 + erf), rtol=1e-6, atol=1e-7
+    )
     np.testing.assert_allclose(
         run(backend, lambda c, a: c.tanh(a), x), np.tanh(x), rtol=1e-5, atol=1e-6
     )

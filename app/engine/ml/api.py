@@ -273,6 +273,10 @@ class Context(abc.ABC):
         """GELU, tanh approximation."""
 
     @abc.abstractmethod
+    def gelu_erf(self, a: Tensor) -> Tensor:
+        """GELU, exact: `0.5 x (1 + erf(x / sqrt(2)))` in F32 (PyTorch's `gelu`, CLIP's)."""
+
+    @abc.abstractmethod
     def silu(self, a: Tensor) -> Tensor: ...
 
     @abc.abstractmethod

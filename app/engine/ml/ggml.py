@@ -143,6 +143,9 @@ class GGMLContext(Context):
     def gelu(self, a: Tensor) -> GGMLTensor:
         return self._t(g.ggml_gelu(self._ctx, a.ptr))  # type: ignore[attr-defined]
 
+    def gelu_erf(self, a: Tensor) -> GGMLTensor:
+        return self._t(g.ggml_gelu_erf(self._ctx, a.ptr))  # type: ignore[attr-defined]
+
     def silu(self, a: Tensor) -> GGMLTensor:
         return self._t(g.ggml_silu(self._ctx, a.ptr))  # type: ignore[attr-defined]
 

@@ -34,6 +34,13 @@ def _gelu(x: np.ndarray) -> np.ndarray:
     return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
 
 
+_erf = np.frompyfunc(math.erf, 1, 1)
+
+
+def _gelu_erf(x: np.ndarray) -> np.ndarray:
+    return (0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)).astype(x.dtype))).astype(x.dtype)
+
+
 def _silu(x: np.ndarray) -> np.ndarray:
     with np.errstate(over="ignore"):
         return x / (1.0 + np.exp(-x))
@@ -183,6 +190,10 @@ class NumpyOps(Graph):
     def gelu(self, a: Tensor) -> NumpyTensor:
         x = numpy_tensor(a)
         return self._node(x.dtype, x.ne, (x,), lambda: _gelu(x.values()))
+
+    def gelu_erf(self, a: Tensor) -> NumpyTensor:
+        x = numpy_tensor(a)
+        return self._node(x.dtype, x.ne, (x,), lambda: _gelu_erf(x.values()))
 
     def silu(self, a: Tensor) -> NumpyTensor:
         x = numpy_tensor(a)
