@@ -6,13 +6,16 @@ Libraries:
   contract in hearth.engine.architecture; the programs that assemble Hearth hand it the
   plugins' architectures).
 * plugins: the plugin kit and the registry of installed plugins, built on the engine.
+* convert: Hugging Face checkpoint folders -> GGUF (the driver; plugins' converters); engine
+  + plugins.
 * history, app_settings: the desktop app's chat history and settings (Qt-free).
 * launcher: starts or finds a `hearth serve` (for the CLI and the desktop app); no server code.
 * hearth.paths, hearth.default_model, hearth.hostport: leaf modules anyone may use.
 
 Programs (each a process, or the command that starts one):
 * runner: the runner process (one model); engine + plugins.
-* server: the service; engine + plugins + the runner's wire protocol (hearth.runner.protocol).
+* server: the service; engine + plugins + convert + the runner's wire protocol
+  (hearth.runner.protocol).
 * cli: the `hearth` command; starts the others, talks to the service over HTTP.
 * ui: the desktop app; speaks HTTP only, never imports the engine, the runner or the server.
 """
@@ -27,6 +30,7 @@ LEAVES = {"paths", "default_model", "hostport"}
 PACKAGES = {
     "engine",
     "plugins",
+    "convert",
     "history",
     "app_settings",
     "launcher",
@@ -38,12 +42,13 @@ PACKAGES = {
 ALLOWED: dict[str, set[str]] = {
     "engine": set(),
     "plugins": {"engine"},
+    "convert": {"engine", "plugins"},
     "history": set(),
     "app_settings": set(),
     "launcher": set(),
     "runner": {"engine", "plugins"},
-    "server": {"engine", "plugins", "runner"},
-    "cli": {"engine", "plugins", "runner", "server", "launcher", "ui"},
+    "server": {"engine", "plugins", "convert", "runner"},
+    "cli": {"engine", "plugins", "convert", "runner", "server", "launcher", "ui"},
     "ui": {"history", "app_settings", "launcher"},
     "paths": set(),
     "default_model": {"paths"},

@@ -1,6 +1,28 @@
-"""Writing GGUF models from Hugging Face checkpoints (`hearth create -f DIR`), and
-quantizing them on the way (`quantize.py`)."""
+"""Hugging Face checkpoint folders -> GGUF files (`hearth create NAME -f FOLDER`).
 
-from .quantize import SCHEMES, TensorInfo, parse_scheme, quantize, quantize_plan
+The driver (`convert_checkpoint`) reads and checks the folder, converts the tokenizer, and
+streams the tensors into one GGUF file; the architecture-specific rules (metadata keys, tensor
+names, permutations) come from the plugins' `Converter`s (`hearth.plugins.Converter`,
+registered through the `register_converters` hook). Imports the engine and the plugin kit only.
+"""
 
-__all__ = ["SCHEMES", "TensorInfo", "parse_scheme", "quantize", "quantize_plan"]
+from .checkpoint import Checkpoint, CheckpointError, is_checkpoint, open_checkpoint
+from .driver import (
+    OUTPUT_TYPES,
+    ConversionResult,
+    ConvertProgress,
+    convert_checkpoint,
+    plan_conversion,
+)
+
+__all__ = [
+    "OUTPUT_TYPES",
+    "Checkpoint",
+    "CheckpointError",
+    "ConversionResult",
+    "ConvertProgress",
+    "convert_checkpoint",
+    "is_checkpoint",
+    "open_checkpoint",
+    "plan_conversion",
+]

@@ -14,6 +14,8 @@ documented. The guide is docs/plugins.md.
   with `ConfigDefaults`,
   `Attention`, `GatedMLP`, `Block`, `layers`/`Layer`, `Transformer`, `StandardTransformer`,
   `part`/`bind_parts`, `read_rope`.
+* Conversion from Hugging Face checkpoints (`hearth.plugins.conversion`): `Converter`,
+  registered through the `register_converters` hook (`RegisterConverter`).
 * Tests: `hearth.plugins.testing` writes tiny GGUF files and runs the conformance suite.
 """
 
@@ -37,8 +39,14 @@ from ..engine.kvcache import (
     ShiftNotSupportedError,
     Wrapper,
 )
+from .conversion import Converter, ConverterRegistry, RegisterConverter, UnsupportedCheckpointError
 from .hookspecs import Register, hookimpl
-from .registry import ArchitectureRegistry, default_registry, load_installed_model
+from .registry import (
+    ArchitectureRegistry,
+    default_converters,
+    default_registry,
+    load_installed_model,
+)
 from .transformer import (
     Attention,
     Block,
@@ -69,6 +77,8 @@ __all__ = [
     "Causal",
     "ConfigDefaults",
     "ConfigReader",
+    "Converter",
+    "ConverterRegistry",
     "Encoder",
     "GatedMLP",
     "Input",
@@ -77,14 +87,17 @@ __all__ = [
     "Multimodal",
     "MultimodalNotSupportedError",
     "Register",
+    "RegisterConverter",
     "ShiftFn",
     "ShiftNotSupportedError",
     "StandardTransformer",
     "Transformer",
     "TransformerConfig",
+    "UnsupportedCheckpointError",
     "Weights",
     "Wrapper",
     "bind_parts",
+    "default_converters",
     "default_registry",
     "hookimpl",
     "layers",

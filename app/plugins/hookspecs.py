@@ -19,8 +19,17 @@ from typing import Any, TypeAlias
 import pluggy
 
 from ..engine.architecture import ArchitectureSpec
+from .conversion import RegisterConverter
 
-__all__ = ["PROJECT", "Register", "hookimpl", "hookspec", "register_architectures"]
+__all__ = [
+    "PROJECT",
+    "Register",
+    "RegisterConverter",
+    "hookimpl",
+    "hookspec",
+    "register_architectures",
+    "register_converters",
+]
 
 Register: TypeAlias = Callable[[ArchitectureSpec[Any]], None]
 """The `register` callback given to `register_architectures`."""
@@ -39,4 +48,15 @@ def register_architectures(register: Register) -> None:
     `name` is matched against a GGUF file's `general.architecture`. Registering a name that
     another plugin already registered raises `DuplicateArchitectureError`, naming both
     plugins. Called once per registry build, on the thread that builds it.
+    """
+
+
+@hookspec
+def register_converters(register: RegisterConverter) -> None:
+    """Register the Hugging Face checkpoint converters this plugin provides (optional).
+
+    Call `register(MyConverter)` with a `hearth.plugins.Converter` subclass; its
+    `hf_architectures` (config.json `architectures` values) are what `hearth create` converts
+    with it, into a file of its `gguf_architecture`. Two plugins claiming the same Hugging Face
+    architecture raise `DuplicateConverterError`, naming both. Called once per registry build.
     """

@@ -10,13 +10,16 @@ import pluggy
 
 from ..engine.architecture import Architecture, ArchitectureSpec
 from ..engine.model import LoadedModel, load_model
+from .conversion import Converter, ConverterRegistry
 from .manager import create_plugin_manager
 
 __all__ = [
     "ArchitectureRegistry",
     "DuplicateArchitectureError",
     "UnknownArchitectureError",
+    "build_converters",
     "build_registry",
+    "default_converters",
     "default_registry",
     "load_installed_model",
 ]
@@ -95,6 +98,23 @@ def default_registry() -> ArchitectureRegistry:
     `hearth.plugins` entry points, unless `HEARTH_DISABLE_PLUGINS=1`). What the programs that
     assemble Hearth (the CLI, the service, the runner) hand to the engine."""
     return build_registry(create_plugin_manager())
+
+
+def build_converters(pm: pluggy.PluginManager) -> ConverterRegistry:
+    """Ask every registered plugin for its checkpoint converters."""
+    converters = ConverterRegistry()
+    for impl in pm.hook.register_converters.get_hookimpls():
+
+        def register(cls: type[Converter], _plugin: str = impl.plugin_name) -> None:
+            converters.register(cls, _plugin)
+
+        impl.function(register=register)
+    return converters
+
+
+def default_converters() -> ConverterRegistry:
+    """The installed plugins' Hugging Face checkpoint converters (as `default_registry`)."""
+    return build_converters(create_plugin_manager())
 
 
 def load_installed_model(path: str | os.PathLike[str], **options: Any) -> LoadedModel:
