@@ -14,7 +14,7 @@ __all__ = ["BUILTIN_PLUGINS", "ENTRY_POINT_GROUP", "create_plugin_manager"]
 
 ENTRY_POINT_GROUP = "hearth.plugins"
 # Registered by module name (not entry points) so that frozen builds find them.
-BUILTIN_PLUGINS = ("hearth_llama", "hearth_gemma3")
+BUILTIN_PLUGINS = ("hearth_llama", "hearth_gemma3", "hearth_mllama")
 
 
 def create_plugin_manager(
