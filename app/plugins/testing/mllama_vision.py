@@ -1,0 +1,292 @@
+"""A tiny random Llama 3.2 Vision encoder for tests and benchmarks, and GGUF files of it.
+
+    model = tiny_mllama(TinyMllamaVision())                 # transformers' model, F32, eval
+    tensors = vision_tensors(model, TinyMllamaVision().heads)  # Ollama's names and repacks
+    write_vision_gguf(path, tensors, keys, layout="ollama")
+
+`vision_tensors` maps the checkpoint's `vision_model.*` and `multi_modal_projector.*` to the
+names Ollama's converter writes (`convert/convert_mllama.go`, Ollama before 9db4bdbad:
+https://github.com/ollama/ollama/blob/9db4bdbad%5E/convert/convert_mllama.go) with its repacks:
+`tanh(gate)` for the pre-/post-tile, tile position, attention and feed-forward gates,
+`1 - tanh(gate)` for `v.position_embd.gate` (the one checkpoint gate gives both position
+gates), and the Llama RoPE row permutation of the vision `attn_q`/`attn_k` (applied by
+suffix there too). `write_vision_gguf` writes them with `mllama.vision.*` keys, either as the
+one-file layout (`layout="ollama"`) or as the projector file of Ollama's registry layout
+(`layout="projector"`: `ln1`, `ln2`, `attn_out`, and fc1 named `ffn_down`, fc2 `ffn_up`, as
+Ollama's former `llama/mllama.cpp` reads them).
+
+Importing this module is cheap: torch and transformers are imported by the functions that
+need them (they are test dependencies of Hearth, not runtime ones).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "TinyMllamaVision",
+    "meta_semantics",
+    "reference_states",
+    "tiny_mllama",
+    "vision_keys",
+    "vision_tensors",
+    "write_vision_gguf",
+]
+
+
+@dataclass(frozen=True)
+class TinyMllamaVision:
+    """Sizes and seed of the tiny model (image 56 in 14-pixel patches: 17 positions per tile,
+    padded to 24; fc1 wider than the hidden size so its orientation is checked)."""
+
+    image_size: int = 56
+    patch_size: int = 14
+    max_num_tiles: int = 4
+    hidden: int = 32
+    heads: int = 2
+    ffn: int = 48
+    layers: int = 4
+    global_layers: int = 2
+    intermediate: tuple[int, ...] = (0, 2)
+    text_hidden: int = 64
+    text_layers: int = 4
+    cross_attention_layers: tuple[int, ...] = (1, 3)
+    vocab: int = 128
+    seed: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def tiny_mllama(spec: TinyMllamaVision) -> Any:
+    """transformers' `MllamaForConditionalGeneration` of `spec`'s sizes, every parameter
+    random (fixed seed; gates too, so that each gate's tanh matters), F32, eval."""
+    import torch
+    from transformers import MllamaConfig, MllamaForConditionalGeneration
+
+    vision = {
+        "hidden_size": spec.hidden,
+        "attention_heads": spec.heads,
+        "intermediate_size": spec.ffn,
+        "num_hidden_layers": spec.layers,
+        "num_global_layers": spec.global_layers,
+        "intermediate_layers_indices": list(spec.intermediate),
+        "vision_output_dim": spec.hidden * (len(spec.intermediate) + 1),
+        "image_size": spec.image_size,
+        "patch_size": spec.patch_size,
+        "max_num_tiles": spec.max_num_tiles,
+        **spec.extra,
+    }
+    text = {
+        "vocab_size": spec.vocab,
+        "hidden_size": spec.text_hidden,
+        "intermediate_size": 2 * spec.text_hidden,
+        "num_hidden_layers": spec.text_layers,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "cross_attention_layers": list(spec.cross_attention_layers),
+        "pad_token_id": 0,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+    }
+    config = MllamaConfig(vision_config=vision, text_config=text, image_token_index=spec.vocab - 1)
+    torch.manual_seed(spec.seed)
+    model: Any = MllamaForConditionalGeneration(config)
+    gen = torch.Generator().manual_seed(spec.seed + 1)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            noise = torch.randn(p.shape, generator=gen)
+            if "norm" in name and name.endswith("weight"):  # LayerNorm/RMSNorm weights near 1
+                p.copy_(1 + 0.1 * noise)
+            elif "gate" in name and p.ndim == 1 and p.numel() == 1:
+                p.copy_(0.3 + 0.4 * noise)  # tanh(gate) neither 0 nor 1
+            elif p.ndim == 1:
+                p.copy_(0.1 * noise)
+            else:
+                p.copy_(noise / p.shape[-1] ** 0.5)
+    return model.eval()
+
+
+def meta_semantics(vision_model: Any) -> Any:
+    """Patch `vision_model` (a `MllamaVisionModel`) so its local encoder returns each layer's
+    INPUT as `hidden_states` (Meta's reference, Ollama, vLLM, transformers <= 4.53) instead of
+    its output (transformers >= 4.54). Returns the patched model."""
+    import types
+
+    from transformers.modeling_outputs import BaseModelOutput
+
+    encoder = vision_model.transformer
+
+    def forward(self: Any, hidden_states: Any, attention_mask: Any = None, **_: Any) -> Any:
+        inputs = []
+        for layer in self.layers:
+            inputs.append(hidden_states)
+            hidden_states = layer(hidden_states=hidden_states, attention_mask=attention_mask)
+        return BaseModelOutput(last_hidden_state=hidden_states, hidden_states=tuple(inputs))
+
+    encoder.forward = types.MethodType(forward, encoder)
+    return vision_model
+
+
+def reference_states(model: Any, pixels: np.ndarray, ratio_id: int, num_tiles: int) -> np.ndarray:
+    """transformers' projected cross-attention states of one image: `vision_model` then
+    `multi_modal_projector`, the real tiles' rows `[num_tiles * num_patches, text_hidden]`."""
+    import torch
+
+    tiles = pixels.shape[0]
+    mask = np.zeros((1, 1, tiles), dtype=np.int64)
+    mask[..., :num_tiles] = 1
+    with torch.no_grad():
+        out = model.model.vision_model(
+            pixel_values=torch.from_numpy(pixels)[None, None],
+            aspect_ratio_ids=torch.tensor([[ratio_id]]),
+            aspect_ratio_mask=torch.from_numpy(mask),
+        ).last_hidden_state  # [1, 1, T, n, features]
+        states = model.model.multi_modal_projector(out)[0, 0, :num_tiles]
+    return np.ascontiguousarray(states.reshape(-1, states.shape[-1]).numpy(), dtype=np.float32)
+
+
+# -- Ollama's names and repacks ----------------------------------------------------------------
+
+# Ollama's replacements (llama's, then mllama's), applied as Go's strings.NewReplacer does:
+# left to right through the name, at each position the first pair in this order that matches.
+_REPLACEMENTS = (
+    ("input_layernorm", "attn_norm"),
+    ("self_attn.q_proj", "attn_q"),
+    ("self_attn.k_proj", "attn_k"),
+    ("self_attn.v_proj", "attn_v"),
+    ("self_attn.o_proj", "attn_output"),
+    ("post_attention_layernorm", "ffn_norm"),
+    ("gate_attn", "attn_gate"),
+    ("gate_ffn", "ffn_gate"),
+    ("vision_model", "v"),
+    ("class_embedding", "class_embd"),
+    ("patch_embedding", "patch_embd"),
+    ("gated_positional_embedding.tile_embedding", "tile_position_embd"),
+    ("gated_positional_embedding.embedding", "position_embd.weight"),
+    ("gated_positional_embedding", "position_embd"),
+    ("embedding.weight", "weight"),
+    ("pre_tile_positional_embedding", "pre_tile_position_embd"),
+    ("post_tile_positional_embedding", "post_tile_position_embd"),
+    ("layernorm_pre", "pre_ln"),
+    ("layernorm_post", "post_ln"),
+    ("global_transformer.layers", "global.blk"),
+    ("transformer.layers", "blk"),
+    ("mlp.fc1", "ffn_up"),
+    ("mlp.fc2", "ffn_down"),
+    ("multi_modal_projector", "mm.0"),
+)
+_PROJECTOR_LAYER = {"attn_norm": "ln1", "ffn_norm": "ln2", "attn_output": "attn_out"}
+_PROJECTOR_LAYER |= {"ffn_up": "ffn_down", "ffn_down": "ffn_up"}  # fc1 is "ffn_down" there
+
+
+def _ollama_name(name: str) -> str:
+    out, i = [], 0
+    while i < len(name):
+        for old, new in _REPLACEMENTS:
+            if name.startswith(old, i):
+                out.append(new)
+                i += len(old)
+                break
+        else:
+            out.append(name[i])
+            i += 1
+    return "".join(out)
+
+
+def _rope_permute(w: np.ndarray, heads: int) -> np.ndarray:
+    """Ollama's Llama q/k repack: within each head, rows [first half, second half] become
+    interleaved pairs."""
+    out, rest = w.shape[0], w.shape[1:]
+    return w.reshape(heads, 2, out // heads // 2, *rest).swapaxes(1, 2).reshape(w.shape)
+
+
+def vision_tensors(model: Any, heads: int) -> dict[str, np.ndarray]:
+    """The encoder's and projector's tensors (numpy, checkpoint shapes, F32) under Ollama's
+    names, repacked as its converter does (see the module docstring)."""
+    state = {
+        k: v.detach().float().numpy() for k, v in model.model.vision_model.state_dict().items()
+    }
+    out: dict[str, np.ndarray] = {}
+    for name, value in state.items():
+        new = _ollama_name("vision_model." + name)
+        if new == "v.position_embd.gate":
+            out["v.position_embd.gate"] = 1 - np.tanh(value)
+            out["v.tile_position_embd.gate"] = np.tanh(value)
+            continue
+        if new.endswith(("_position_embd.gate", "attn_gate", "ffn_gate")):
+            value = np.tanh(value)
+        elif new.endswith(("attn_q.weight", "attn_k.weight")):
+            value = _rope_permute(value, heads)
+        out[new] = value
+    for name, p in model.model.multi_modal_projector.state_dict().items():
+        out[_ollama_name("multi_modal_projector." + name)] = p.detach().float().numpy()
+    bad = [k for k in out if not re.fullmatch(r"(v|mm)\.[a-z0-9_.]+", k)]
+    if bad:
+        raise RuntimeError(f"unmapped tensor names: {bad}")
+    return out
+
+
+def vision_keys(config: Any) -> dict[str, Any]:
+    """`mllama.vision.*` keys (without the prefix) of a `MllamaVisionConfig`, as Ollama's
+    converter writes them."""
+    return {
+        "block_count": config.num_hidden_layers,
+        "global.block_count": config.num_global_layers,
+        "intermediate_layers_indices": [int(i) for i in config.intermediate_layers_indices],
+        "embedding_length": config.hidden_size,
+        "feed_forward_length": config.intermediate_size,
+        "attention.head_count": config.attention_heads,
+        "attention.layer_norm_epsilon": float(config.norm_eps),
+        "image_size": config.image_size,
+        "patch_size": config.patch_size,
+        "max_num_tiles": config.max_num_tiles,
+        "num_channels": config.num_channels,
+    }
+
+
+def _projector_name(name: str) -> str:
+    parts = name.split(".")
+    for i, part in enumerate(parts):
+        if part in _PROJECTOR_LAYER and i >= 2 and parts[i - 2] == "blk":
+            parts[i] = _PROJECTOR_LAYER[part]
+    return ".".join(parts)
+
+
+def write_vision_gguf(
+    path: Path,
+    tensors: Mapping[str, np.ndarray],
+    keys: Mapping[str, Any],
+    layout: str = "ollama",
+    dtype: Any = np.float32,
+) -> Path:
+    """A GGUF (architecture `mllama`) holding `tensors` (converted to `dtype` where they have
+    two or more dimensions; 1-D ones stay F32, as Ollama writes them) and `keys` as
+    `mllama.vision.*`. `layout="projector"` renames the layer tensors as Ollama's registry
+    projector file names them. Returns `path`."""
+    import gguf
+
+    if layout not in ("ollama", "projector"):
+        raise ValueError(f"unknown layout {layout!r}")
+    w = gguf.GGUFWriter(str(path), "mllama")
+    for key, value in keys.items():
+        full = f"mllama.vision.{key}"
+        if isinstance(value, list):
+            w.add_array(full, value)
+        elif isinstance(value, float):
+            w.add_float32(full, value)
+        else:
+            w.add_uint32(full, int(value))
+    for name, value in tensors.items():
+        out = _projector_name(name) if layout == "projector" else name
+        data = value.astype(dtype if value.ndim >= 2 else np.float32)
+        w.add_tensor(out, np.ascontiguousarray(data))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
