@@ -41,6 +41,7 @@ __all__ = [
     "RegisterConverter",
     "UnsupportedCheckpointError",
     "llama3_rope_factors",
+    "llama_text_metadata",
     "permute_rope_rows",
     "rope_parameters",
 ]
@@ -244,3 +245,34 @@ def llama3_rope_factors(params: Mapping[str, Any], head_dim: int) -> np.ndarray 
             smooth = (old / wavelen - low) / (high - low)
             out.append(1 / ((1 - smooth) / factor + smooth))
     return np.asarray(out, dtype=np.float32)
+
+
+def llama_text_metadata(arch: str, c: Converter) -> dict[str, Any]:
+    """The `<arch>.*` keys llama.cpp writes for a Llama-style text config (sizes, heads,
+    epsilon, RoPE base and scaling, vocabulary size)."""
+    heads = int(c.hparam("num_attention_heads", "n_head"))
+    embd = int(c.hparam("hidden_size", "n_embd"))
+    head_dim = c.hparam("head_dim")
+    rope = rope_parameters(c.config.get("text_config") or c.config)
+    kv: dict[str, Any] = {
+        f"{arch}.block_count": int(c.hparam("num_hidden_layers", "n_layer")),
+        f"{arch}.embedding_length": embd,
+        f"{arch}.feed_forward_length": int(c.hparam("intermediate_size", "n_inner")),
+        f"{arch}.attention.head_count": heads,
+        f"{arch}.attention.head_count_kv": int(c.hparam("num_key_value_heads", default=heads)),
+        f"{arch}.attention.layer_norm_rms_epsilon": float(c.hparam("rms_norm_eps", default=1e-5)),
+        f"{arch}.rope.dimension_count": int(head_dim or embd // heads),
+    }
+    if (ctx := c.hparam("max_position_embeddings")) is not None:
+        kv[f"{arch}.context_length"] = int(ctx)
+    if rope.get("rope_theta") is not None:
+        kv[f"{arch}.rope.freq_base"] = float(rope["rope_theta"])
+    if head_dim:
+        kv[f"{arch}.attention.key_length"] = int(head_dim)
+        kv[f"{arch}.attention.value_length"] = int(head_dim)
+    if rope.get("rope_type") == "linear" and rope.get("factor") is not None:
+        kv[f"{arch}.rope.scaling.type"] = "linear"
+        kv[f"{arch}.rope.scaling.factor"] = float(rope["factor"])
+    if (vocab := c.hparam("vocab_size")) is not None:
+        kv[f"{arch}.vocab_size"] = int(vocab)
+    return kv

@@ -11,9 +11,14 @@ from typing import Any
 import numpy as np
 
 from hearth.plugins import Converter
-from hearth.plugins.conversion import llama3_rope_factors, permute_rope_rows, rope_parameters
+from hearth.plugins.conversion import (
+    llama3_rope_factors,
+    llama_text_metadata,
+    permute_rope_rows,
+    rope_parameters,
+)
 
-__all__ = ["LLAMA_LAYER_NAMES", "LlamaConverter", "llama_text_metadata"]
+__all__ = ["LLAMA_LAYER_NAMES", "LlamaConverter"]
 
 LLAMA_LAYER_NAMES = {  # Hugging Face name within model.layers.N -> GGUF name within blk.N
     "input_layernorm": "attn_norm",
@@ -32,37 +37,6 @@ _GLOBAL = {
     "lm_head": "output",
 }
 _LAYER = re.compile(r"model\.layers\.(\d+)\.(.+)\.(weight|bias)$")
-
-
-def llama_text_metadata(arch: str, c: Converter) -> dict[str, Any]:
-    """The `<arch>.*` keys llama.cpp writes for a Llama-style text config (sizes, heads,
-    epsilon, RoPE base and scaling, vocabulary size)."""
-    heads = int(c.hparam("num_attention_heads", "n_head"))
-    embd = int(c.hparam("hidden_size", "n_embd"))
-    head_dim = c.hparam("head_dim")
-    rope = rope_parameters(c.config.get("text_config") or c.config)
-    kv: dict[str, Any] = {
-        f"{arch}.block_count": int(c.hparam("num_hidden_layers", "n_layer")),
-        f"{arch}.embedding_length": embd,
-        f"{arch}.feed_forward_length": int(c.hparam("intermediate_size", "n_inner")),
-        f"{arch}.attention.head_count": heads,
-        f"{arch}.attention.head_count_kv": int(c.hparam("num_key_value_heads", default=heads)),
-        f"{arch}.attention.layer_norm_rms_epsilon": float(c.hparam("rms_norm_eps", default=1e-5)),
-        f"{arch}.rope.dimension_count": int(head_dim or embd // heads),
-    }
-    if (ctx := c.hparam("max_position_embeddings")) is not None:
-        kv[f"{arch}.context_length"] = int(ctx)
-    if rope.get("rope_theta") is not None:
-        kv[f"{arch}.rope.freq_base"] = float(rope["rope_theta"])
-    if head_dim:
-        kv[f"{arch}.attention.key_length"] = int(head_dim)
-        kv[f"{arch}.attention.value_length"] = int(head_dim)
-    if rope.get("rope_type") == "linear" and rope.get("factor") is not None:
-        kv[f"{arch}.rope.scaling.type"] = "linear"
-        kv[f"{arch}.rope.scaling.factor"] = float(rope["factor"])
-    if (vocab := c.hparam("vocab_size")) is not None:
-        kv[f"{arch}.vocab_size"] = int(vocab)
-    return kv
 
 
 class LlamaConverter(Converter):

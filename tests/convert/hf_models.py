@@ -126,3 +126,44 @@ def reference_greedy(model: Any, ids: list[int], n: int) -> list[int]:
     with torch.no_grad():
         out = model.generate(torch.tensor([ids]), max_new_tokens=n, do_sample=False)
     return [int(t) for t in out[0, len(ids) :]]
+
+
+def write_bpe_tokenizer(
+    folder: Path, vocab: int, specials: tuple[str, ...] = (), chat_template: str | None = None
+) -> dict[str, int]:
+    """A byte-level BPE `tokenizer.json` with Llama 3's pre-tokenizer regex, trained on a
+    short text to `vocab` ids, then `specials` as added special tokens (ids `vocab`, ...);
+    tokenizer_config.json names the first two as bos and eos. Returns the specials' ids."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    split = pre_tokenizers.Split(Regex(LLAMA3_PATTERN), behavior="isolated", invert=False)
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [split, pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]
+    )
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator([SPM_TEXT] * 10, trainer)
+    if tok.get_vocab_size() != vocab:
+        raise RuntimeError(f"the BPE tokenizer has {tok.get_vocab_size()} ids, not {vocab}")
+    tok.add_special_tokens(list(specials))
+    folder.mkdir(parents=True, exist_ok=True)
+    tok.save(str(folder / "tokenizer.json"))
+    ids = {s: vocab + i for i, s in enumerate(specials)}
+    config: dict[str, Any] = {"tokenizer_class": "PreTrainedTokenizerFast"}
+    if len(specials) >= 2:
+        config.update(bos_token=specials[0], eos_token=specials[1], add_bos_token=True)
+    if chat_template:
+        config["chat_template"] = chat_template
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    return ids
+
+
+LLAMA3_PATTERN = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+"
+    r"[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
