@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from hearth.plugins import Converter
+from hearth.plugins import Converter, RegisterConverter, hookimpl
 from hearth.plugins.conversion import (
     llama3_rope_factors,
     llama_text_metadata,
@@ -38,7 +38,7 @@ from hearth.plugins.conversion import (
     rope_parameters,
 )
 
-__all__ = ["MllamaConverter", "ollama_name"]
+__all__ = ["MllamaConverter", "ollama_name", "register_converters"]
 
 _LLAMA = [
     ("lm_head", "output"),
@@ -192,3 +192,9 @@ class MllamaConverter(Converter):
         factors = llama3_rope_factors(rope_parameters(text), head_dim)
         if factors is not None:
             yield "rope_freqs.weight", factors
+
+
+@hookimpl
+def register_converters(register: RegisterConverter) -> None:
+    """The plugin's converter hook (re-exported by the package's __init__)."""
+    register(MllamaConverter)
