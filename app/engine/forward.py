@@ -15,7 +15,7 @@ from __future__ import annotations
 import io
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -83,9 +83,12 @@ class ForwardEngine:
             raise ValueError("models without a KV cache are not supported yet")
         self.cache: Cache = cache
         self.multimodal = MultimodalStore()
-        # (rows, embd) of the largest image, when the model and this file can take images.
+        # (rows, embd) of the largest image, when the model and this file can take images;
+        # `vision_whole`: its items come to `forward` whole (Multimodal.positions > 0).
+        self.vision_whole = False
+        self.vision_item: Multimodal | None = None
         self.vision = self._probe_vision()
-        if self.vision is not None and self.vision[0] > self.num_batch:
+        if self.vision is not None and not self.vision_whole and self.vision[0] > self.num_batch:
             # An image's positions attend to each other both ways: they share one batch.
             self.num_batch = min(self.vision[0], num_ctx)
         self.cache.init(self.backend, kv_dtype, parallel, num_ctx, self.num_batch)
@@ -117,6 +120,8 @@ class ForwardEngine:
             tensors = [item.tensor for item in items if item.tensor is not None]
             ctx.reserve(*tensors)
             rows = sum(t.dim(1) for t in tensors)
+            self.vision_whole = any(item.positions for item in items)
+            self.vision_item = Multimodal(None, items[0].data, rows=rows, positions=1)
             return rows, tensors[0].dim(0)
         finally:
             ctx.close()
@@ -127,7 +132,12 @@ class ForwardEngine:
             ctx = self.backend.new_context()
             try:
                 media = None
-                if self.vision is not None and n > 1:  # a batch full of image embeddings
+                if self.vision is not None and self.vision_item is not None and self.vision_whole:
+                    rows, embd = self.vision  # the largest image, whole
+                    item = self.vision_item
+                    media = _Media.empty(embd)
+                    media.whole.append((0, np.zeros((rows, embd), np.float32), item))
+                elif self.vision is not None and n > 1:  # a batch full of image embeddings
                     rows = min(n, self.vision[0])
                     media = _Media(
                         np.arange(rows, dtype=np.int32),
@@ -174,7 +184,16 @@ class ForwardEngine:
             outputs_host=outputs,
             hidden=hidden,
         )
-        if media is not None:
+        if media is not None and media.whole:
+            fresh = not ctx.has_input("batch.mm_whole0")  # a reused graph has its entries
+            for i, (row, values, item) in enumerate(media.whole):
+                rows, embd = values.shape
+                t = ctx.input(DType.F32, (embd, rows), values, key=f"batch.mm_whole{i}")
+                if fresh:
+                    whole = Multimodal(t, item.data, item.bidirectional, rows, item.positions)
+                    whole.token = item.token
+                    batch.multimodal.append((row, [whole]))
+        if media is not None and len(media.rows):
             m = len(media.rows)
             embd = media.embeddings.shape[1]
             fresh = not ctx.has_input("batch.mm_rows")  # a reused graph has its views
@@ -195,22 +214,39 @@ class ForwardEngine:
 
     def _media(self, tokens: np.ndarray) -> _Media | None:
         """The multimodal rows of a batch (placeholders, see multimodal_store.py): their
-        embeddings, fetched (computed on first use) from the store, in runs per image."""
+        embeddings, fetched (computed on first use) from the store, in runs per image.
+        Items that come whole (`Multimodal.positions` > 0) go to `_Media.whole` at the row
+        of their first position, and their positions' tokens are set to the items' tokens
+        in `tokens` (in place)."""
         rows = np.flatnonzero(tokens < 0)
         if not len(rows):
             return None
         parts: list[np.ndarray] = []
         runs: list[tuple[int, int, bool]] = []
+        spliced: list[np.ndarray] = []
+        whole: list[tuple[int, np.ndarray, Multimodal]] = []
+        embd = 0
         for start, count in _image_runs(tokens, rows):
             image, first = split_placeholder(int(tokens[start]))
             entry = self.multimodal.info(image)
             if entry is None:
                 raise KeyError(f"image {image} is not in the multimodal store")
-            both = any(item.bidirectional for item in entry.items)
             embeddings = self.multimodal.embeddings(image)
+            embd = embeddings.shape[1]
+            if entry.whole:
+                whole.extend(_whole_items(entry.items, embeddings, tokens, start, first, count))
+                continue
+            both = any(item.bidirectional for item in entry.items)
             parts.append(embeddings[first : first + count])
             runs.append((int(start), int(count), both))
-        return _Media(rows.astype(np.int32), np.concatenate(parts), runs)
+            spliced.append(np.arange(start, start + count))
+        if not parts:
+            media = _Media.empty(embd)
+        else:
+            at = np.concatenate(spliced).astype(np.int32)
+            media = _Media(at, np.concatenate(parts), runs)
+        media.whole = whole
+        return media
 
     def plan(
         self,
@@ -225,7 +261,7 @@ class ForwardEngine:
         (tokens still being sampled). If the graph may be computing for an earlier pass, call
         this only after that compute has started (its inputs are refilled here)."""
         tokens = np.array(tokens, dtype=np.int32)
-        media = self._media(tokens)
+        media = self._media(tokens)  # sets the tokens of whole items' positions
         if media is not None:
             tokens = np.where(tokens < 0, 0, tokens).astype(np.int32)
         if len(tokens) > self.num_batch:  # the memory reserved at load is for num_batch
@@ -235,11 +271,14 @@ class ForwardEngine:
         outputs = np.ascontiguousarray(outputs, dtype=np.int32)
         runs = sequence_runs(sequences)
         host = Batch(None, None, None, positions, sequences, outputs, hidden=hidden, runs=runs)  # type: ignore[arg-type]
+        layout: tuple[tuple[int, int], ...] = ()
         if media is not None:
             host.bidirectional = [(s, c) for s, c, both in media.runs if both]
+            host.multimodal = [(row, [item]) for row, _, item in media.whole]
+            layout = tuple((s, c) for s, c, _ in media.runs)
+            layout += tuple((row, -len(values)) for row, values, _ in media.whole)
         self.cache.prepare(host)
         out_runs = sequence_runs(sequences[outputs])
-        layout = tuple((s, c) for s, c, _ in media.runs) if media is not None else ()
         key = (len(tokens), len(outputs), hidden, self.cache.signature(), tuple(out_runs), layout)
         graph = self._graphs.get(key)
         if graph is not None:
@@ -291,6 +330,35 @@ class _Media:
     rows: np.ndarray  # I32 batch rows that take embeddings
     embeddings: np.ndarray  # [len(rows), embd] float32
     runs: list[tuple[int, int, bool]]  # (first row, count, bidirectional) per image
+    # (batch row, [rows, embd] float32, the stored item) of items that come whole
+    whole: list[tuple[int, np.ndarray, Multimodal]] = field(default_factory=list)
+
+    @classmethod
+    def empty(cls, embd: int) -> _Media:
+        return cls(np.zeros(0, np.int32), np.zeros((0, embd), np.float32), [])
+
+
+def _whole_items(
+    items: list[Multimodal],
+    embeddings: np.ndarray,
+    tokens: np.ndarray,
+    start: int,
+    first: int,
+    count: int,
+) -> list[tuple[int, np.ndarray, Multimodal]]:
+    """The items (of one image) that come whole and whose first position is among the
+    batch rows `start .. start + count` (the image's positions `first ..`), each with its
+    rows of `embeddings`; sets those positions' `tokens` to the items' tokens."""
+    out: list[tuple[int, np.ndarray, Multimodal]] = []
+    position, row = 0, 0  # the item's first position in the image, its first embedding row
+    for item in items:
+        lo, hi = max(position, first), min(position + item.span, first + count)
+        if lo < hi:
+            tokens[start + lo - first : start + hi - first] = item.token
+            if lo == position:
+                out.append((start + lo - first, embeddings[row : row + item.rows], item))
+        position, row = position + item.span, row + item.rows
+    return out
 
 
 def _largest_image() -> bytes:

@@ -30,18 +30,30 @@ class Multimodal:
 
     bidirectional: the item's rows attend to each other both ways (an image's tokens in
         Gemma 3), on top of the causal mask; set by the plugin.
-    rows: how many input positions the item fills (`tensor`'s second dimension); the core
+    rows: how many embedding rows the item has (`tensor`'s second dimension); the core
         sets it, and keeps it when the tensor itself is gone (an item recalled from the
         multimodal store on a later turn has `tensor` None).
+    positions: how many input positions the item fills. 0 (Gemma 3): one per row, and the
+        rows replace those positions' token embeddings. N > 0 (mllama's cross-attention
+        states, N = 1): the item fills N positions that embed `token` as text, and its rows
+        reach `forward` whole, as a `Batch.multimodal` entry at the first of them.
+    token: the token id those positions embed when `positions` > 0 (`<|image|>`).
 
-    In a `Batch`, `tensor` is instead the item's computed embeddings for the rows it fills
-    in that batch, as a graph input.
+    In a `Batch`, `tensor` is instead the item's computed embeddings as a graph input: the
+    rows it fills in that batch (`positions` 0), or all its rows (`positions` > 0).
     """
 
     tensor: Tensor | None
     data: Any = None
     bidirectional: bool = False
     rows: int = 0
+    positions: int = 0
+    token: int = 0
+
+    @property
+    def span(self) -> int:
+        """The input positions the item fills (`positions`, else one per row)."""
+        return self.positions or self.rows
 
 
 @dataclass
@@ -63,7 +75,9 @@ class Batch:
     sequences: the sequence id of each input (host).
     outputs: I32 `[n_outputs]` indices of the rows whose logits are wanted.
     multimodal: (input index, items) pairs: the items' embeddings replace the token
-        embeddings of rows index, index + 1, ... (`item.tensor` `[embd, rows]`, in order).
+        embeddings of rows index, index + 1, ... (`item.tensor` `[embd, rows]`, in order);
+        an item with `positions` > 0 instead comes whole (`[embd, item.rows]`) at the row
+        of its first position, and replaces nothing (the plugin uses it as it likes).
     multimodal_rows, multimodal_embd: the same as two tensors, I32 `[m]` row indices and
         `[embd, m]` embeddings (None when the batch has no multimodal rows), for
         `ctx.set_rows(hidden, multimodal_embd, multimodal_rows)`.

@@ -69,6 +69,11 @@ class _Entry:
     def rows(self) -> int:
         return sum(item.rows for item in self.items)
 
+    @property
+    def whole(self) -> bool:
+        """Whether the items come to `forward` whole (`Multimodal.positions` > 0)."""
+        return any(item.positions for item in self.items)
+
 
 class MultimodalStore:
     """See the module docstring. Thread-safe: requests register, the batching thread reads."""
@@ -92,7 +97,10 @@ class MultimodalStore:
             if entry is None:
                 return None
             self._entries.move_to_end(image)  # type: ignore[arg-type]
-            return [Multimodal(None, i.data, i.bidirectional, i.rows) for i in entry.items]
+            return [
+                Multimodal(None, i.data, i.bidirectional, i.rows, i.positions, i.token)
+                for i in entry.items
+            ]
 
     def add(self, digest: int, ctx: Context, items: list[Multimodal]) -> list[Multimodal]:
         """Keep a freshly built (uncomputed) encoder graph; sets each item's `rows`."""

@@ -75,7 +75,7 @@ def _flatten(inputs: list[Input], engine: ForwardEngine) -> tuple[list[int], lis
             _check_complete(row, rows)
             current_hash = inp.multimodal_hash
             image, row = engine.multimodal.image_id(current_hash), 0
-            rows = sum(item.rows for item in inp.multimodal)
+            rows = sum(item.span for item in inp.multimodal)
             ids.append(placeholder(image, 0))
         elif inp.multimodal_hash:
             if inp.multimodal_hash != current_hash:
@@ -92,5 +92,5 @@ def _flatten(inputs: list[Input], engine: ForwardEngine) -> tuple[list[int], lis
 def _check_complete(row: int, rows: int) -> None:
     if rows and row + 1 != rows:
         raise ValueError(
-            f"post_tokenize laid out {row + 1} positions for an image of {rows} embeddings"
+            f"post_tokenize laid out {row + 1} positions for an image that fills {rows}"
         )

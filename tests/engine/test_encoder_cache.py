@@ -1,9 +1,8 @@
-"""The encoder (cross-attention) cache, on the numpy reference backend."""
+"""The encoder (cross-attention) cache, per sequence, on the numpy reference backend."""
 
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from hearth.engine.input import Batch, Multimodal
 from hearth.engine.kvcache import Encoder
@@ -13,7 +12,8 @@ from hearth.engine.ml.reference import NumpyBackend
 rng = np.random.default_rng(0)
 
 
-def _batch(ctx, positions, image_at=None) -> Batch:
+def _batch(ctx, positions, seqs, images=()) -> Batch:
+    """images: (row, rows) of whole items (an image at that row's position)."""
     n = len(positions)
     pos = np.asarray(positions, dtype=np.int32)
     return Batch(
@@ -21,62 +21,83 @@ def _batch(ctx, positions, image_at=None) -> Batch:
         positions=ctx.from_numpy(pos),
         outputs=ctx.from_numpy(np.array([n - 1], np.int32)),
         positions_host=pos,
-        sequences=np.zeros(n, np.int32),
+        sequences=np.asarray(seqs, dtype=np.int32),
         outputs_host=np.array([n - 1], np.int32),
-        multimodal=[] if image_at is None else [(image_at, [Multimodal(None)])],
+        multimodal=[(row, [Multimodal(None, rows=rows, positions=1)]) for row, rows in images],
     )
 
 
-def test_it_serves_one_sequence_only():
-    with pytest.raises(ValueError, match="one sequence"):
-        Encoder().init(NumpyBackend(), DType.F32, 2, 64, 16)
+def _reference(q, k, v, scale=0.5):
+    s = np.einsum("thd,khd->htk", q, k) * scale
+    p = np.exp(s - s.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    return np.einsum("htk,khd->thd", p, v)
 
 
-def test_tokens_attend_to_the_stored_image_without_a_mask():
+def _image(rows):
+    return [rng.standard_normal((rows, 2, 8)).astype(np.float32) for _ in range(2)]  # k, v
+
+
+def _pass(backend, cache, positions, seqs, images, q, new=()):
+    """One layer's attention over the cache; `new` are the (k, v) the pass puts."""
+    ctx = backend.new_context()
+    cache.start_forward(ctx, _batch(ctx, positions, seqs, images))
+    cache.set_layer(0)
+    for k, v in new:
+        cache.put(ctx, ctx.from_numpy(k), ctx.from_numpy(v))
+    out = attention(ctx, ctx.from_numpy(q), None, None, 0.5, cache)
+    seen, after = cache.gates(ctx)
+    ctx.compute(out, seen, after)
+    return out.numpy().reshape(q.shape), seen.numpy().ravel(), after.numpy().ravel()
+
+
+def test_each_sequence_attends_to_its_own_image_and_keeps_it_for_later_passes():
+    backend = NumpyBackend()
+    cache = Encoder()
+    cache.init(backend, DType.F32, 3, 64, 16)
+    a, b = _image(6), _image(4)
+    q = rng.standard_normal((5, 2, 8)).astype(np.float32)
+    # seq 0: rows 0-1 (image at position 1), seq 1: rows 2-4 (image at position 0)
+    got, seen, after = _pass(backend, cache, [0, 1, 0, 1, 2], [0, 0, 1, 1, 1],
+                             [(1, 6), (2, 4)], q, new=[a, b])  # fmt: skip
+    np.testing.assert_allclose(got[:2], _reference(q[:2], *a), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got[2:], _reference(q[2:], *b), rtol=1e-5, atol=1e-6)
+    assert seen.tolist() == [1] * 5 and after.tolist() == [0, 1, 1, 1, 1]
+    assert cache.stored_items == [0, 1]
+
+    # later: seq 1 and seq 2 (which has no image) decode together
+    q2 = rng.standard_normal((2, 2, 8)).astype(np.float32)
+    got, seen, after = _pass(backend, cache, [3, 0], [1, 2], [], q2)
+    np.testing.assert_allclose(got[:1], _reference(q2[:1], *b), rtol=1e-5, atol=1e-6)
+    assert not got[1].any()  # nothing to attend to: zero
+    assert seen.tolist() == [1, 0] and after.tolist() == [1, 0]
+
+
+def test_copy_prefix_shares_the_image_only_when_the_prefix_holds_it():
+    backend = NumpyBackend()
+    cache = Encoder()
+    cache.init(backend, DType.F32, 2, 64, 16)
+    a = _image(3)
+    q = rng.standard_normal((3, 2, 8)).astype(np.float32)
+    _pass(backend, cache, [0, 1, 2], [0, 0, 0], [(1, 3)], q, new=[a])
+    cache.copy_prefix(0, 1, 1)  # positions 0 only: the image is at 1
+    assert cache.image_position(1) == -1
+    cache.copy_prefix(0, 1, 2)
+    assert cache.image_position(1) == 1
+    got, _, _ = _pass(backend, cache, [2], [1], [], q[:1])
+    np.testing.assert_allclose(got, _reference(q[:1], *a), rtol=1e-5, atol=1e-6)
+
+
+def test_removing_the_image_position_forgets_it_and_shifts_follow_it():
     backend = NumpyBackend()
     cache = Encoder()
     cache.init(backend, DType.F32, 1, 64, 16)
-    img_k = rng.standard_normal((6, 2, 8)).astype(np.float32)  # numpy [n_img, heads, d]
-    img_v = rng.standard_normal((6, 2, 8)).astype(np.float32)
-    q1 = rng.standard_normal((3, 2, 8)).astype(np.float32)  # 3 tokens
-
-    ctx = backend.new_context()
-    cache.start_forward(ctx, _batch(ctx, [0, 1, 2], image_at=0))
-    cache.set_layer(0)
-    out = attention(
-        ctx, ctx.from_numpy(q1), ctx.from_numpy(img_k), ctx.from_numpy(img_v), 0.5, cache
-    )
-    ctx.compute(out)
-    got = out.numpy().reshape(3, 2, 8)
-    assert cache.encoder_cached and cache.encoder_position == 0
-
-    s = np.einsum("thd,khd->htk", q1, img_k) * 0.5
-    p = np.exp(s - s.max(-1, keepdims=True))
-    p /= p.sum(-1, keepdims=True)
-    ref = np.einsum("htk,khd->thd", p, img_v)
-    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
-
-    # a later text-only pass reads the same image states
-    ctx2 = backend.new_context()
-    cache.start_forward(ctx2, _batch(ctx2, [3]))
-    cache.set_layer(0)
-    q2 = rng.standard_normal((1, 2, 8)).astype(np.float32)
-    out2 = attention(ctx2, ctx2.from_numpy(q2), None, None, 0.5, cache)
-    ctx2.compute(out2)
-    s2 = np.einsum("thd,khd->htk", q2, img_k) * 0.5
-    p2 = np.exp(s2 - s2.max(-1, keepdims=True))
-    p2 /= p2.sum(-1, keepdims=True)
-    np.testing.assert_allclose(
-        out2.numpy().reshape(1, 2, 8), np.einsum("htk,khd->thd", p2, img_v), rtol=1e-5, atol=1e-6
-    )
-
-
-def test_removing_the_image_position_forgets_it():
-    cache = Encoder()
-    cache.init(NumpyBackend(), DType.F32, 1, 64, 16)
-    cache.encoder_cached, cache.encoder_position = True, 5
+    q = rng.standard_normal((1, 2, 8)).astype(np.float32)
+    _pass(backend, cache, [5], [0], [(0, 3)], q, new=[_image(3)])
+    cache.remove(0, 1, 3)  # two positions before it go: it moves down
+    assert cache.image_position(0) == 3
     cache.remove(0, 10)
-    assert cache.encoder_cached
-    cache.remove(0, 5)
-    assert not cache.encoder_cached
+    assert cache.image_position(0) == 3
+    cache.remove(0, 3)
+    assert cache.image_position(0) == -1
     assert cache.can_resume(0, 99)

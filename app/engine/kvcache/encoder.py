@@ -1,17 +1,37 @@
-"""The encoder cache: cross-attention keys and values of the most recent image (mllama).
+"""The encoder cache: cross-attention keys and values of each sequence's image (mllama).
 
 Cross-attention layers attend to an image's encoded states, not to earlier tokens, so there is
-no causal structure and no mask: the cache stores the K/V computed from the last image seen,
-as they are, and every later token reads them. Only one sequence is supported (the scheduler
-runs such models with parallel = 1).
+no causal structure: each sequence keeps the K/V computed from the last image it was given,
+as they are, and every later row of that sequence reads them. Several sequences batch
+together, each with its own image (or none).
 
-`put()` in a pass whose batch carries an image replaces the stored K/V; `encoder_cached` says
-whether any are stored. Removing the position the image came from clears them.
+How a pass uses it:
+
+* `prepare` reads the batch's whole multimodal items (`Multimodal.positions` > 0, at the row
+  of the image's position): the last one of each sequence is that sequence's new image;
+  `stored_items` lists their indices in `batch.multimodal`, in batch order.
+* Per cross-attention layer the model computes the K/V of each stored item and calls `put`
+  once per item, in that order; `get` returns one view per run of a sequence's rows: its
+  image's K/V without a mask, or, for a sequence without an image, one zero key and value
+  (the attention output is then zero).
+* `gates(ctx)` gives two F32 `[1, n]` row masks: `seen` (the row's sequence has an image) and
+  `after` (and the row's position is at or after the image's). `active` says whether any
+  row of the pass has an image at all (a model may then skip its cross-attention layers).
+
+Storage: per sequence and layer, K and V `[head_dim, kv_heads, rows]` tensors sized for the
+largest image at the load-time reservation (every sequence gets them then, so a model that
+does not fit fails at load); a larger image later grows them. `copy_prefix` copies the
+image's K/V when the shared prefix holds the image's position; `remove` forgets the image
+when its position goes.
 """
 
 from __future__ import annotations
 
-from ..input import Batch
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..input import Batch, sequence_runs
 from ..ml.api import Backend, CacheConfig, Context, DType, Tensor
 from ..ml.nn import KVView
 from .base import MAX_POS, Cache
@@ -19,85 +39,205 @@ from .base import MAX_POS, Cache
 __all__ = ["Encoder"]
 
 
+@dataclass(frozen=True)
+class _Image:
+    rows: int  # K/V rows stored
+    position: int  # the input position the image came from
+
+
+@dataclass(frozen=True)
+class _Run:
+    start: int
+    count: int
+    seq: int
+    rows: int  # the sequence's image rows in this pass (0: none)
+
+
 class Encoder(Cache):
     """See the module docstring."""
 
     def __init__(self) -> None:
         self._backend: Backend | None = None
-        self._keys: dict[int, Tensor] = {}
-        self._values: dict[int, Tensor] = {}
+        self._storage: dict[tuple[int, int], tuple[Tensor, Tensor]] = {}  # (seq, layer)
+        self._images: dict[int, _Image] = {}  # seq -> its image
         self._layer = 0
-        self.encoder_cached = False
-        self.encoder_position = -1
-        self._pending_position = -1
-        self._batch_size = 0
+        self._key = f"enc{id(self):x}."  # names this cache's graph inputs
+        self._runs: list[_Run] = []
+        self._incoming: list[int] = []  # sequences given an image in this pass, batch order
+        self._stored: list[int] = []  # their items' indices in batch.multimodal
+        self._puts: dict[int, int] = {}  # layer -> puts so far in this graph
+        self._seen = np.zeros(0, np.float32)
+        self._after = np.zeros(0, np.float32)
+        self._reserve = False
+        self.max_sequences = 1
 
+    # -- configuration --------------------------------------------------------------------
     def set_config(self, config: CacheConfig) -> None:
         """Ignored: encoder states are stored exactly as computed (no padding, no permute)."""
 
     def init(
         self, backend: Backend, dtype: DType, max_sequences: int, capacity: int, max_batch: int
     ) -> None:
-        if max_sequences != 1:
-            raise ValueError("the encoder (cross-attention) cache serves one sequence only")
         self._backend = backend
         self.dtype = dtype
+        self.max_sequences = max_sequences
 
     def close(self) -> None:
-        self._keys.clear()
-        self._values.clear()
+        self._storage.clear()
+        self._images.clear()
 
+    # -- per forward pass -----------------------------------------------------------------
     def prepare(self, batch: Batch, reserve: bool = False) -> None:
-        self._batch_size = batch.size
-        self._pending_position = -1
-        if batch.multimodal and not reserve:
-            index = batch.multimodal[-1][0]
-            self._pending_position = int(batch.positions_host[index])
+        n = batch.size
+        seqs = batch.sequences
+        positions = batch.positions_host
+        self._reserve = reserve
+        incoming: dict[int, tuple[int, _Image]] = {}  # seq -> (item index, image)
+        for j, (row, items) in enumerate(batch.multimodal):
+            for item in items:
+                if item.positions:
+                    seq = 0 if reserve else int(seqs[row])
+                    incoming[seq] = (j, _Image(item.rows, int(positions[row])))
+        order = sorted(incoming.items(), key=lambda kv: kv[1][0])
+        self._incoming = [seq for seq, _ in order]
+        self._stored = [j for _, (j, _) in order]
+        images = dict(self._images)
+        images.update({seq: image for seq, (_, image) in incoming.items()})
+        if not reserve:
+            self._images = images
+        self._runs = []
+        self._seen = np.zeros(n, np.float32)
+        self._after = np.zeros(n, np.float32)
+        for start, count in batch.runs or sequence_runs(seqs):
+            seq = 0 if reserve else int(seqs[start])
+            image = images.get(seq)
+            self._runs.append(_Run(start, count, seq, image.rows if image else 0))
+            if image is not None:
+                self._seen[start : start + count] = 1.0
+                after = positions[start : start + count] >= image.position
+                self._after[start : start + count] = after.astype(np.float32)
+
+    @property
+    def active(self) -> bool:
+        """After prepare(): whether any row of the pass has an image."""
+        return any(run.rows for run in self._runs)
+
+    @property
+    def stored_items(self) -> list[int]:
+        """After prepare(): indices into `batch.multimodal` of the items whose K/V `put`
+        stores, in the order the model must put them."""
+        return list(self._stored)
 
     def signature(self) -> tuple[int, ...]:
-        return (self._batch_size, int(self._pending_position >= 0))
+        runs = tuple(x for r in self._runs for x in (r.start, r.count, r.seq, r.rows))
+        return (len(self._seen), len(self._incoming), *self._incoming, *runs)
 
     def bind(self, ctx: Context) -> None:
-        """Nothing per pass: there is no mask and no cell assignment."""
+        self._puts = {}
+        n = len(self._seen)
+        ctx.input(DType.F32, (1, n), self._seen.reshape(n, 1), key=self._key + "seen")
+        ctx.input(DType.F32, (1, n), self._after.reshape(n, 1), key=self._key + "after")
+
+    def gates(self, ctx: Context) -> tuple[Tensor, Tensor]:
+        """F32 `[1, n]` row masks (seen, after); see the module docstring."""
+        return ctx.input(DType.F32, (1, len(self._seen)), key=self._key + "seen"), ctx.input(
+            DType.F32, (1, len(self._after)), key=self._key + "after"
+        )
 
     def set_layer(self, layer: int) -> None:
         self._layer = layer
 
     def put(self, ctx: Context, key: Tensor, value: Tensor) -> None:
-        """Store this layer's encoder K/V (shapes as given), replacing the previous image's."""
-        stored = self._keys.get(self._layer)
-        if stored is None or stored.shape != key.shape:
+        """Store one image's K/V `[head_dim, kv_heads, rows]` for this layer: the next
+        sequence of `stored_items`."""
+        done = self._puts.get(self._layer, 0)
+        if done >= len(self._incoming):
+            raise ValueError("put(): more images than the pass brings (see stored_items)")
+        self._puts[self._layer] = done + 1
+        seqs = range(self.max_sequences) if self._reserve else [self._incoming[done]]
+        for seq in seqs:
+            k, v = self._tensors(seq, key, value)
+            ctx.forward(ctx.copy(key, self._rows(ctx, k, key.dim(2))))
+            ctx.forward(ctx.copy(value, self._rows(ctx, v, value.dim(2))))
+
+    def _tensors(self, seq: int, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
+        """The storage of `seq` at this layer, (re)allocated to hold `key`'s rows."""
+        stored = self._storage.get((seq, self._layer))
+        if stored is None or stored[0].dim(2) < key.dim(2) or stored[0].shape[:2] != key.shape[:2]:
             assert self._backend is not None
-            self._keys[self._layer] = self._backend.persistent(self.dtype, key.shape)
-            self._values[self._layer] = self._backend.persistent(self.dtype, value.shape)
-        ctx.forward(ctx.copy(key, self._keys[self._layer]))
-        ctx.forward(ctx.copy(value, self._values[self._layer]))
-        if self._pending_position >= 0:
-            self.encoder_cached = True
-            self.encoder_position = self._pending_position
+            name = f"cache_xk_s{seq}_l{self._layer}"
+            k = self._backend.persistent(self.dtype, key.shape, name)
+            v = self._backend.persistent(self.dtype, value.shape, name.replace("xk", "xv"))
+            stored = self._storage[(seq, self._layer)] = (k, v)
+        return stored
+
+    @staticmethod
+    def _rows(ctx: Context, t: Tensor, rows: int) -> Tensor:
+        """The first `rows` rows (dimension 2) of a stored `[head_dim, kv_heads, cap]`."""
+        return ctx.view(t, (t.dim(0), t.dim(1), rows), t.strides[1:3])
 
     def get(self, ctx: Context) -> list[KVView]:
-        return [
-            KVView(
-                0,
-                self._batch_size,
-                self._keys[self._layer],
-                self._values[self._layer],
-                None,
-            )
-        ]
+        views = []
+        for run in self._runs:
+            if run.rows:
+                k, v = self._storage[(run.seq, self._layer)]
+                k, v = self._rows(ctx, k, run.rows), self._rows(ctx, v, run.rows)
+            else:
+                k = v = self._zeros(ctx)
+            views.append(KVView(run.start, run.count, k, v, None))
+        return views
+
+    def _zeros(self, ctx: Context) -> Tensor:
+        """One zero key (and value) `[head_dim, kv_heads, 1]` shaped as this layer's."""
+        k = next(t for (_, layer), (t, _) in self._storage.items() if layer == self._layer)
+        d, h = k.dim(0), k.dim(1)
+        key = self._key + f"zeros{d}.{h}"
+        values = None if ctx.has_input(key) else np.zeros((1, h, d), np.float32)
+        return ctx.input(DType.F32, (d, h, 1), values, key=key)
 
     @property
     def permuted_v(self) -> bool:
         return False
 
+    # -- sequence edits -------------------------------------------------------------------
     def remove(self, seq: int, begin: int, end: int = MAX_POS) -> None:
-        if self.encoder_cached and begin <= self.encoder_position < end:
-            self.encoder_cached = False
-            self.encoder_position = -1
+        image = self._images.get(seq)
+        if image is None:
+            return
+        if begin <= image.position < end:
+            del self._images[seq]
+        elif image.position >= end and end != MAX_POS:
+            self._images[seq] = _Image(image.rows, image.position - (end - begin))
 
     def copy_prefix(self, src: int, dst: int, length: int) -> None:
-        raise ValueError("the encoder cache serves one sequence only")
+        image = self._images.get(src)
+        self._images.pop(dst, None)
+        if image is None or image.position >= length or src == dst:
+            return
+        assert self._backend is not None
+        ctx = self._backend.new_context()
+        try:
+            outs = []
+            for (seq, layer), (k, v) in list(self._storage.items()):
+                if seq != src:
+                    continue
+                self._layer = layer
+                dk, dv = self._tensors(dst, k, v)
+                for a, b in ((k, dk), (v, dv)):
+                    outs.append(
+                        ctx.copy(self._rows(ctx, a, image.rows), self._rows(ctx, b, image.rows))
+                    )
+            if outs:
+                ctx.forward(*outs)
+                ctx.compute(*outs)
+        finally:
+            ctx.close()
+        self._images[dst] = image
 
     def can_resume(self, seq: int, pos: int) -> bool:
         return True
+
+    def image_position(self, seq: int) -> int:
+        """The position `seq`'s image came from, or -1 (for tests and diagnostics)."""
+        image = self._images.get(seq)
+        return image.position if image is not None else -1

@@ -1,0 +1,271 @@
+"""Llama 3.2 Vision (GGUF architecture `mllama`): a Llama text model with cross-attention
+layers that read an image's encoded states.
+
+Files: Ollama's converter's names and keys. Settings `mllama.*` as for Llama, plus
+`mllama.attention.cross_attention_layers` (the layers that are cross-attention layers) and
+`mllama.vision.*` (the encoder, `vision.py`). Self-attention layers are Llama's (`blk.N.attn_*`,
+RoPE with `rope_freqs.weight`); a cross-attention layer has `attn_norm`,
+`cross_attn_q_proj`/`k_proj`/`v_proj`/`o_proj`, `cross_attn_q_norm`/`k_norm` (RMS norms over
+each head), `cross_attn_attn_gate` and `cross_attn_mlp_gate` (raw: the graph takes their
+tanh, as Ollama's engine and transformers do; the converter applies tanh only to the vision
+encoder's gates), `ffn_norm` and the SwiGLU feed-forward. The token embedding has 8 rows
+more than the output (`<|image|>`, id 128256 in Llama 3.2 Vision, is one of them).
+
+Ollama's converter permutes the rows of `cross_attn_q_proj` and `cross_attn_k_proj` as it does
+Llama's self-attention q/k (its RoPE repack matches the `attn_q_proj`/`attn_k_proj` suffixes),
+but not the q/k norm weights: within each head, element `2b + a` of a stored query is element
+`a * head_dim/2 + b` of the original. The same permutation of queries and keys leaves their
+dot products unchanged, so the graph permutes the two norm weights the same way and computes
+what transformers computes.
+
+Images (transformers' MllamaForConditionalGeneration semantics; Meta's reference differs on
+the rows before an image, see below):
+
+* `encode_multimodal` tiles the picture (`image.py`) and builds the encoder (`vision.py`): one
+  item of `[text_embd, num_tiles * 1601]` cross-attention states, which fills ONE input
+  position (`Multimodal.positions = 1`) that embeds the `<|image|>` token; the states come to
+  `forward` whole (`batch.multimodal`), never as token embeddings.
+* `post_tokenize` keeps each image as that one input, its token `<|image|>`, and asks that the
+  prompt from its start through the first image share one batch (`same_batch`, up to
+  `JOINT_PREFIX` inputs before it), because transformers lets the rows before an image attend
+  to it (below).
+* Cross-attention K/V are computed once per image, in the pass that carries it, and kept per
+  sequence in the encoder cache (`hearth.plugins.Encoder`, wrapped with the causal cache of
+  the self-attention layers); later passes and turns read them.
+* Masks, as transformers computes them for one image: a row after (or at) the image attends
+  to all the image's real tiles, and its feed-forward output counts. A row before the image
+  (text before `<|image|>`, BOS included) still gets the attention output (transformers
+  zeroes its mask row, so the row attends to every key), but its feed-forward output is
+  masked (`full_text_row_masked_out_mask`). Meta's reference masks the attention output of
+  those rows too. Two caveats: transformers' rows before the image also see the image's
+  padding tiles (the encoder here gives real tiles only), and rows before the image that
+  were evaluated in an earlier batch saw no image. Rows of a sequence without an image skip
+  the cross-attention layers (as transformers skips them for a text-only prompt); a pass in
+  which no row has an image skips them altogether.
+* A newer image in a sequence replaces the older one's K/V for the rows after it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from hearth.engine.ml import Context, Tensor, attention, rms_norm, weight
+from hearth.plugins import (
+    Architecture,
+    Batch,
+    Block,
+    Cache,
+    Causal,
+    ConfigDefaults,
+    Encoder,
+    GatedMLP,
+    Input,
+    Layer,
+    Metadata,
+    Multimodal,
+    MultimodalNotSupportedError,
+    Transformer,
+    TransformerConfig,
+    Weights,
+    Wrapper,
+    bind_parts,
+    layers,
+    part,
+)
+
+from .image import preprocess
+from .vision import VisionConfig, VisionEncoder
+
+__all__ = ["JOINT_PREFIX", "Config", "CrossBlock", "Model"]
+
+DEFAULTS = ConfigDefaults(rope_base=500000.0, neox=False, rms_eps=1e-5, context_length=131072)
+IMAGE_TOKEN = "<|image|>"
+_IMAGE_TOKEN_ID = 128256  # Llama 3.2 Vision's, for files whose vocabulary lacks the text
+JOINT_PREFIX = 256  # inputs before the first image that share its batch, at most
+
+
+@dataclass(frozen=True)
+class Config(TransformerConfig):
+    cross_attention_layers: tuple[int, ...]
+    image_token: int
+    vision: VisionConfig | None = None
+
+    @classmethod
+    def from_gguf(cls, meta: Metadata) -> Config:
+        layers_ = tuple(int(i) for i in meta.ints("attention.cross_attention_layers"))
+        tokens = meta.raw("tokenizer.ggml.tokens")
+        found = [i for i, t in enumerate(tokens if tokens is not None else ()) if t == IMAGE_TOKEN]
+        image = found[0] if found else _IMAGE_TOKEN_ID
+        return cls.read(
+            meta,
+            DEFAULTS,
+            cross_attention_layers=layers_,
+            image_token=image,
+            vision=VisionConfig.from_gguf(meta),
+        )
+
+
+@dataclass
+class CrossBlock:
+    """A cross-attention layer's weights (`blk.N.`, Ollama's names)."""
+
+    attn_norm: Tensor = weight()
+    cross_attn_q_proj: Tensor = weight()
+    cross_attn_k_proj: Tensor = weight()
+    cross_attn_v_proj: Tensor = weight()
+    cross_attn_o_proj: Tensor = weight()
+    cross_attn_q_norm: Tensor = weight(matmul=False)
+    cross_attn_k_norm: Tensor = weight(matmul=False)
+    cross_attn_attn_gate: Tensor = weight("cross_attn_attn_gate", matmul=False)
+    cross_attn_mlp_gate: Tensor = weight("cross_attn_mlp_gate", matmul=False)
+    ffn_norm: Tensor = weight()
+    mlp: GatedMLP = part(GatedMLP)
+
+
+_CHAT_TEMPLATE = (
+    "{{ bos_token }}"
+    "{%- for message in messages -%}"
+    "{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n' }}"
+    "{{ message['content'] | trim }}{{ '<|eot_id|>' }}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}"
+    "{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}"
+    "{%- endif -%}"
+)
+
+
+class Model(Transformer[Config, Block]):
+    """Llama 3.2 Vision's text model and, when the files have it, its image encoder (see the
+    module docstring and hearth.plugins for the contract)."""
+
+    default_chat_template = _CHAT_TEMPLATE
+    eos_tokens = ("<|eot_id|>", "<|eom_id|>")
+
+    def __init__(self, config: Config, weights: Weights) -> None:
+        # Transformer.__init__ binds one block class for every layer; here two kinds alternate.
+        Architecture.__init__(self, config, weights)
+        self.cross = frozenset(config.cross_attention_layers)
+        self.token_embd = weights.require("token_embd.weight", matmul=False)
+        self.output_norm = weights.require("output_norm.weight")
+        self.output = weights.require("output.weight", "token_embd.weight", matmul=True)
+        self.output_bias = weights.get("output.bias")
+        self.rope_factors = weights.get("rope_freqs.weight", matmul=False)
+        self.all_blocks: list[Block | CrossBlock] = [
+            bind_parts(CrossBlock if i in self.cross else Block, weights, f"blk.{i}.")
+            for i in range(config.block_count)
+        ]
+        self.blocks = [b for b in self.all_blocks if isinstance(b, Block)]
+        self.vision = VisionEncoder(config.vision, weights) if config.vision is not None else None
+
+    def validate(self) -> None:
+        super().validate()
+        cfg = self.config
+        bad = [i for i in cfg.cross_attention_layers if not 0 <= i < cfg.block_count]
+        if bad:
+            raise ValueError(f"cross-attention layers {bad} are not among the model's layers")
+        if cfg.key_length % 2 or cfg.value_length != cfg.key_length:
+            raise ValueError("mllama needs even, equal key and value head sizes")
+        if self.vision is not None:
+            self.vision.check()
+            if self.vision.output_length != cfg.embedding_length:
+                raise ValueError(
+                    f"the image encoder makes {self.vision.output_length}-dimensional states, "
+                    f"but the text model's are {cfg.embedding_length}"
+                )
+
+    # -- images -----------------------------------------------------------------------------
+    def encode_multimodal(self, ctx: Context, data: bytes) -> list[Multimodal]:
+        """One item: the image's cross-attention states, filling one input position."""
+        if self.vision is None:
+            raise MultimodalNotSupportedError("this model file has no image encoder")
+        cfg = self.vision.config
+        tiled = preprocess(data, image_size=cfg.image_size, max_num_tiles=cfg.max_num_tiles)
+        states = self.vision.forward(ctx, tiled)  # [text_embd, num_tiles * num_patches]
+        return [Multimodal(states, tiled.num_tiles, positions=1, token=self.config.image_token)]
+
+    def post_tokenize(self, inputs: list[Input]) -> list[Input]:
+        """Each image stays one input with token `<|image|>`; the prompt's start through the
+        first image shares a batch (see the module docstring)."""
+        out = [
+            Input(self.config.image_token, inp.multimodal, inp.multimodal_hash, inp.same_batch)
+            if inp.multimodal
+            else inp
+            for inp in inputs
+        ]
+        first = next((i for i, inp in enumerate(out) if inp.multimodal), None)
+        if first and first <= JOINT_PREFIX and not any(inp.same_batch for inp in out[:first]):
+            head = out[0]
+            out[0] = Input(head.token, head.multimodal, head.multimodal_hash, same_batch=first)
+        return out
+
+    def make_cache(self) -> Cache:
+        causal = Causal(shift=self.shift)
+        return Wrapper([Encoder(), causal], lambda i: 0 if i in self.cross else 1)
+
+    # -- the graph ----------------------------------------------------------------------------
+    def forward(self, ctx: Context, batch: Batch, cache: Cache) -> Tensor:
+        encoder = _encoder(cache)
+        h = self.embed(ctx, batch)
+        for at, block in layers(cache, batch, self.all_blocks):
+            if isinstance(block, Block):
+                h = self.layer(ctx, at, block, h, cache)
+            elif encoder.active:
+                h = self.cross_layer(ctx, at, block, h, cache, encoder)
+            elif at.last:
+                (h,) = at.output_rows(ctx, h)
+        return self.logits(ctx, batch, h)
+
+    def layer(self, ctx: Context, at: Layer, block: Block, h: Tensor, cache: Cache) -> Tensor:
+        cfg, rope = self.config, self.rope(at.index)
+        x = rms_norm(ctx, h, block.attn_norm, cfg.rms_eps)
+        a = block.attn.forward(ctx, x, at.batch.positions, cache, cfg, rope, self.rope_factors)
+        a, h = at.output_rows(ctx, a, h)
+        h = ctx.add(block.attn.output(ctx, a), h)
+        x = rms_norm(ctx, h, block.ffn_norm, cfg.rms_eps)
+        return ctx.add(block.mlp.forward(ctx, x), h)
+
+    def cross_layer(
+        self, ctx: Context, at: Layer, block: CrossBlock, h: Tensor, cache: Cache, enc: Encoder
+    ) -> Tensor:
+        """One cross-attention layer (see the module docstring for its masks)."""
+        cfg = self.config
+        d, n = cfg.key_length, h.dim(1)
+        q_norm = _interleave(ctx, block.cross_attn_q_norm)
+        k_norm = _interleave(ctx, block.cross_attn_k_norm)
+        x = rms_norm(ctx, h, block.attn_norm, cfg.rms_eps)
+        q = ctx.reshape(ctx.mul_mat(block.cross_attn_q_proj, x), d, cfg.head_count, n)
+        q = rms_norm(ctx, q, q_norm, cfg.rms_eps)
+        for j in enc.stored_items:  # images arriving in this pass: their K/V, once
+            states = at.batch.multimodal[j][1][0].tensor
+            assert states is not None
+            rows = states.dim(1)
+            k = ctx.mul_mat(block.cross_attn_k_proj, states)
+            k = rms_norm(ctx, ctx.reshape(k, d, cfg.head_count_kv, rows), k_norm, cfg.rms_eps)
+            v = ctx.reshape(
+                ctx.mul_mat(block.cross_attn_v_proj, states), d, cfg.head_count_kv, rows
+            )
+            cache.put(ctx, k, v)
+        a = attention(ctx, q, None, None, 1.0 / math.sqrt(d), cache)  # [d * heads, n]
+        seen, after = enc.gates(ctx)  # [1, n]
+        a, h, seen, after = at.output_rows(ctx, a, h, seen, after)
+        a = ctx.mul(ctx.mul_mat(block.cross_attn_o_proj, a), ctx.tanh(block.cross_attn_attn_gate))
+        h = ctx.add(ctx.mul(a, seen), h)
+        f = block.mlp.forward(ctx, rms_norm(ctx, h, block.ffn_norm, cfg.rms_eps))
+        f = ctx.mul(ctx.mul(f, after), ctx.tanh(block.cross_attn_mlp_gate))
+        return ctx.add(f, h)
+
+
+def _encoder(cache: Cache) -> Encoder:
+    caches = cache.caches if isinstance(cache, Wrapper) else [cache]
+    for c in caches:
+        if isinstance(c, Encoder):
+            return c
+    raise TypeError("mllama needs its encoder cache (make_cache)")
+
+
+def _interleave(ctx: Context, w: Tensor) -> Tensor:
+    """A head's norm weight `[d]` in the stored (permuted) q/k layout: element 2b + a is
+    element a * d/2 + b (see the module docstring)."""
+    d = w.dim(0)
+    return ctx.reshape(ctx.cont(ctx.permute(ctx.reshape(w, d // 2, 2), 1, 0, 2, 3)), d)
