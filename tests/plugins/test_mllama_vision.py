@@ -63,7 +63,9 @@ def encoder(request, reference, tmp_path_factory):
     """(layout, encoder, backend): the encoder loaded alone through Hearth's backend, from
     Ollama's one file or from its registry layout (a text file and a projector file)."""
     folder = tmp_path_factory.mktemp(f"mllama-{request.param}")
-    tensors = vision_tensors(reference, SPEC.heads)
+    tensors = vision_tensors(
+        reference.model.vision_model, reference.model.multi_modal_projector, SPEC.heads
+    )
     keys = vision_keys(reference.config.vision_config)
     backend = GGMLBackend(num_threads=2)
     if request.param == "ollama":

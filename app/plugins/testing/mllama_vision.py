@@ -1,7 +1,7 @@
 """A tiny random Llama 3.2 Vision encoder for tests and benchmarks, and GGUF files of it.
 
     model = tiny_mllama(TinyMllamaVision())                 # transformers' model, F32, eval
-    tensors = vision_tensors(model, TinyMllamaVision().heads)  # Ollama's names and repacks
+    tensors = vision_tensors(model.model.vision_model, model.model.multi_modal_projector, 2)
     write_vision_gguf(path, tensors, keys, layout="ollama")
 
 `vision_tensors` maps the checkpoint's `vision_model.*` and `multi_modal_projector.*` to the
@@ -205,12 +205,11 @@ def _rope_permute(w: np.ndarray, heads: int) -> np.ndarray:
     return w.reshape(heads, 2, out // heads // 2, *rest).swapaxes(1, 2).reshape(w.shape)
 
 
-def vision_tensors(model: Any, heads: int) -> dict[str, np.ndarray]:
-    """The encoder's and projector's tensors (numpy, checkpoint shapes, F32) under Ollama's
-    names, repacked as its converter does (see the module docstring)."""
-    state = {
-        k: v.detach().float().numpy() for k, v in model.model.vision_model.state_dict().items()
-    }
+def vision_tensors(vision_model: Any, projector: Any, heads: int) -> dict[str, np.ndarray]:
+    """The tensors of a `MllamaVisionModel` and its projector (`multi_modal_projector`, a
+    Linear) as numpy (checkpoint shapes, F32) under Ollama's names, repacked as its converter
+    does (see the module docstring)."""
+    state = {k: v.detach().float().numpy() for k, v in vision_model.state_dict().items()}
     out: dict[str, np.ndarray] = {}
     for name, value in state.items():
         new = _ollama_name("vision_model." + name)
@@ -223,7 +222,7 @@ def vision_tensors(model: Any, heads: int) -> dict[str, np.ndarray]:
         elif new.endswith(("attn_q.weight", "attn_k.weight")):
             value = _rope_permute(value, heads)
         out[new] = value
-    for name, p in model.model.multi_modal_projector.state_dict().items():
+    for name, p in projector.state_dict().items():
         out[_ollama_name("multi_modal_projector." + name)] = p.detach().float().numpy()
     bad = [k for k in out if not re.fullmatch(r"(v|mm)\.[a-z0-9_.]+", k)]
     if bad:
