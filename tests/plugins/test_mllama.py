@@ -148,7 +148,10 @@ def _write(path, model) -> None:
     w.add_bos_token_id(tokens.index("<|begin_of_text|>"))
     w.add_eos_token_id(tokens.index("<|eot_id|>"))
     w.add_add_bos_token(True)
-    tensors = {**_text_tensors(model), **vision_tensors(model, SPEC.heads)}
+    tensors = {
+        **_text_tensors(model),
+        **vision_tensors(model.model.vision_model, model.model.multi_modal_projector, SPEC.heads),
+    }
     for name, value in tensors.items():
         w.add_tensor(name, np.ascontiguousarray(value, dtype=np.float32))
     w.write_header_to_file()
@@ -270,5 +273,75 @@ def test_logits_and_greedy_match_transformers(tiny, loaded, case):
         print(f"{case}: final-position max |diff| {last:.2e}, all positions {every:.2e}; {ours}")
         assert last <= 1e-3 and every <= 1e-3
         assert ours == theirs
+    finally:
+        engine.close()
+
+
+def test_a_follow_up_turn_reuses_the_cross_attention_cache(tiny, loaded, monkeypatch):
+    """Turn 2 about the same image: no encoder run (counted), only its new tokens evaluated
+    (the cache resumes at turn 1's end), and transformers' logits for the whole prompt."""
+    model, _ = tiny
+    calls = []
+    forward = loaded.model.vision.forward
+    monkeypatch.setattr(loaded.model.vision, "forward", lambda *a: calls.append(1) or forward(*a))
+    engine = _engine(loaded)
+    calls.clear()  # the load-time reservation built the largest image's graph
+    try:
+        text, image = CASES["wide"]
+        first = _prompt(loaded, engine, text, image)
+        n = len(first)
+        rows = np.arange(n, dtype=np.int32)
+        logits = engine.forward(np.array(first), rows, np.zeros(n, np.int32), rows[-1:])
+        answer = greedy(engine, logits[-1], n, 4)
+        follow = "<|eot_id|>" + HEADER + "the" + ASSISTANT
+        second = _prompt(loaded, engine, text + "".join(
+            loaded.tokenizer.decode([t]) for t in answer) + follow, image)  # fmt: skip
+        done = n + len(answer)  # what the cache holds
+        assert second[:done] == first + answer
+        new = np.array(second[done:])
+        at = np.arange(done, len(second), dtype=np.int32)
+        logits = engine.forward(new, at, np.zeros(len(new), np.int32), np.array([len(new) - 1]))
+        ref_logits, _ = _reference(model, loaded, second, image, new=1)
+        diff = float(np.abs(logits[-1] - ref_logits[-1]).max())
+        print(f"turn 2: {len(new)} new inputs of {len(second)}, max |diff| {diff:.2e}")
+        assert len(calls) == 1 and engine.multimodal.encoded == 1
+        assert diff <= 1e-3
+    finally:
+        engine.close()
+
+
+def test_two_sequences_with_different_images_batch_together(loaded):
+    """Two prompts with their own images in one batch, then decoding together: each gets
+    what it gets alone (the encoder cache keeps K/V per sequence)."""
+    alone = {}
+    for seq, case in enumerate(("wide", "tall")):
+        engine = _engine(loaded)
+        try:
+            ids = _prompt(loaded, engine, *CASES[case])
+            rows = np.arange(len(ids), dtype=np.int32)
+            logits = engine.forward(np.array(ids), rows, np.zeros(len(ids), np.int32), rows[-1:])
+            alone[case] = (ids, logits[-1], greedy(engine, logits[-1], len(ids), 6))
+        finally:
+            engine.close()
+    engine = _engine(loaded, parallel=2)
+    try:
+        ids = {c: _prompt(loaded, engine, *CASES[c]) for c in alone}
+        tokens = np.array(ids["wide"] + ids["tall"])
+        positions = np.concatenate([np.arange(len(v)) for v in ids.values()])
+        seqs = np.repeat([0, 1], [len(v) for v in ids.values()])
+        outs = np.array([len(ids["wide"]) - 1, len(tokens) - 1])
+        logits = engine.forward(tokens, positions, seqs, outs)
+        for c, row in zip(alone, logits, strict=True):
+            np.testing.assert_allclose(row, alone[c][1], rtol=0, atol=1e-5)
+        got = {c: [] for c in alone}
+        pos = [len(v) for v in ids.values()]
+        for _ in range(6):
+            nxt = [int(np.argmax(row)) for row in logits]
+            for c, t in zip(alone, nxt, strict=True):
+                got[c].append(t)
+            logits = engine.forward(np.array(nxt), np.array(pos), np.array([0, 1]), np.arange(2))
+            pos = [p + 1 for p in pos]
+        for c in alone:
+            assert got[c] == alone[c][2], c
     finally:
         engine.close()
