@@ -81,9 +81,19 @@ def _add_models(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     cp = sub.add_parser("cp", help="copy a model under a new name")
     cp.add_argument("source")
     cp.add_argument("destination")
-    create = sub.add_parser("create", help="create a model from a .gguf file or a Modelfile")
+    create = sub.add_parser(
+        "create",
+        help="create a model from a .gguf file, a Hugging Face folder or a Modelfile",
+    )
     create.add_argument("model", help="name for the new model (name[:tag])")
-    create.add_argument("-f", "--file", help="a .gguf file or a Modelfile")
+    create.add_argument(
+        "-f", "--file", help="a .gguf file, a Hugging Face safetensors folder or a Modelfile"
+    )
+    create.add_argument(
+        "--quantize",
+        "-q",
+        help="when converting a Hugging Face folder: f16 (default), f32, q8_0 or q4_K_M",
+    )
     create.add_argument("--from", dest="source", help="an existing model to start from")
     create.add_argument("--mmproj", help="its vision projector .gguf (llama.cpp's mmproj file)")
     create.add_argument(

@@ -136,11 +136,15 @@ def cmd_create(args: Any, conn: Connection, out: TextIO, err: TextIO = sys.stder
     body: dict[str, Any] = {}
     if args.file:
         path = Path(args.file).expanduser().resolve()
-        body = {"from": str(path)} if path.suffix.lower() == ".gguf" else parse_modelfile(path)
+        local = path.suffix.lower() == ".gguf" or path.is_dir()  # a model file or HF folder
+        body = {"from": str(path)} if local else parse_modelfile(path)
     if args.source:
         body["from"] = args.source
     if "from" not in body:
-        raise ModelfileError("say what to create from: -f FILE.gguf, -f Modelfile or --from MODEL")
+        raise ModelfileError(
+            "say what to create from: -f FILE.gguf, -f FOLDER (Hugging Face), -f Modelfile "
+            "or --from MODEL"
+        )
     if args.template:
         body["template"] = Path(args.template).read_text()
     if args.system is not None:
@@ -153,9 +157,20 @@ def cmd_create(args: Any, conn: Connection, out: TextIO, err: TextIO = sys.stder
             body.setdefault("parameters", {})[key] = parameter_value(value)
     if getattr(args, "mmproj", None):
         body["projector"] = str(Path(args.mmproj).expanduser().resolve())
-    local = str(body["from"]).endswith(".gguf") and Path(body["from"]).is_absolute()
+    if getattr(args, "quantize", None):
+        body["quantize"] = args.quantize
+    source_path = Path(str(body["from"]))
+    folder = source_path.is_absolute() and source_path.is_dir()
+    local = str(body["from"]).endswith(".gguf") and source_path.is_absolute()
     host = httpx.URL(conn.client.base_url).host
-    if local and host not in ("127.0.0.1", "localhost", "::1"):
+    if folder and host not in ("127.0.0.1", "localhost", "::1"):
+        # The service is elsewhere: upload the folder's files, as the ollama client does.
+        body.pop("from")
+        body["files"] = {}
+        for source in sorted(p for p in source_path.iterdir() if p.is_file()):
+            err.write(f"uploading {source.name}\n")
+            body["files"][source.name] = conn.client.upload_blob(source)
+    elif local and host not in ("127.0.0.1", "localhost", "::1"):
         # The service is elsewhere: send the files themselves, as the ollama client does.
         sources = [Path(body.pop("from"))]
         if body.get("projector"):
@@ -173,8 +188,8 @@ def cmd_create(args: Any, conn: Connection, out: TextIO, err: TextIO = sys.stder
             text = f"{text} {pct}%"
         if err.isatty():
             err.write("\r\033[K" + text)
-        elif text != last and "%" not in text:
-            err.write(text + "\n")
+        elif text != last and ("%" not in text or text.startswith("converting")):
+            err.write(text + "\n")  # conversion progress: a line per step of the percentage
         last = text
     if err.isatty():
         err.write("\n")

@@ -1,6 +1,7 @@
 """Reading an Ollama Modelfile into an `/api/create` request body, for `hearth create -f`.
 
-Supported instructions: FROM (a model name or a .gguf path, relative to the Modelfile; a
+Supported instructions: FROM (a model name, a .gguf path or a Hugging Face checkpoint folder
+(converted by the service), relative to the Modelfile; a
 second FROM names the vision projector .gguf),
 PARAMETER, TEMPLATE (Jinja, as Hearth runs it), SYSTEM, LICENSE and MESSAGE; values may be
 quoted or wrapped in triple quotes across lines. ADAPTER is refused with a sentence.

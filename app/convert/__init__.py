@@ -11,8 +11,10 @@ from .driver import (
     OUTPUT_TYPES,
     ConversionResult,
     ConvertProgress,
+    PreparedConversion,
     convert_checkpoint,
     plan_conversion,
+    prepare_conversion,
 )
 
 __all__ = [
@@ -21,8 +23,10 @@ __all__ = [
     "CheckpointError",
     "ConversionResult",
     "ConvertProgress",
+    "PreparedConversion",
     "convert_checkpoint",
     "is_checkpoint",
     "open_checkpoint",
     "plan_conversion",
+    "prepare_conversion",
 ]

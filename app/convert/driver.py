@@ -27,7 +27,7 @@ from ..engine.architecture import Architectures
 from ..plugins.conversion import Converter, ConverterRegistry
 from .checkpoint import Checkpoint, CheckpointError, open_checkpoint
 from .safetensors import CheckpointTensor, read_tensor
-from .tokenizer import read_tokenizer
+from .tokenizer import TokenizerData, read_tokenizer
 from .verify import verify_file
 
 __all__ = [
@@ -35,8 +35,10 @@ __all__ = [
     "ConversionResult",
     "ConvertProgress",
     "OutputTensor",
+    "PreparedConversion",
     "convert_checkpoint",
     "plan_conversion",
+    "prepare_conversion",
 ]
 
 QT = gguf.GGMLQuantizationType
@@ -153,6 +155,79 @@ def _nbytes(shape: tuple[int, ...], qtype: QT) -> int:
     return count // block * size
 
 
+@dataclass
+class PreparedConversion:
+    """A checked checkpoint, ready to write: everything `convert_checkpoint` refuses before
+    writing a byte has been refused by the time one exists (`prepare_conversion`)."""
+
+    checkpoint: Checkpoint
+    converter: Converter
+    tokenizer: TokenizerData
+    plan: list[OutputTensor]
+    file_type: str
+
+    @property
+    def architecture(self) -> str:
+        return self.converter.gguf_architecture
+
+    def write(
+        self,
+        out: str | os.PathLike[str],
+        *,
+        registry: Architectures | None = None,
+        progress: ProgressFn | None = None,
+        name: str | None = None,
+    ) -> ConversionResult:
+        """Write the GGUF file `out`, then check it with `registry` (None skips the check);
+        `out` is removed when either fails."""
+        out = Path(out)
+        try:
+            _write(
+                out,
+                self.architecture,
+                name or self.checkpoint.folder.name,
+                self.converter.metadata(),
+                self.tokenizer,
+                self.converter,
+                self.plan,
+                progress,
+            )
+            if registry is not None:
+                verify_file(out, registry)
+        except BaseException:
+            out.unlink(missing_ok=True)
+            raise
+        types: dict[str, int] = {}
+        for t in self.plan:
+            types[t.type.name] = types.get(t.type.name, 0) + 1
+        params = sum(int(np.prod(t.shape, dtype=np.int64)) for t in self.plan)
+        return ConversionResult(
+            out, self.architecture, len(self.plan), params, self.file_type, types
+        )
+
+
+def prepare_conversion(
+    folder: str | os.PathLike[str], converters: ConverterRegistry, quantize: str | None = None
+) -> PreparedConversion:
+    """Read and check the checkpoint in `folder` (config, weights' headers, tokenizer,
+    converter, every tensor's shape and output type). Raises ValueError with a sentence."""
+    ckpt = open_checkpoint(folder)
+    cls = converters.get(ckpt.architectures)
+    conv = cls(ckpt.config)
+    try:
+        conv.metadata()
+    except (KeyError, TypeError, ValueError) as e:
+        raise CheckpointError(
+            f"config.json does not describe a {ckpt.architectures[0]} Hearth can convert: "
+            f"{e!r} is missing or wrong"
+        ) from None
+    tokenizer = read_tokenizer(ckpt.folder, conv.vocab_size())
+    conv.n_tokens = len(tokenizer.tokens)
+    plan = plan_conversion(ckpt, conv)
+    file_type = _assign_types(plan, conv, quantize or "f16", cls.gguf_architecture)
+    return PreparedConversion(ckpt, conv, tokenizer, plan, file_type)
+
+
 def convert_checkpoint(
     folder: str | os.PathLike[str],
     out: str | os.PathLike[str],
@@ -171,28 +246,8 @@ def convert_checkpoint(
     sentence (CheckpointError, UnsupportedCheckpointError) before writing anything when it
     can, and removes `out` when a later step fails.
     """
-    ckpt = open_checkpoint(folder)
-    cls = converters.get(ckpt.architectures)
-    conv = cls(ckpt.config)
-    tokenizer = read_tokenizer(ckpt.folder, conv.vocab_size())
-    conv.n_tokens = len(tokenizer.tokens)
-    plan = plan_conversion(ckpt, conv)
-    arch = cls.gguf_architecture
-    file_type = _assign_types(plan, conv, quantize or "f16", arch)
-    metadata = conv.metadata()
-    out = Path(out)
-    try:
-        _write(out, arch, name or ckpt.folder.name, metadata, tokenizer, conv, plan, progress)
-        if registry is not None:
-            verify_file(out, registry)
-    except BaseException:
-        out.unlink(missing_ok=True)
-        raise
-    types: dict[str, int] = {}
-    for t in plan:
-        types[t.type.name] = types.get(t.type.name, 0) + 1
-    params = sum(int(np.prod(t.shape, dtype=np.int64)) for t in plan)
-    return ConversionResult(out, arch, len(plan), params, file_type, types)
+    prepared = prepare_conversion(folder, converters, quantize)
+    return prepared.write(out, registry=registry, progress=progress, name=name)
 
 
 _FILE_TYPES = {QT.F32: 0, QT.F16: 1, QT.Q8_0: 7, QT.Q4_K: 15}
@@ -203,7 +258,7 @@ def _write(
     arch: str,
     name: str,
     metadata: dict[str, Any],
-    tokenizer: Any,
+    tokenizer: TokenizerData,
     conv: Converter,
     plan: list[OutputTensor],
     progress: ProgressFn | None,

@@ -3,6 +3,12 @@ client uses them (upload the GGUF as a blob, then create with `files: {name: dig
 Hearth's shortcut for local files: `from` may be an absolute path to a .gguf on this machine,
 copied into the store or, with `"link": true`, hard-linked (symlinked across file systems).
 
+Hugging Face checkpoints are converted to GGUF on the way in (`hearth.convert`): `files`
+holding a `config.json` and safetensors weights (as the ollama client uploads a model folder),
+or `from` = the absolute path of such a folder; `quantize` picks the output type (f16 by
+default, f32, q8_0, q4_K_M). The converted file is written into the blob folder and becomes
+the model's blob; a failure leaves nothing behind.
+
 Everything that can be checked is checked before the response starts, so a bad request is a
 400; the long part (hashing or copying a large file) streams progress statuses
 (`{"status", "total", "completed"}`) and ends with `{"status": "success"}`.
@@ -12,6 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
+import tempfile
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +30,9 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 from starlette.requests import ClientDisconnect
 
+from ...convert import PreparedConversion, prepare_conversion
 from ...engine.gguf import GGUFError, GGUFFile
+from ...plugins.registry import default_converters
 from ..prompting.prompts import check_template
 from ..scheduling.service import Service
 from ..store.model_store import BlobError, BlobWriter, Layer, ModelStore, normalize_digest
@@ -80,6 +90,8 @@ class _Plan:
     local_files: list[tuple[Path, str]] = field(default_factory=list)  # (file, layer kind)
     link: bool = False
     settings: dict[str, bytes] = field(default_factory=dict)  # kind -> blob content
+    convert: PreparedConversion | None = None  # a Hugging Face checkpoint to convert
+    scratch: Path | None = None  # a folder of links to uploaded blobs, removed at the end
 
 
 def _check_gguf(path: Path, registry_check: Any) -> str:
@@ -108,6 +120,8 @@ def _local_path(text: str) -> Path | None:
     path = Path(text).expanduser()
     if not path.is_absolute():
         raise APIError(400, f"'{text}': give the model file as an absolute path")
+    if path.is_dir():
+        return path  # a Hugging Face checkpoint folder, converted
     if path.suffix.lower() != ".gguf":
         raise APIError(400, f"{path.name} is not a .gguf file; only GGUF models can be imported")
     if not path.is_file():
@@ -148,13 +162,24 @@ async def _plan(svc: Service, body: CreateRequest) -> _Plan:
             "Modelfile text is not supported; send from, files, template, "
             "system and parameters as fields (as the ollama client does)",
         )
-    if body.quantize:
-        raise APIError(400, "quantizing is not supported yet; import an already quantized GGUF")
     if body.adapters:
         raise APIError(400, "adapters (LoRA) are not supported yet")
     plan = _Plan(ModelName.parse(body.model), link=body.link, settings=_settings(body))
     check = svc.infos.registry.get
-    if body.files:
+    if body.files and "config.json" in body.files:
+        plan.scratch = await asyncio.to_thread(_link_uploads, svc.store, body.files)
+        plan.convert = await _prepare(plan.scratch, body.quantize, plan)
+    elif body.from_ and (local := _local_path(body.from_)) is not None and local.is_dir():
+        plan.convert = await _prepare(local, body.quantize, plan)
+    elif body.files and any(f.endswith(".safetensors") for f in body.files):
+        raise APIError(400, "the uploaded model folder has no config.json")
+    elif body.quantize:
+        raise APIError(
+            400,
+            "quantizing is supported when converting a Hugging Face checkpoint; import an "
+            "already quantized GGUF",
+        )
+    elif body.files:
         for filename, digest in body.files.items():
             digest = normalize_digest(digest)
             if not svc.store.has_blob(digest):
@@ -189,12 +214,85 @@ async def _plan(svc: Service, body: CreateRequest) -> _Plan:
         plan.local_files.append((local, kind))
         plan.base = [x for x in plan.base if x.kind != "projector"]  # the new one replaces it
     kinds = [k for _, k in plan.local_files] + [x.kind for x in plan.base]
+    kinds += ["model"] if plan.convert is not None else []
     if kinds.count("model") != 1 or kinds.count("projector") > 1:
         found = ", ".join(kinds) or "nothing"
         raise APIError(
             400, f"a model needs exactly one model file and at most one vision projector ({found})"
         )
     return plan
+
+
+def _link_uploads(store: ModelStore, files: dict[str, str]) -> Path:
+    """A scratch folder holding each uploaded file under its name (links to the blobs), so
+    the converter reads the checkpoint as the folder it was."""
+    scratch = Path(tempfile.mkdtemp(prefix=".checkpoint-", dir=store.blobs))
+    try:
+        for filename, digest in files.items():
+            rel = Path(filename)
+            if rel.is_absolute() or ".." in rel.parts or not rel.parts:
+                raise APIError(400, f"'{filename}' is not a file name inside the model folder")
+            digest = normalize_digest(digest)
+            if not store.has_blob(digest):
+                raise APIError(
+                    400,
+                    f"blob {digest} ({filename}) is not in the store; upload it "
+                    "first with POST /api/blobs/<digest>",
+                )
+            target = scratch / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.symlink_to(store.blob_path(digest).resolve())
+    except BaseException:
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise
+    return scratch
+
+
+async def _prepare(folder: Path, quantize: str | None, plan: _Plan) -> PreparedConversion:
+    """Check a checkpoint folder (400 with the converter's sentence when it cannot be done)."""
+    try:
+        return await asyncio.to_thread(prepare_conversion, folder, default_converters(), quantize)
+    except ValueError as e:
+        if plan.scratch is not None:
+            shutil.rmtree(plan.scratch, ignore_errors=True)
+        raise APIError(400, str(e)) from None
+
+
+async def _convert(svc: Service, plan: _Plan) -> AsyncIterator[dict[str, Any] | Layer]:
+    """Convert the checkpoint into a new blob, reporting progress by source bytes; yields the
+    model's layer last."""
+    assert plan.convert is not None
+    store, prepared = svc.store, plan.convert
+    name = str(plan.name)
+    progress = {"completed": 0, "total": prepared.checkpoint.weight_bytes}
+
+    def report(p: Any) -> None:
+        progress.update(completed=p.done, total=p.total_bytes)
+
+    def work() -> Layer:
+        tmp = store.temp_blob()
+        try:
+            prepared.write(tmp, registry=svc.infos.registry, progress=report, name=name)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        return store.commit_blob(tmp, "model")
+
+    status = f"converting {prepared.checkpoint.architectures[0]} to {prepared.file_type}"
+    task = asyncio.ensure_future(asyncio.to_thread(work))
+    last = -1
+    while not task.done():
+        await asyncio.wait([task], timeout=0.25)
+        if progress["completed"] != last:
+            last = progress["completed"]
+            yield {"status": status, **progress}
+    try:
+        layer = task.result()
+    except ValueError as e:
+        yield {"error": f"converting the model failed: {e}"}
+        return
+    yield {"status": status, "digest": layer.digest, **progress}
+    yield layer
 
 
 async def _bring_in(
@@ -225,7 +323,25 @@ async def _bring_in(
 
 
 async def _run(svc: Service, plan: _Plan) -> AsyncIterator[dict[str, Any]]:
+    try:
+        async for event in _run_steps(svc, plan):
+            yield event
+    finally:
+        if plan.scratch is not None:
+            shutil.rmtree(plan.scratch, ignore_errors=True)
+
+
+async def _run_steps(svc: Service, plan: _Plan) -> AsyncIterator[dict[str, Any]]:
     store = svc.store
+    if plan.convert is not None:
+        yield {"status": "converting Hugging Face checkpoint"}
+        async for converted in _convert(svc, plan):
+            if isinstance(converted, Layer):
+                plan.base.append(converted)
+            else:
+                yield converted
+                if "error" in converted:
+                    return
     yield {"status": "parsing GGUF"}
     for source, kind in plan.local_files:
         async for status in _bring_in(store, source, kind, plan.link):
@@ -255,4 +371,4 @@ async def create(body: CreateRequest, request: Request) -> Response:
     last: dict[str, Any] = {}
     async for event in events:
         last = event
-    return JSONResponse(last)
+    return JSONResponse(last, status_code=500 if "error" in last else 200)

@@ -268,11 +268,15 @@ class CreateRequest(_Body):
     """Ollama's create request; `from` may also be an absolute path to a local .gguf file
     (Hearth extension), with `link` to hard-link (or symlink) it instead of copying, and
     `projector` the absolute path of its vision projector (`mmproj-*.gguf`). `files` may
-    hold a model and a projector, as the ollama client sends them for two FROM lines."""
+    hold a model and a projector, as the ollama client sends them for two FROM lines, or a
+    Hugging Face checkpoint folder (config.json, *.safetensors, tokenizer files), which is
+    converted to GGUF (`quantize`: f16 by default, f32, q8_0, q4_K_M); `from` may also be
+    the absolute path of such a folder."""
 
     model: ModelField
     from_: str | None = Field(None, alias="from", max_length=4096)
-    files: dict[str, str] | None = Field(None, max_length=16)
+    # A Hugging Face folder: config, tokenizer files and up to thousands of weight shards.
+    files: dict[str, str] | None = Field(None, max_length=4096)
     adapters: dict[str, str] | None = None
     template: str | None = Field(None, max_length=1 << 20)
     system: str | None = Field(None, max_length=1 << 20)

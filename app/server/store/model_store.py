@@ -194,6 +194,26 @@ class ModelStore:
         self._remember_digest(source, digest)
         return Layer(MEDIA_TYPES[kind], digest, size)
 
+    def temp_blob(self, prefix: str = ".convert-") -> Path:
+        """A new empty file in the blob folder, for a blob being written (`commit_blob`)."""
+        fd, name = tempfile.mkstemp(prefix=prefix, suffix=".partial", dir=self.blobs)
+        os.close(fd)
+        return Path(name)
+
+    def commit_blob(
+        self, tmp: Path, kind: str = "model", progress: Progress | None = None
+    ) -> Layer:
+        """Hash a finished `temp_blob` file and move it into place as a blob; returns its
+        layer. The file is removed when that fails."""
+        try:
+            digest = self._hash_file(tmp, progress)
+            size = tmp.stat().st_size
+            os.replace(tmp, self.blob_path(digest))
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        return Layer(MEDIA_TYPES[kind], digest, size)
+
     def adopt(self, source: Path, digest: str, copy: bool = False) -> int:
         """Bring in a file whose digest is already known (another content-addressed store):
         hard link, else symlink, or copy. Returns its size."""

@@ -1,0 +1,223 @@
+"""Converting Hugging Face checkpoints (hearth.convert with the built-in converters) against
+independent references: transformers' logits and greedy tokens on tiny random models, and
+llama.cpp's own convert_hf_to_gguf.py (its file must give Hearth the same logits as ours)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from hearth.convert import CheckpointError, convert_checkpoint
+from hearth.engine.forward import ForwardEngine
+from hearth.engine.gguf import GGUFFile
+from hearth.engine.ml.api import DType
+from hearth.plugins import (
+    UnsupportedCheckpointError,
+    default_converters,
+    default_registry,
+    load_installed_model,
+)
+from hearth.plugins.testing.parity import greedy
+
+from .hf_models import TinyLlama, build_tiny_llama, reference_greedy, reference_logits
+
+pytest.importorskip("transformers")
+pytest.importorskip("sentencepiece")
+
+PROMPTS = ["The quick brown fox jumps", "Hello world! 0123", "A picture is worth many words."]
+
+
+def convert(folder: Path, out: Path, quantize: str | None = "f32", **kw: Any) -> Path:
+    convert_checkpoint(
+        folder,
+        out,
+        converters=default_converters(),
+        registry=default_registry(),
+        quantize=quantize,
+        **kw,
+    )
+    return out
+
+
+def hearth_run(path: Path, ids: list[int], n_greedy: int = 8) -> tuple[np.ndarray, list[int]]:
+    """Hearth's logits `[n, vocab]` for `ids` and its greedy continuation (F32 KV cache)."""
+    model = load_installed_model(path)
+    engine = ForwardEngine(model, num_ctx=128, num_batch=128, kv_dtype=DType.F32)
+    try:
+        n = len(ids)
+        rows = np.arange(n, dtype=np.int32)
+        logits = engine.forward(np.array(ids), rows, np.zeros(n, np.int32), rows)
+        return logits, greedy(engine, logits[-1], n, n_greedy)
+    finally:
+        engine.close()
+        model.close()
+
+
+def tokenize(path: Path, text: str) -> list[int]:
+    model = load_installed_model(path)
+    try:
+        return list(model.tokenizer.encode(text, add_special=True))
+    finally:
+        model.close()
+
+
+@pytest.fixture(scope="module")
+def llama_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_llama(tmp_path_factory.mktemp("llama") / "hf")
+
+
+@pytest.fixture(scope="module")
+def llama_ref(llama_dir: Path) -> Any:
+    import torch
+    from transformers import LlamaForCausalLM
+
+    return LlamaForCausalLM.from_pretrained(llama_dir, dtype=torch.float32).eval()
+
+
+@pytest.fixture(scope="module")
+def llama_gguf(llama_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return convert(llama_dir, tmp_path_factory.mktemp("llama-out") / "tiny.gguf")
+
+
+def test_llama_logits_and_greedy_match_transformers(llama_gguf, llama_ref, llama_dir):
+    import sentencepiece as spm
+
+    sp = spm.SentencePieceProcessor(model_file=str(llama_dir / "tokenizer.model"))
+    for text in PROMPTS:
+        ids = tokenize(llama_gguf, text)
+        assert ids == [1, *sp.encode(text)]  # bos, then SentencePiece's own tokens
+        logits, ours = hearth_run(llama_gguf, ids)
+        diff = float(np.abs(logits - reference_logits(llama_ref, ids)).max())
+        theirs = reference_greedy(llama_ref, ids, 8)
+        print(f"llama {text!r}: max |diff| {diff:.2e}, greedy {ours}")
+        assert diff <= 1e-3
+        assert ours == theirs
+
+
+def test_llama_file_has_llama_cpp_metadata(llama_gguf):
+    with GGUFFile(llama_gguf) as f:
+        meta = f.metadata
+        assert f.architecture == "llama"
+        assert meta.raw("tokenizer.ggml.model") == "llama"
+        assert len(meta.raw("tokenizer.ggml.tokens")) == TinyLlama().vocab  # padded [PADn]
+        assert meta.raw("tokenizer.ggml.bos_token_id") == 1
+        assert meta.raw("tokenizer.ggml.add_bos_token") is True
+        assert "[assistant]" in str(meta.raw("tokenizer.chat_template"))
+
+
+@pytest.mark.slow
+def test_llama_cpp_converter_gives_the_same_logits_in_hearth(llama_dir, llama_gguf, tmp_path):
+    from hearth.plugins.testing.gemma3_vision import (
+        ConverterUnavailableError,
+        _convert,
+        llamacpp_converter,
+    )
+
+    try:
+        tool = llamacpp_converter()
+    except ConverterUnavailableError as e:
+        pytest.skip(str(e))
+    theirs = tmp_path / "llamacpp.gguf"
+    _convert(tool, llama_dir, theirs, mmproj=False)
+    for text in PROMPTS:
+        ids = tokenize(llama_gguf, text)
+        assert tokenize(theirs, text) == ids
+        a, ga = hearth_run(llama_gguf, ids)
+        b, gb = hearth_run(theirs, ids)
+        diff = float(np.abs(a - b).max())
+        print(f"ours vs llama.cpp's file {text!r}: max |diff| {diff:.2e}")
+        assert diff <= 1e-5
+        assert ga == gb
+
+
+def test_default_output_is_f16_matrices_and_f32_norms(llama_dir, tmp_path):
+    out = convert(llama_dir, tmp_path / "f16.gguf", quantize=None)
+    with GGUFFile(out) as f:
+        types = {name: t.type_name for name, t in f.tensors.items()}
+    assert types["blk.0.attn_q.weight"] == "F16"
+    assert types["blk.0.attn_norm.weight"] == "F32"
+
+
+def test_sharded_checkpoint_converts_to_the_same_file(llama_dir, llama_gguf, tmp_path):
+    from safetensors.numpy import load_file, save_file
+
+    sharded = tmp_path / "sharded"
+    shutil.copytree(llama_dir, sharded)
+    (sharded / "model.safetensors").unlink()
+    state = load_file(str(llama_dir / "model.safetensors"))
+    names = sorted(state)
+    halves = {
+        "model-00001-of-00002.safetensors": names[::2],
+        "model-00002-of-00002.safetensors": names[1::2],
+    }
+    weight_map = {}
+    for shard, part in halves.items():
+        save_file({n: state[n] for n in part}, str(sharded / shard), metadata={"format": "pt"})
+        weight_map.update({n: shard for n in part})
+    (sharded / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    out = convert(sharded, tmp_path / "sharded.gguf")
+    with GGUFFile(out) as a, GGUFFile(llama_gguf) as b:
+        assert sorted(a.tensors) == sorted(b.tensors)
+        for name in a.tensors:
+            assert np.array_equal(a.tensor_numpy(name), b.tensor_numpy(name)), name
+    (sharded / "model-00002-of-00002.safetensors").unlink()
+    with pytest.raises(CheckpointError, match="lacks weight shard"):
+        convert(sharded, tmp_path / "x.gguf")
+    assert not (tmp_path / "x.gguf").exists()
+
+
+def test_bf16_checkpoint_matches_transformers(tmp_path):
+    import torch
+    from transformers import LlamaForCausalLM
+
+    folder = build_tiny_llama(tmp_path / "bf16", dtype="bfloat16")
+    assert json.loads((folder / "config.json").read_text())["dtype"] == "bfloat16"
+    out = convert(folder, tmp_path / "bf16.gguf")  # BF16 widens exactly to F32
+    ref = LlamaForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    ids = tokenize(out, PROMPTS[0])
+    logits, ours = hearth_run(out, ids)
+    diff = float(np.abs(logits - reference_logits(ref, ids)).max())
+    print(f"bf16 checkpoint: max |diff| {diff:.2e}")
+    assert diff <= 1e-3
+    assert ours == reference_greedy(ref, ids, 8)
+
+
+def _copy(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst)
+    return dst
+
+
+def test_refusals_are_sentences_and_leave_nothing(llama_dir, tmp_path):
+    out = tmp_path / "out.gguf"
+    no_config = _copy(llama_dir, tmp_path / "a")
+    (no_config / "config.json").unlink()
+    with pytest.raises(CheckpointError, match="has no config.json"):
+        convert(no_config, out)
+    no_weights = _copy(llama_dir, tmp_path / "b")
+    (no_weights / "model.safetensors").unlink()
+    with pytest.raises(CheckpointError, match="has no weights"):
+        convert(no_weights, out)
+    no_tokenizer = _copy(llama_dir, tmp_path / "c")
+    (no_tokenizer / "tokenizer.model").unlink()
+    with pytest.raises(ValueError, match="has no tokenizer"):
+        convert(no_tokenizer, out)
+    other = _copy(llama_dir, tmp_path / "d")
+    config = json.loads((other / "config.json").read_text())
+    (other / "config.json").write_text(
+        json.dumps({**config, "architectures": ["MambaForCausalLM"]})
+    )
+    with pytest.raises(UnsupportedCheckpointError) as err:
+        convert(other, out)
+    assert "'MambaForCausalLM'" in str(err.value) and "LlamaForCausalLM" in str(err.value)
+    wrong = _copy(llama_dir, tmp_path / "e")
+    (wrong / "config.json").write_text(json.dumps({**config, "intermediate_size": 96}))
+    with pytest.raises(CheckpointError) as err:
+        convert(wrong, out)
+    assert "mlp.gate_proj.weight' has shape [128, 64]" in str(err.value)
+    assert "implies [96, 64]" in str(err.value)
+    assert not out.exists()
