@@ -1,6 +1,7 @@
 """Llama 3.2 Vision's image encoder (hearth_mllama.vision) against transformers, on a tiny
 random MllamaForConditionalGeneration (hearth.plugins.testing.mllama_vision) written as GGUF
-with Ollama's tensor names and repacks, in both file layouts Ollama uses.
+with Ollama's tensor names and repacks by the plugin's converter (plugins/mllama/convert.py), in
+both file layouts Ollama uses.
 
 Which semantics are compared: Meta's (and Ollama's and vLLM's), the intermediate features
 taken from each selected local layer's INPUT. transformers >= 4.54 takes each layer's output;
@@ -28,6 +29,7 @@ from hearth.plugins.testing.mllama_vision import (
     vision_tensors,
     write_vision_gguf,
 )
+from hearth_mllama.convert import MllamaConverter
 from hearth_mllama.image import TiledImage, preprocess
 from hearth_mllama.vision import VisionConfig, VisionEncoder
 
@@ -63,9 +65,7 @@ def encoder(request, reference, tmp_path_factory):
     """(layout, encoder, backend): the encoder loaded alone through Hearth's backend, from
     Ollama's one file or from its registry layout (a text file and a projector file)."""
     folder = tmp_path_factory.mktemp(f"mllama-{request.param}")
-    tensors = vision_tensors(
-        reference.model.vision_model, reference.model.multi_modal_projector, SPEC.heads
-    )
+    tensors = _converted(reference)
     keys = vision_keys(reference.config.vision_config)
     backend = GGMLBackend(num_threads=2)
     if request.param == "ollama":
@@ -89,6 +89,32 @@ def encoder(request, reference, tmp_path_factory):
     for f in (file, proj):
         if f is not None:
             f.close()
+
+
+def _converted(model) -> dict[str, np.ndarray]:
+    """The vision tensors as the plugin's converter (plugins/mllama/convert.py, Ollama's
+    names and repacks) writes them, from the checkpoint's names."""
+    conv = MllamaConverter(model.config.to_dict())
+    parts = {"vision_model": model.model.vision_model}
+    parts["multi_modal_projector"] = model.model.multi_modal_projector
+    out: dict[str, np.ndarray] = {}
+    for prefix, module in parts.items():
+        for name, value in module.state_dict().items():
+            for gguf_name in conv.tensor_names(f"{prefix}.{name}"):
+                out[gguf_name] = conv.transform(gguf_name, value.detach().float().numpy())
+    return out
+
+
+def test_the_converter_maps_as_the_testing_writer(reference):
+    """hearth.plugins.testing.mllama_vision (used by the bench and the text model's tests)
+    names and repacks the encoder as the plugin's converter does."""
+    ours = vision_tensors(
+        reference.model.vision_model, reference.model.multi_modal_projector, SPEC.heads
+    )
+    theirs = _converted(reference)
+    assert sorted(ours) == sorted(theirs)
+    for name, value in ours.items():
+        np.testing.assert_array_equal(value, theirs[name], err_msg=name)
 
 
 def _encode(enc: VisionEncoder, backend: GGMLBackend, tiled: TiledImage) -> np.ndarray:
