@@ -314,7 +314,7 @@ def test_two_sequences_with_different_images_batch_together(loaded):
     """Two prompts with their own images in one batch, then decoding together: each gets
     what it gets alone (the encoder cache keeps K/V per sequence)."""
     alone = {}
-    for seq, case in enumerate(("wide", "tall")):
+    for case in ("wide", "tall"):
         engine = _engine(loaded)
         try:
             ids = _prompt(loaded, engine, *CASES[case])

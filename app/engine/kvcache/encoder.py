@@ -60,6 +60,8 @@ class Encoder(Cache):
         self._backend: Backend | None = None
         self._storage: dict[tuple[int, int], tuple[Tensor, Tensor]] = {}  # (seq, layer)
         self._images: dict[int, _Image] = {}  # seq -> its image
+        # seq -> storage reallocations: in the signature, so no built graph reads old storage
+        self._generation: dict[int, int] = {}
         self._layer = 0
         self._key = f"enc{id(self):x}."  # names this cache's graph inputs
         self._runs: list[_Run] = []
@@ -129,7 +131,11 @@ class Encoder(Cache):
         return list(self._stored)
 
     def signature(self) -> tuple[int, ...]:
-        runs = tuple(x for r in self._runs for x in (r.start, r.count, r.seq, r.rows))
+        runs = tuple(
+            x
+            for r in self._runs
+            for x in (r.start, r.count, r.seq, r.rows, self._generation.get(r.seq, 0))
+        )
         return (len(self._seen), len(self._incoming), *self._incoming, *runs)
 
     def bind(self, ctx: Context) -> None:
@@ -169,6 +175,7 @@ class Encoder(Cache):
             k = self._backend.persistent(self.dtype, key.shape, name)
             v = self._backend.persistent(self.dtype, value.shape, name.replace("xk", "xv"))
             stored = self._storage[(seq, self._layer)] = (k, v)
+            self._generation[seq] = self._generation.get(seq, 0) + 1
         return stored
 
     @staticmethod
