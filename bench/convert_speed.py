@@ -32,10 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "bench"))
 sys.path.insert(0, str(REPO / "tests" / "convert"))
-
-from machine import cpu_description  # noqa: E402
 
 MB = 1e6
 _HEARTH = """
@@ -46,6 +43,13 @@ src, out, scheme = sys.argv[1:4]
 convert_checkpoint(src, out, converters=default_converters(), quantize=scheme)
 """
 _ORACLE = REPO / "app" / "plugins" / "testing" / "llamacpp_quantize.py"
+_CPU = (
+    "import sys; sys.path.insert(0, 'bench'); from machine import cpu_description as d; print(d())"
+)
+_CONVERTER = (
+    "from hearth.plugins.testing.gemma3_vision import llamacpp_converter; "
+    "print(llamacpp_converter())"
+)
 
 
 @dataclass
@@ -71,6 +75,14 @@ def _measure(*commands: tuple[list[str], dict[str, str] | None], out: Path) -> R
             raise SystemExit(f"{' '.join(cmd[:3])} failed:\n{err.decode(errors='replace')[-3000:]}")
         peak = max(peak, usage.ru_maxrss * 1024)  # KiB on Linux
     return Run(seconds, peak, out.stat().st_size)
+
+
+def _child_output(args: list[str]) -> str:
+    """The last line a Python child prints."""
+    proc = subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=REPO)
+    if proc.returncode:
+        raise SystemExit(proc.stderr[-3000:])
+    return proc.stdout.strip().splitlines()[-1]
 
 
 # -- the checkpoint -------------------------------------------------------------------------
@@ -120,24 +132,29 @@ def build_checkpoint(folder: Path, a: argparse.Namespace) -> tuple[int, int]:
     (folder / "config.json").write_text(json.dumps(config))
     gen = torch.Generator().manual_seed(0)
     shapes = _shapes(a)
-    shards: list[dict[str, torch.Tensor]] = [{}]
+    groups: list[list[str]] = [[]]
     size = 0
     for name, shape in shapes.items():
-        if len(shape) == 1:
-            t = 1 + 0.1 * torch.randn(shape, generator=gen)
-        else:
-            t = torch.randn(shape, generator=gen) * shape[1] ** -0.5
-        t = t.to(torch.bfloat16)
-        if size and size + t.nbytes > 1 << 30:
-            shards.append({})
+        nbytes = 2 * int(torch.Size(shape).numel())
+        if size and size + nbytes > 1 << 30:
+            groups.append([])
             size = 0
-        shards[-1][name] = t
-        size += t.nbytes
+        groups[-1].append(name)
+        size += nbytes
     index: dict[str, str] = {}
-    for k, shard in enumerate(shards):
-        file = f"model-{k + 1:05d}-of-{len(shards):05d}.safetensors"
+    for k, names in enumerate(groups):
+        shard = {}
+        for name in names:
+            shape = shapes[name]
+            if len(shape) == 1:
+                t = 1 + 0.1 * torch.randn(shape, generator=gen)
+            else:
+                t = torch.randn(shape, generator=gen) * shape[1] ** -0.5
+            shard[name] = t.to(torch.bfloat16)
+        file = f"model-{k + 1:05d}-of-{len(groups):05d}.safetensors"
         save_file(shard, str(folder / file), metadata={"format": "pt"})
         index |= dict.fromkeys(shard, file)
+        del shard
     total = sum(f.stat().st_size for f in folder.glob("*.safetensors"))
     (folder / "model.safetensors.index.json").write_text(
         json.dumps({"metadata": {"total_size": total}, "weight_map": index})
@@ -179,17 +196,24 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--schemes", default="f16,q8_0,q4_K_M")
     ap.add_argument("--folder", type=Path, default=None, help="where the temporary files go")
+    ap.add_argument("--build-into", type=Path, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
-    sys.path.insert(0, str(REPO))
-    from hearth.plugins.testing.gemma3_vision import llamacpp_converter
-
-    converter = llamacpp_converter()
+    if args.build_into:  # the child that writes the checkpoint
+        print(json.dumps(build_checkpoint(args.build_into, args)))
+        return
+    # This process stays small (no torch, no Hearth): a child's ru_maxrss starts from its
+    # parent's resident size at fork, so the checkpoint and the converter's path come from
+    # children, and the floor every measurement starts from is printed.
+    converter = Path(_child_output(["-c", _CONVERTER]))
+    floor = _measure(([sys.executable, "-c", "pass"], None), out=Path(sys.executable))
     work = Path(tempfile.mkdtemp(prefix="hearth-convert-bench-", dir=args.folder))
     try:
         src = work / "checkpoint"
         started = time.perf_counter()
-        total, largest = build_checkpoint(src, args)
-        print(cpu_description())
+        total, largest = json.loads(
+            _child_output([__file__, "--build-into", str(src), *sys.argv[1:]])
+        )
+        print(_child_output(["-c", _CPU]))
         print(
             f"checkpoint: random BF16 Llama, hidden {args.hidden}, {args.layers} layers, ffn "
             f"{args.ffn}, vocab {args.vocab}: {total / MB:.0f} MB of safetensors "
@@ -199,7 +223,8 @@ def main() -> None:
         bound = 1.5 * largest * 4 + 500 * MB
         print(
             f"largest tensor {largest * 2 / MB:.0f} MB as BF16, {largest * 4 / MB:.0f} MB as "
-            f"F32; peak RSS bound 1.5 x {largest * 4 / MB:.0f} + 500 = {bound / MB:.0f} MB"
+            f"F32; peak RSS bound 1.5 x {largest * 4 / MB:.0f} + 500 = {bound / MB:.0f} MB "
+            f"(a child doing nothing peaks at {floor.peak_rss / MB:.0f} MB here)"
         )
         schemes = args.schemes.split(",")
         runs: dict[tuple[str, str], list[Run]] = {}
