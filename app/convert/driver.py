@@ -13,7 +13,6 @@ loaded), so a file Hearth cannot run never reaches the store.
 
 from __future__ import annotations
 
-import importlib
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ import numpy as np
 
 from ..engine.architecture import Architectures
 from ..plugins.conversion import Converter, ConverterRegistry
+from . import quantize as quant
 from .checkpoint import Checkpoint, CheckpointError, open_checkpoint
 from .safetensors import CheckpointTensor, read_tensor
 from .tokenizer import TokenizerData, read_tokenizer
@@ -82,13 +82,6 @@ class ConversionResult:
     types: dict[str, int] = field(default_factory=dict)  # type name -> tensor count
 
 
-def _quantizer() -> Any:
-    try:
-        return importlib.import_module("hearth.convert.quantize")
-    except ImportError:
-        return None
-
-
 def plan_conversion(ckpt: Checkpoint, conv: Converter) -> list[OutputTensor]:
     """Every output tensor with its shape, checked against `conv.expected_shapes()`."""
     out: list[OutputTensor] = []
@@ -120,25 +113,17 @@ def plan_conversion(ckpt: Checkpoint, conv: Converter) -> list[OutputTensor]:
 
 def _assign_types(plan: list[OutputTensor], conv: Converter, outtype: str, arch: str) -> str:
     """Set each tensor's output type; returns the file type's name."""
-    if outtype not in OUTPUT_TYPES:
-        raise ValueError(f"cannot convert to '{outtype}': choose one of {', '.join(OUTPUT_TYPES)}")
-    base = QT.F32 if outtype == "f32" else QT.F16
-    for t in plan:
-        t.type = QT.F32 if conv.keep_f32(t.name, t.shape) else base
-    if outtype in ("f32", "f16"):
-        return outtype.upper()
-    quant = _quantizer()
-    if quant is None:
+    try:
+        scheme = quant.parse_scheme(outtype)
+    except ValueError:
         raise ValueError(
-            f"quantizing to {outtype} while converting is not available in this build of "
-            "Hearth; convert without --quantize (F16)"
-        )
-    infos = [quant.TensorInfo(t.name, t.shape) for t in plan]
-    chosen = quant.quantize_plan(outtype, infos, arch)
+            f"cannot convert to '{outtype}': choose one of {', '.join(OUTPUT_TYPES)}"
+        ) from None
+    chosen = quant.quantize_plan(scheme, [quant.TensorInfo(t.name, t.shape) for t in plan], arch)
     for t in plan:
-        if t.type != QT.F32 or t.name in chosen:
-            t.type = chosen.get(t.name, t.type)
-    return outtype.upper()
+        # The converter's F32 tensors (norms, position embeddings) stay F32 in every scheme.
+        t.type = QT.F32 if conv.keep_f32(t.name, t.shape) else chosen[t.name]
+    return scheme.upper()
 
 
 def _encode(array: np.ndarray, qtype: QT) -> np.ndarray:
@@ -146,7 +131,7 @@ def _encode(array: np.ndarray, qtype: QT) -> np.ndarray:
         return np.ascontiguousarray(array, dtype=np.float32)
     if qtype == QT.F16:
         return np.ascontiguousarray(array, dtype=np.float16)
-    return np.asarray(_quantizer().quantize(np.ascontiguousarray(array, np.float32), qtype))
+    return np.asarray(quant.quantize(np.ascontiguousarray(array, np.float32), qtype))
 
 
 def _nbytes(shape: tuple[int, ...], qtype: QT) -> int:
@@ -191,6 +176,7 @@ class PreparedConversion:
                 self.converter,
                 self.plan,
                 progress,
+                self.file_type,
             )
             if registry is not None:
                 verify_file(out, registry)
@@ -250,7 +236,7 @@ def convert_checkpoint(
     return prepared.write(out, registry=registry, progress=progress, name=name)
 
 
-_FILE_TYPES = {QT.F32: 0, QT.F16: 1, QT.Q8_0: 7, QT.Q4_K: 15}
+_FILE_TYPES = {"F32": 0, "F16": 1, "Q8_0": 7, "Q4_K_M": 15}  # llama.cpp's LlamaFileType
 
 
 def _write(
@@ -262,13 +248,12 @@ def _write(
     conv: Converter,
     plan: list[OutputTensor],
     progress: ProgressFn | None,
+    file_type: str,
 ) -> None:
     writer = gguf.GGUFWriter(out, arch)
     try:
         writer.add_name(name)
-        weights = [t.type for t in plan if len(t.shape) >= 2]
-        main = max(set(weights), key=weights.count) if weights else QT.F32
-        writer.add_file_type(_FILE_TYPES.get(main, 1))
+        writer.add_file_type(_FILE_TYPES[file_type])
         writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
         for key, value in metadata.items():
             _add(writer, key, value)

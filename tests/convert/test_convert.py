@@ -221,3 +221,30 @@ def test_refusals_are_sentences_and_leave_nothing(llama_dir, tmp_path):
     assert "mlp.gate_proj.weight' has shape [128, 64]" in str(err.value)
     assert "implies [96, 64]" in str(err.value)
     assert not out.exists()
+
+
+@pytest.mark.slow
+def test_q8_0_equals_llama_cpp_converters_q8_0(llama_dir, tmp_path):
+    """--quantize q8_0 through hearth.convert.quantize: the same blocks llama.cpp's converter
+    writes with --outtype q8_0 (F32 norms beside), so the same logits in Hearth."""
+    import os
+    import subprocess
+    import sys
+
+    from hearth.plugins.testing.gemma3_vision import ConverterUnavailableError, llamacpp_converter
+
+    try:
+        tool = llamacpp_converter()
+    except ConverterUnavailableError as e:
+        pytest.skip(str(e))
+    ours = convert(llama_dir, tmp_path / "ours.gguf", quantize="q8_0")
+    theirs = tmp_path / "theirs.gguf"
+    env = dict(os.environ, PYTHONPATH=str(tool / "gguf-py"))
+    args = [sys.executable, str(tool / "convert_hf_to_gguf.py"), str(llama_dir)]
+    args += ["--outfile", str(theirs), "--outtype", "q8_0"]
+    subprocess.run(args, check=True, capture_output=True, env=env)
+    with GGUFFile(ours) as a, GGUFFile(theirs) as b:
+        assert sorted(a.tensors) == sorted(b.tensors)
+        for name, info in a.tensors.items():
+            assert info.type_name == b.tensors[name].type_name, name
+            assert bytes(a.tensor_bytes(name)) == bytes(b.tensor_bytes(name)), name
