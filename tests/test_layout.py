@@ -79,6 +79,7 @@ STRICT = {
     "hearth": "app",
     "hearth_llama": "plugins/llama",
     "hearth_gemma3": "plugins/gemma3",
+    "hearth_mllama": "plugins/mllama",
     "hearth_qwen2": "examples/hearth-qwen2/hearth_qwen2",
 }
 

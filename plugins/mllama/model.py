@@ -151,10 +151,10 @@ class Model(Transformer[Config, Block]):
         self.output = weights.require("output.weight", "token_embd.weight", matmul=True)
         self.output_bias = weights.get("output.bias")
         self.rope_factors = weights.get("rope_freqs.weight", matmul=False)
-        self.all_blocks: list[Block | CrossBlock] = [
-            bind_parts(CrossBlock if i in self.cross else Block, weights, f"blk.{i}.")
-            for i in range(config.block_count)
-        ]
+        self.all_blocks: list[Block | CrossBlock] = []
+        for i in range(config.block_count):
+            kind: type[Block] | type[CrossBlock] = CrossBlock if i in self.cross else Block
+            self.all_blocks.append(bind_parts(kind, weights, f"blk.{i}."))
         self.blocks = [b for b in self.all_blocks if isinstance(b, Block)]
         self.vision = VisionEncoder(config.vision, weights) if config.vision is not None else None
 
