@@ -9,6 +9,7 @@ our quantized file and its logits stay near the F32 model's.
 
 from __future__ import annotations
 
+import importlib
 import random
 import subprocess
 import sys
@@ -25,6 +26,7 @@ from hearth.plugins import load_installed_model
 from hearth.plugins.testing import (
     LLAMACPP_LOGITS,
     TinyTransformer,
+    add_spm_vocab,
     llamacpp_installed,
     run_oracle,
     write_tiny_model,
@@ -55,6 +57,45 @@ MODELS = {
 FTYPES = {"q4_K_M": "Q4_K_M", "q8_0": "Q8_0", "f16": "F16"}
 
 
+def write_tiny_moe(path: Path, layers: int = 4, embd: int = 256, ff: int = 256) -> Path:
+    """A Mixtral-like llama file with 8 experts (F16 matrices, F32 norms and router):
+    llama.cpp's policy has its own branches for 8-expert models."""
+    rng = np.random.default_rng(7)
+    w = gguf.GGUFWriter(str(path), "llama")
+    for key, value in (("context_length", 256), ("embedding_length", embd),
+                       ("block_count", layers), ("feed_forward_length", ff),
+                       ("attention.head_count", 4), ("attention.head_count_kv", 2),
+                       ("expert_count", 8), ("expert_used_count", 2)):  # fmt: skip
+        w.add_uint32(f"llama.{key}", value)
+    w.add_float32("llama.attention.layer_norm_rms_epsilon", 1e-5)
+    vocab = add_spm_vocab(w)
+
+    def add(name: str, *shape: int, qtype: QT = QT.F16) -> None:
+        data = (rng.standard_normal(shape) * 0.05).astype(np.float32)
+        w.add_tensor(name, data if qtype == QT.F32 else data.astype(np.float16))
+
+    add("token_embd.weight", vocab, embd)
+    for i in range(layers):
+        p = f"blk.{i}."
+        add(p + "attn_norm.weight", embd, qtype=QT.F32)
+        add(p + "attn_q.weight", embd, embd)
+        add(p + "attn_k.weight", embd // 2, embd)
+        add(p + "attn_v.weight", embd // 2, embd)
+        add(p + "attn_output.weight", embd, embd)
+        add(p + "ffn_norm.weight", embd, qtype=QT.F32)
+        add(p + "ffn_gate_inp.weight", 8, embd, qtype=QT.F32)
+        add(p + "ffn_gate_exps.weight", 8, ff, embd)
+        add(p + "ffn_up_exps.weight", 8, ff, embd)
+        add(p + "ffn_down_exps.weight", 8, embd, ff)
+    add("output_norm.weight", embd, qtype=QT.F32)
+    add("output.weight", vocab, embd)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
 def _f16(spec: TinyTransformer) -> TinyTransformer:
     return TinyTransformer(**{**vars(spec), "default_type": QT.F16, "types": {}})
 
@@ -78,7 +119,9 @@ def files(tmp_path_factory: pytest.TempPathFactory):
     def get(model: str, scheme: str) -> tuple[Path, Path]:
         if (model, scheme) not in built:
             src = root / f"{model}.source-f16.gguf"
-            if not src.exists():
+            if not src.exists() and model == "moe":
+                write_tiny_moe(src)
+            elif not src.exists():
                 write_tiny_model(src, _f16(MODELS[model]))
             dst = root / f"{model}.{scheme}.gguf"
             _llamacpp_quantize(src, dst, FTYPES[scheme])
@@ -98,7 +141,7 @@ def _arch(reader: gguf.GGUFReader) -> str:
 
 @needs_llamacpp
 @pytest.mark.parametrize("scheme", FTYPES)
-@pytest.mark.parametrize("model", MODELS)
+@pytest.mark.parametrize("model", [*MODELS, "moe"])
 def test_plan_and_bytes_equal_llamacpps(files, model, scheme):
     src_path, ref_path = files(model, scheme)
     src, ref = gguf.GGUFReader(src_path), gguf.GGUFReader(ref_path)
@@ -130,6 +173,12 @@ def test_the_fallbacks_and_ladders_are_exercised(files):
     }
     assert falcon["output.weight"] == QT.Q8_0
     assert falcon["blk.0.ffn_down.weight"] == QT.F16  # rows of 360
+    moe = {t.name: QT(t.tensor_type) for t in gguf.GGUFReader(files("moe", "q4_K_M")[1]).tensors}
+    assert moe["blk.1.attn_v.weight"] == moe["blk.1.attn_k.weight"] == QT.Q8_0
+    assert moe["blk.1.attn_output.weight"] == QT.Q5_K
+    assert moe["blk.1.ffn_gate_inp.weight"] == QT.F32
+    assert moe["blk.1.ffn_down_exps.weight"] == QT.Q4_K  # of 4 layers, 2 and 3 get more bits
+    assert moe["blk.2.ffn_down_exps.weight"] == QT.Q6_K
     falcon_q8 = gguf.GGUFReader(files("falcon", "q8_0")[1])
     assert {QT(t.tensor_type) for t in falcon_q8.tensors} == {QT.F32, QT.F16, QT.Q8_0}
 
@@ -275,9 +324,8 @@ def test_quantize_is_the_same_in_slabs_and_threads_and_agrees_with_gguf_for_q8_0
     rng = np.random.default_rng(5)
     a = rng.standard_normal((3, 40, 512)).astype(np.float16)
     one = quantize(a, QT.Q4_K, threads=1)
-    import hearth.convert.quantize as q
-
-    monkeypatch.setattr(q, "_SLAB", 1024)  # two rows a slab: many slabs over 3 threads
+    module = importlib.import_module("hearth.convert.quantize")  # the package exports a function
+    monkeypatch.setattr(module, "_SLAB", 1024)  # two rows a slab: many slabs over 3 threads
     assert one.shape == (3, 40, 2 * 144)
     assert quantize(a, QT.Q4_K, threads=3).tobytes() == one.tobytes()
     # gguf's numpy Q8_0 is an independent implementation of the same reference
