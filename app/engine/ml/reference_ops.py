@@ -38,7 +38,8 @@ _erf = np.frompyfunc(math.erf, 1, 1)
 
 
 def _gelu_erf(x: np.ndarray) -> np.ndarray:
-    return (0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)).astype(x.dtype))).astype(x.dtype)
+    erf = np.asarray(_erf(x / math.sqrt(2.0)), dtype=np.float64)
+    return (0.5 * x * (1.0 + erf)).astype(x.dtype)
 
 
 def _silu(x: np.ndarray) -> np.ndarray:
