@@ -94,6 +94,9 @@ _NOT_QUANTIZED = (
 )
 
 _VISION_PREFIXES = ("v.", "mm.")
+# Architectures whose loader calls a model of this many layers LLM_TYPE_70B (the attn_v rule
+# reads it); llama only with grouped-query attention and without 8 experts.
+_70B_LAYERS = {"llama": 80, "qwen2": 80, "olmo": 80, "deci": 80, "jais2": 68}
 _BLOCK = re.compile(r"blk\.(\d+)\.")
 
 
@@ -219,7 +222,7 @@ def _model(tensors: Sequence[TensorInfo], arch: str) -> _Model:
         n_layer=n_layer,
         n_expert=n_expert,
         tied="output.weight" not in names,
-        is_70b=arch == "llama" and n_layer == 80 and gqa,
+        is_70b=n_layer == _70B_LAYERS.get(arch) and (arch != "llama" or gqa and n_expert != 8),
         n_attention_wv=sum(_category(t.name) == "attn_v" for t in tensors),
     )
 
@@ -262,7 +265,7 @@ def _policy_type(t: TensorInfo, qtype: QT, scheme: str, m: _Model) -> QT:
 
 def quantize_plan(scheme: str, tensors: Sequence[TensorInfo], arch: str) -> dict[str, QT]:
     """The GGML type of every tensor of a model written as `scheme` (`arch` is the GGUF
-    architecture name: llama.cpp treats `falcon` and 80-layer GQA `llama` apart). The plan
+    architecture name: llama.cpp treats `falcon` and 70B-sized models apart). The plan
     reads names and shapes only; layer counters follow llama.cpp's tensor order (by block
     number, then name), whatever the order of `tensors`."""
     scheme = parse_scheme(scheme)

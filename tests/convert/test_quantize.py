@@ -53,6 +53,8 @@ MODELS = {
         ff=360,
         metadata={"attention.layer_norm_epsilon": 1e-5},
     ),
+    # 80 layers with GQA: llama.cpp's "70B" (attn_v Q5_K outside the more-bits layers)
+    "llama80": TinyTransformer(embd=256, layers=80, heads=4, kv_heads=2, ff=256),
 }
 FTYPES = {"q4_K_M": "Q4_K_M", "q8_0": "Q8_0", "f16": "F16"}
 
@@ -141,9 +143,21 @@ def _arch(reader: gguf.GGUFReader) -> str:
 
 @needs_llamacpp
 @pytest.mark.parametrize("scheme", FTYPES)
-@pytest.mark.parametrize("model", [*MODELS, "moe"])
+@pytest.mark.parametrize("model", ["llama", "tied", "falcon", "moe"])
 def test_plan_and_bytes_equal_llamacpps(files, model, scheme):
-    src_path, ref_path = files(model, scheme)
+    _check_plan_and_bytes(*files(model, scheme), scheme)
+
+
+@needs_llamacpp
+@pytest.mark.slow
+def test_plan_and_bytes_equal_llamacpps_on_a_70b_shaped_model(files):
+    src, ref = files("llama80", "q4_K_M")
+    _check_plan_and_bytes(src, ref, "q4_K_M")
+    types = {t.name: QT(t.tensor_type) for t in gguf.GGUFReader(ref).tensors}
+    assert types["blk.13.attn_v.weight"] == QT.Q5_K and types["blk.12.attn_v.weight"] == QT.Q6_K
+
+
+def _check_plan_and_bytes(src_path: Path, ref_path: Path, scheme: str) -> None:
     src, ref = gguf.GGUFReader(src_path), gguf.GGUFReader(ref_path)
     plan = quantize_plan(scheme, _infos(src), _arch(src))
     theirs = {t.name: QT(t.tensor_type) for t in ref.tensors}
