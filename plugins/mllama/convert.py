@@ -9,10 +9,10 @@
   -> `mm.0`, ...;
 * q/k rows permuted for ggml's interleaved RoPE (llama.cpp's permutation) in the text
   self-attention, the text cross-attention and the vision tower (heads: text heads / KV heads,
-  vision `attention_heads`). One deviation from Ollama: the cross-attention `q_norm`/`k_norm`
-  weights (one per head dimension) get the same permutation as the rows they scale, so the
-  file computes what the checkpoint does whatever those weights are (Ollama leaves them,
-  which is only right when they are all equal);
+  vision `attention_heads`). The cross-attention `q_norm`/`k_norm` weights (one per head
+  dimension) stay as the checkpoint has them, as Ollama writes them (its repack matches the
+  `attn_q_proj`/`attn_k_proj` suffixes only); the model (`model.py`) permutes them in its
+  graph to the rows they scale;
 * vision gates stored as Ollama's engine uses them: `tanh(gate)` for the pre/post tile
   position gates and the global layers' `attn_gate`/`ffn_gate`; the position-embedding gate
   written twice, `v.position_embd.gate` = 1 - tanh(gate) and `v.tile_position_embd.gate` =
@@ -176,10 +176,10 @@ class MllamaConverter(Converter):
             ):
                 return np.tanh(array).astype(np.float32)
             return array
-        if gguf_name.endswith(("attn_q.weight", "attn_q_proj.weight", "cross_attn_q_norm.weight")):
-            return permute_rope_rows(array, heads if array.ndim == 2 else 1)
-        if gguf_name.endswith(("attn_k.weight", "attn_k_proj.weight", "cross_attn_k_norm.weight")):
-            return permute_rope_rows(array, kv_heads if array.ndim == 2 else 1)
+        if gguf_name.endswith(("attn_q.weight", "attn_q_proj.weight")):
+            return permute_rope_rows(array, heads)
+        if gguf_name.endswith(("attn_k.weight", "attn_k_proj.weight")):
+            return permute_rope_rows(array, kv_heads)
         return array
 
     def keep_f32(self, gguf_name: str, shape: tuple[int, ...]) -> bool:
