@@ -87,12 +87,15 @@ def read_header(path: Path) -> list[CheckpointTensor]:
 
 def read_tensor(t: CheckpointTensor) -> np.ndarray:
     """The tensor as a numpy array (F32 for every floating type), read through a memory map:
-    only this tensor's pages are touched, and the F32 copy is the only allocation."""
+    only this tensor's pages are touched. F32 data is returned as the (read-only) map itself,
+    other types as an F32 copy; callers must not write into the result."""
     dtype = _DTYPES[t.dtype]
     count = int(np.prod(t.shape, dtype=np.int64))
     if count == 0:
         return np.zeros(t.shape, np.float32)
     raw = np.memmap(t.path, dtype=dtype, mode="r", offset=t.start, shape=(count,))
+    if t.dtype == "F32":
+        return raw.reshape(t.shape)
     try:
         if t.dtype == "BF16":
             out = raw.astype(np.uint32)
