@@ -5,6 +5,7 @@ and names what is missing."""
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -70,7 +71,7 @@ def _shards(folder: Path) -> list[Path]:
     return shards
 
 
-def open_checkpoint(folder: str | Path) -> Checkpoint:
+def open_checkpoint(folder: str | os.PathLike[str]) -> Checkpoint:
     """Read `folder`'s config and the safetensors headers (no weights). Raises CheckpointError
     naming what is missing or damaged; the tokenizer is checked when it is converted."""
     folder = Path(folder)

@@ -168,13 +168,13 @@ class MllamaConverter(Converter):
             if gguf_name.endswith(("attn_q.weight", "attn_k.weight")):
                 return permute_rope_rows(array, vision_heads)
             if gguf_name == "v.position_embd.gate":
-                return (1.0 - np.tanh(array)).astype(np.float32)
+                return np.asarray(1.0 - np.tanh(array), dtype=np.float32)
             if (
                 gguf_name in _TANH_GATES
                 or gguf_name == "v.tile_position_embd.gate"
                 or gguf_name.endswith(("attn_gate", "ffn_gate"))
             ):
-                return np.tanh(array).astype(np.float32)
+                return np.asarray(np.tanh(array), dtype=np.float32)
             return array
         if gguf_name.endswith(("attn_q.weight", "attn_q_proj.weight")):
             return permute_rope_rows(array, heads)
