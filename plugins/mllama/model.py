@@ -18,30 +18,25 @@ but not the q/k norm weights: within each head, element `2b + a` of a stored que
 dot products unchanged, so the graph permutes the two norm weights the same way and computes
 what transformers computes.
 
-Images (transformers' MllamaForConditionalGeneration semantics; Meta's reference differs on
-the rows before an image, see below):
+Images (Meta's reference semantics, llama-models' `CrossAttention`/`CrossAttentionTransformerBlock`,
+which the released weights were trained with):
 
 * `encode_multimodal` tiles the picture (`image.py`) and builds the encoder (`vision.py`): one
   item of `[text_embd, num_tiles * 1601]` cross-attention states, which fills ONE input
   position (`Multimodal.positions = 1`) that embeds the `<|image|>` token; the states come to
   `forward` whole (`batch.multimodal`), never as token embeddings.
-* `post_tokenize` keeps each image as that one input, its token `<|image|>`, and asks that the
-  prompt from its start through the first image share one batch (`same_batch`, up to
-  `JOINT_PREFIX` inputs before it), because transformers lets the rows before an image attend
-  to it (below).
+* `post_tokenize` keeps each image as that one input, its token `<|image|>`.
 * Cross-attention K/V are computed once per image, in the pass that carries it, and kept per
   sequence in the encoder cache (`hearth.plugins.Encoder`, wrapped with the causal cache of
   the self-attention layers); later passes and turns read them.
-* Masks, as transformers computes them for one image: a row after (or at) the image attends
-  to all the image's real tiles, and its feed-forward output counts. A row before the image
-  (text before `<|image|>`, BOS included) still gets the attention output (transformers
-  zeroes its mask row, so the row attends to every key), but its feed-forward output is
-  masked (`full_text_row_masked_out_mask`). Meta's reference masks the attention output of
-  those rows too. Two caveats: transformers' rows before the image also see the image's
-  padding tiles (the encoder here gives real tiles only), and rows before the image that
-  were evaluated in an earlier batch saw no image. Rows of a sequence without an image skip
-  the cross-attention layers (as transformers skips them for a text-only prompt); a pass in
-  which no row has an image skips them altogether.
+* Masks: a row at or after its sequence's image (the `<|image|>` row included) attends to the
+  image's real tiles (the encoder hands over no padding tiles), and both its gated attention
+  and gated feed-forward outputs count. A row before the image (BOS and text before
+  `<|image|>`), or of a sequence without an image, gets no contribution from the layer at all
+  (Meta multiplies both outputs by `full_text_row_masked_out_mask`), so it never depends on
+  the image and may be evaluated in any batch. transformers differs here: it masks only the
+  feed-forward of those rows and lets their attention output (uniform over every tile, the
+  padding ones too) through. A pass in which no row is at or after an image skips the layers.
 * A newer image in a sequence replaces the older one's K/V for the rows after it.
 """
 
@@ -77,12 +72,11 @@ from hearth.plugins import (
 from .image import preprocess
 from .vision import VisionConfig, VisionEncoder
 
-__all__ = ["JOINT_PREFIX", "Config", "CrossBlock", "Model"]
+__all__ = ["Config", "CrossBlock", "Model"]
 
 DEFAULTS = ConfigDefaults(rope_base=500000.0, neox=False, rms_eps=1e-5, context_length=131072)
 IMAGE_TOKEN = "<|image|>"
 _IMAGE_TOKEN_ID = 128256  # Llama 3.2 Vision's, for files whose vocabulary lacks the text
-JOINT_PREFIX = 256  # inputs before the first image that share its batch, at most
 
 
 @dataclass(frozen=True)
@@ -185,19 +179,13 @@ class Model(Transformer[Config, Block]):
         return [Multimodal(states, tiled.num_tiles, positions=1, token=self.config.image_token)]
 
     def post_tokenize(self, inputs: list[Input]) -> list[Input]:
-        """Each image stays one input with token `<|image|>`; the prompt's start through the
-        first image shares a batch (see the module docstring)."""
-        out = [
+        """Each image stays one input, its token `<|image|>`."""
+        return [
             Input(self.config.image_token, inp.multimodal, inp.multimodal_hash, inp.same_batch)
             if inp.multimodal
             else inp
             for inp in inputs
         ]
-        first = next((i for i, inp in enumerate(out) if inp.multimodal), None)
-        if first and first <= JOINT_PREFIX and not any(inp.same_batch for inp in out[:first]):
-            head = out[0]
-            out[0] = Input(head.token, head.multimodal, head.multimodal_hash, same_batch=first)
-        return out
 
     def make_cache(self) -> Cache:
         causal = Causal(shift=self.shift)
@@ -247,10 +235,10 @@ class Model(Transformer[Config, Block]):
             )
             cache.put(ctx, k, v)
         a = attention(ctx, q, None, None, 1.0 / math.sqrt(d), cache)  # [d * heads, n]
-        seen, after = enc.gates(ctx)  # [1, n]
-        a, h, seen, after = at.output_rows(ctx, a, h, seen, after)
+        after = enc.mask(ctx)  # [1, n]: rows at or after their image
+        a, h, after = at.output_rows(ctx, a, h, after)
         a = ctx.mul(ctx.mul_mat(block.cross_attn_o_proj, a), ctx.tanh(block.cross_attn_attn_gate))
-        h = ctx.add(ctx.mul(a, seen), h)
+        h = ctx.add(ctx.mul(a, after), h)
         f = block.mlp.forward(ctx, rms_norm(ctx, h, block.ffn_norm, cfg.rms_eps))
         f = ctx.mul(ctx.mul(f, after), ctx.tanh(block.cross_attn_mlp_gate))
         return ctx.add(f, h)

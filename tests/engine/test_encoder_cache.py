@@ -46,9 +46,9 @@ def _pass(backend, cache, positions, seqs, images, q, new=()):
     for k, v in new:
         cache.put(ctx, ctx.from_numpy(k), ctx.from_numpy(v))
     out = attention(ctx, ctx.from_numpy(q), None, None, 0.5, cache)
-    seen, after = cache.gates(ctx)
-    ctx.compute(out, seen, after)
-    return out.numpy().reshape(q.shape), seen.numpy().ravel(), after.numpy().ravel()
+    after = cache.mask(ctx)
+    ctx.compute(out, after)
+    return out.numpy().reshape(q.shape), after.numpy().ravel(), cache.active
 
 
 def test_each_sequence_attends_to_its_own_image_and_keeps_it_for_later_passes():
@@ -58,19 +58,32 @@ def test_each_sequence_attends_to_its_own_image_and_keeps_it_for_later_passes():
     a, b = _image(6), _image(4)
     q = rng.standard_normal((5, 2, 8)).astype(np.float32)
     # seq 0: rows 0-1 (image at position 1), seq 1: rows 2-4 (image at position 0)
-    got, seen, after = _pass(backend, cache, [0, 1, 0, 1, 2], [0, 0, 1, 1, 1],
-                             [(1, 6), (2, 4)], q, new=[a, b])  # fmt: skip
+    got, after, active = _pass(backend, cache, [0, 1, 0, 1, 2], [0, 0, 1, 1, 1],
+                               [(1, 6), (2, 4)], q, new=[a, b])  # fmt: skip
     np.testing.assert_allclose(got[:2], _reference(q[:2], *a), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(got[2:], _reference(q[2:], *b), rtol=1e-5, atol=1e-6)
-    assert seen.tolist() == [1] * 5 and after.tolist() == [0, 1, 1, 1, 1]
+    assert after.tolist() == [0, 1, 1, 1, 1] and active  # row 0 is before seq 0's image
     assert cache.stored_items == [0, 1]
 
     # later: seq 1 and seq 2 (which has no image) decode together
     q2 = rng.standard_normal((2, 2, 8)).astype(np.float32)
-    got, seen, after = _pass(backend, cache, [3, 0], [1, 2], [], q2)
+    got, after, active = _pass(backend, cache, [3, 0], [1, 2], [], q2)
     np.testing.assert_allclose(got[:1], _reference(q2[:1], *b), rtol=1e-5, atol=1e-6)
     assert not got[1].any()  # nothing to attend to: zero
-    assert seen.tolist() == [1, 0] and after.tolist() == [1, 0]
+    assert after.tolist() == [1, 0] and active
+
+
+def test_rows_before_every_image_make_the_pass_inactive():
+    """A pass whose rows all come before their sequence's image (or have none) needs no
+    cross-attention at all: `active` is false and the mask is all zero."""
+    backend = NumpyBackend()
+    cache = Encoder()
+    cache.init(backend, DType.F32, 2, 64, 16)
+    q = rng.standard_normal((2, 2, 8)).astype(np.float32)
+    _pass(backend, cache, [4], [0], [(0, 3)], q[:1], new=[_image(3)])  # seq 0: image at 4
+    cache.remove(0, 5)  # rows from position 5 on go (a re-evaluation of 2..3 follows)
+    _, after, active = _pass(backend, cache, [2, 0], [0, 1], [], q)
+    assert after.tolist() == [0, 0] and not active
 
 
 def test_copy_prefix_shares_the_image_only_when_the_prefix_holds_it():

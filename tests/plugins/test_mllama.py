@@ -1,163 +1,110 @@
 """Llama 3.2 Vision (mllama): the text model with cross-attention against transformers.
 
 A tiny random `MllamaForConditionalGeneration` (F32, `hearth.plugins.testing.mllama_vision`:
-image 56 in 14-pixel patches, 4 tiles, two cross-attention layers, every gate random) is
-written as Ollama's converter writes it: `mllama.*` keys, the vision tensors as that module
-writes them, the text tensors under Ollama's names with its Llama q/k row permutation (which
-its converter also applies to `cross_attn_q_proj`/`k_proj`) and the cross-attention gates raw
-(Ollama's engine takes their tanh); plus a byte-level BPE vocabulary built here with Llama 3's
-special tokens and `<|image|>`.
+image 56 in 14-pixel patches, 4 tiles, two cross-attention layers, every gate and norm weight
+random) is saved as a Hugging Face folder with a byte-level BPE tokenizer (Llama 3's special
+tokens and `<|image|>`), and imported through Hearth's converter (`hearth.convert` with
+`hearth_mllama.convert`: Ollama's names, keys and repacks), as `hearth create` does.
 
-The reference is transformers with its vision encoder patched to Meta's semantics for the
-intermediate layers (each selected layer's INPUT; transformers >= 4.54 collects layer
-outputs, which the released weights were not trained with).
+The reference is transformers patched to Meta's semantics (llama-models'
+`models/llama3/multimodal/model.py`, which the released weights were trained with) in two
+places:
 
-Rows before the image: transformers zeroes their cross-attention mask row (so they attend to
-every key of the image, its padding tiles too) and masks only their feed-forward output;
-Meta's reference also masks their attention output. Hearth follows transformers (the parity
-oracle here); the images below fill all four tiles, as the encoder hands Hearth the real
-tiles only (transformers' rows before an image would also see the states of padding tiles).
+* the vision encoder's intermediate features are each selected layer's INPUT
+  (`meta_semantics`; transformers >= 4.54 collects layer outputs);
+* a text row before the image gets no cross-attention contribution: Meta's `CrossAttention`
+  multiplies its attention output by `full_text_row_masked_out_mask` (and the block its
+  feed-forward); transformers masks only the feed-forward, and the fully masked mask row it
+  turns into a zero bias lets the attention output (uniform over every tile, padding tiles
+  too) through (`meta_cross_attention` below). `test_unpatched_transformers_differs` shows
+  that this choice changes the final logits.
+
+Rows at or after the image attend to the image's real tiles in both (transformers' mask rows
+exclude the padding tiles), so images with fewer tiles than `max_num_tiles` are compared too.
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
+import types
+from collections.abc import Iterator
 
-import gguf
 import numpy as np
 import pytest
 from PIL import Image
 
+from hearth.convert import convert_checkpoint
 from hearth.engine.forward import ForwardEngine
 from hearth.engine.ml.api import DType
 from hearth.engine.model import load_model
-from hearth.plugins import default_registry
-from hearth.plugins.testing.mllama_vision import (
-    TinyMllamaVision,
-    meta_semantics,
-    tiny_mllama,
-    vision_keys,
-    vision_tensors,
-)
+from hearth.plugins import default_converters, default_registry
+from hearth.plugins.testing.mllama_vision import TinyMllamaVision, meta_semantics, tiny_mllama
 from hearth.plugins.testing.parity import greedy
+from tests.convert.hf_models import write_bpe_tokenizer
 
 pytestmark = pytest.mark.slow
 
 SPEC = TinyMllamaVision(vocab=300, text_layers=5, cross_attention_layers=(1, 3))
-SPECIALS = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>"]
-SPECIALS += ["<|eot_id|>", "<|eom_id|>"]
-IMAGE_ID = SPEC.vocab - 1  # the tiny config's image_token_index
-MERGES = [("Ġ", "t"), ("h", "e"), ("Ġt", "he"), ("i", "s"), ("Ġ", "a"), ("o", "n"), ("e", "r")]
+SPECIALS = ("<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>")
+SPECIALS += ("<|eot_id|>", "<|eom_id|>", "<|image|>")
+IMAGE_ID = SPEC.vocab - 1  # the tiny config's image_token_index: the last special
 
 
-def _bytes_to_unicode() -> list[str]:
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
-    cs, n = bs[:], 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    table = dict(zip(bs, cs, strict=True))
-    return [chr(table[b]) for b in range(256)]
-
-
-def _vocab() -> tuple[list[str], list[int]]:
-    tokens = _bytes_to_unicode() + [a + b for a, b in MERGES]
-    while len(tokens) < SPEC.vocab - 1 - len(SPECIALS):
-        tokens.append(f"<|reserved_{len(tokens)}|>")
-    types = [1] * len(tokens)
-    types[256 + len(MERGES) :] = [4] * (len(tokens) - 256 - len(MERGES))
-    tokens += [*SPECIALS, "<|image|>"]
-    types += [3] * (len(SPECIALS) + 1)
-    assert len(tokens) == SPEC.vocab and tokens[IMAGE_ID] == "<|image|>"
-    return tokens, types
-
-
-def _permute(w: np.ndarray, heads: int) -> np.ndarray:
-    """Ollama's (llama.cpp's) q/k row permutation: halves of each head become pairs."""
-    return (
-        w.reshape(heads, 2, w.shape[0] // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+def _meta_forward(
+    self,
+    hidden_states,
+    cross_attention_states,
+    cross_attention_mask,
+    attention_mask,
+    full_text_row_masked_out_mask,
+    position_ids=None,
+    cache=None,
+    use_cache=False,
+    position_embeddings=None,
+    **kwargs,
+):
+    """transformers' MllamaCrossAttentionDecoderLayer.forward with Meta's masking: the
+    attention output, too, is multiplied by full_text_row_masked_out_mask."""
+    residual = hidden_states
+    a, _ = self.cross_attn(
+        hidden_states=self.input_layernorm(hidden_states),
+        attention_mask=cross_attention_mask,
+        cross_attention_states=cross_attention_states,
+        cache=cache,
+        **kwargs,
     )
+    rows = 1 if full_text_row_masked_out_mask is None else full_text_row_masked_out_mask[:, 0]
+    hidden_states = residual + self.cross_attn_attn_gate.tanh() * (rows * a)
+    residual = hidden_states
+    f = self.mlp(self.post_attention_layernorm(hidden_states))
+    return residual + self.cross_attn_mlp_gate.tanh() * (rows * f)
 
 
-_TEXT_NAMES = {
-    "input_layernorm": "attn_norm",
-    "post_attention_layernorm": "ffn_norm",
-    "self_attn.q_proj": "attn_q",
-    "self_attn.k_proj": "attn_k",
-    "self_attn.v_proj": "attn_v",
-    "self_attn.o_proj": "attn_output",
-    "mlp.gate_proj": "ffn_gate",
-    "mlp.up_proj": "ffn_up",
-    "mlp.down_proj": "ffn_down",
-    "cross_attn.": "cross_attn_",
-}
+def meta_cross_attention(model) -> None:
+    """Patch every cross-attention decoder layer of `model` to `_meta_forward`."""
+    from transformers.models.mllama.modeling_mllama import MllamaCrossAttentionDecoderLayer
+
+    for layer in model.modules():
+        if isinstance(layer, MllamaCrossAttentionDecoderLayer):
+            layer.forward = types.MethodType(_meta_forward, layer)
 
 
-def _text_tensors(model) -> dict[str, np.ndarray]:
-    lm = model.model.language_model
-    cfg = lm.config
-    out = {"output.weight": model.lm_head.weight.detach().numpy()}
-    for name, p in lm.state_dict().items():
-        value = p.detach().float().numpy()
-        if name == "embed_tokens.weight":
-            out["token_embd.weight"] = value
-            continue
-        if name == "norm.weight":
-            out["output_norm.weight"] = value
-            continue
-        new = name.replace("layers.", "blk.")
-        for old, ours in _TEXT_NAMES.items():
-            new = new.replace(old, ours)
-        if new.endswith(("attn_q.weight", "attn_q_proj.weight")):
-            value = _permute(value, cfg.num_attention_heads)
-        elif new.endswith(("attn_k.weight", "attn_k_proj.weight")):
-            value = _permute(value, cfg.num_key_value_heads)
-        out[new] = value
-    return out
-
-
-def _write(path, model) -> None:
-    cfg = model.config.text_config
-    w = gguf.GGUFWriter(str(path), "mllama")
-    w.add_uint32("mllama.block_count", cfg.num_hidden_layers)
-    w.add_uint32("mllama.context_length", 512)
-    w.add_uint32("mllama.embedding_length", cfg.hidden_size)
-    w.add_uint32("mllama.feed_forward_length", cfg.intermediate_size)
-    w.add_uint32("mllama.attention.head_count", cfg.num_attention_heads)
-    w.add_uint32("mllama.attention.head_count_kv", cfg.num_key_value_heads)
-    w.add_uint32("mllama.rope.dimension_count", cfg.hidden_size // cfg.num_attention_heads)
-    w.add_float32("mllama.rope.freq_base", float(cfg.rope_parameters["rope_theta"]))
-    w.add_float32("mllama.attention.layer_norm_rms_epsilon", float(cfg.rms_norm_eps))
-    w.add_array("mllama.attention.cross_attention_layers", list(cfg.cross_attention_layers))
-    for key, value in vision_keys(model.config.vision_config).items():
-        full = f"mllama.vision.{key}"
-        if isinstance(value, list):
-            w.add_array(full, value)
-        elif isinstance(value, float):
-            w.add_float32(full, value)
-        else:
-            w.add_uint32(full, int(value))
-    tokens, types = _vocab()
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("llama-bpe")
-    w.add_token_list(tokens)
-    w.add_token_types(types)
-    w.add_token_merges([f"{a} {b}" for a, b in MERGES])
-    w.add_bos_token_id(tokens.index("<|begin_of_text|>"))
-    w.add_eos_token_id(tokens.index("<|eot_id|>"))
-    w.add_add_bos_token(True)
-    tensors = {
-        **_text_tensors(model),
-        **vision_tensors(model.model.vision_model, model.model.multi_modal_projector, SPEC.heads),
-    }
-    for name, value in tensors.items():
-        w.add_tensor(name, np.ascontiguousarray(value, dtype=np.float32))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+@contextlib.contextmanager
+def transformers_rows(model) -> Iterator[None]:
+    """Within: the cross-attention layers as transformers has them (patch removed)."""
+    patched = [
+        m
+        for m in model.modules()
+        if getattr(vars(m).get("forward"), "__func__", None) is _meta_forward
+    ]
+    for m in patched:
+        del m.forward
+    try:
+        yield
+    finally:
+        for m in patched:
+            m.forward = types.MethodType(_meta_forward, m)
 
 
 def _picture(width: int, height: int, seed: int) -> bytes:
@@ -168,11 +115,13 @@ def _picture(width: int, height: int, seed: int) -> bytes:
     return out.getvalue()
 
 
-# Every picture fills the four tiles (see the module docstring): 1x4, 4x1 and 2x2.
+# name -> (picture, tiles it uses of 4): 1x4, 4x1, 2x2, 2x1 and 1x1.
 IMAGES = {
-    "wide": _picture(224, 50, 1),
-    "tall": _picture(40, 200, 2),
-    "square": _picture(100, 96, 3),
+    "wide": (_picture(224, 50, 1), 4),
+    "tall": (_picture(40, 200, 2), 4),
+    "square": (_picture(100, 96, 3), 4),
+    "two": (_picture(40, 100, 5), 2),
+    "small": (_picture(8, 6, 4), 1),
 }
 HEADER = "<|start_header_id|>user<|end_header_id|>\n\n"
 ASSISTANT = "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"
@@ -180,12 +129,20 @@ ASSISTANT = "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
+    """(transformers' model patched to Meta's semantics, the converted GGUF's path)."""
+    folder = tmp_path_factory.mktemp("mllama-hf")
     model = tiny_mllama(SPEC)
+    model.save_pretrained(folder)
+    ids = write_bpe_tokenizer(folder, SPEC.vocab - len(SPECIALS), SPECIALS)
+    assert ids["<|image|>"] == IMAGE_ID
+    path = tmp_path_factory.mktemp("mllama") / "tiny-mllama.gguf"
+    convert_checkpoint(
+        folder, path, converters=default_converters(), registry=default_registry(), quantize="f32"
+    )
     meta_semantics(model.model.vision_model)
+    meta_cross_attention(model)
     model.generation_config.eos_token_id = None  # eight tokens, as Hearth's greedy takes them
     model.generation_config.pad_token_id = 0
-    path = tmp_path_factory.mktemp("mllama") / "tiny-mllama.gguf"
-    _write(path, model)
     return model, path
 
 
@@ -203,33 +160,36 @@ def _prompt(loaded, engine, text: str, image: str) -> list[int]:
 
     ids, marks = build_prompt(
         text,
-        [IMAGES[image]],
+        [IMAGES[image][0]],
         loaded.model,
         engine,
         lambda t, special: loaded.tokenizer.encode(t, add_special=special),
     )
-    assert marks[0] == ids.index(min(ids))  # the start through the image share one batch
+    assert not any(marks)  # no input asks to share a batch with the image
     return ids
 
 
 def _reference(model, loaded, ids: list[int], image: str, new: int = 8):
-    """transformers' logits at every position and its greedy continuation."""
+    """transformers' logits at every position and its greedy continuation: the mask as
+    transformers' processor makes it (rows from the `<|image|>` token on, real tiles)."""
     import torch
 
     from hearth_mllama.image import preprocess
 
     vc = loaded.model.vision.config
-    tiled = preprocess(IMAGES[image], image_size=vc.image_size, max_num_tiles=vc.max_num_tiles)
-    assert tiled.num_tiles == vc.max_num_tiles
+    picture, tiles = IMAGES[image]
+    tiled = preprocess(picture, image_size=vc.image_size, max_num_tiles=vc.max_num_tiles)
+    assert tiled.num_tiles == tiles
     ref_ids = [IMAGE_ID if i < 0 else i for i in ids]
     at = ref_ids.index(IMAGE_ID)
     mask = np.zeros((1, len(ids), 1, vc.max_num_tiles), np.int64)
-    mask[0, at:, 0, : tiled.num_tiles] = 1
+    mask[0, at:, 0, :tiles] = 1
+    ratio_mask = [[[1] * tiles + [0] * (vc.max_num_tiles - tiles)]]
     inputs = {
         "input_ids": torch.tensor([ref_ids]),
         "pixel_values": torch.from_numpy(tiled.pixels)[None, None],
         "aspect_ratio_ids": torch.tensor([[tiled.aspect_ratio_id]]),
-        "aspect_ratio_mask": torch.tensor([[[1] * tiled.num_tiles + [0] * (4 - tiled.num_tiles)]]),
+        "aspect_ratio_mask": torch.tensor(ratio_mask),
         "cross_attention_mask": torch.from_numpy(mask),
     }
     with torch.no_grad():
@@ -238,10 +198,31 @@ def _reference(model, loaded, ids: list[int], image: str, new: int = 8):
     return logits, out.tolist()
 
 
+def _run(loaded, text: str, image: str) -> tuple[list[int], np.ndarray, list[int]]:
+    """Hearth's (inputs, logits at every position, greedy 8) for the prompt, in batches of
+    64 (the engine's num_batch) as the runner splits it."""
+    engine = _engine(loaded)
+    try:
+        ids = _prompt(loaded, engine, text, image)
+        out = []
+        for start in range(0, len(ids), 64):
+            part = np.array(ids[start : start + 64])
+            rows = np.arange(start, start + len(part), dtype=np.int32)
+            out.append(engine.forward(part, rows, np.zeros(len(part), np.int32), rows - start))
+        logits = np.concatenate(out)
+        return ids, logits, greedy(engine, logits[-1], len(ids), 8)
+    finally:
+        engine.close()
+
+
 CASES = {
     "wide": (HEADER + "[img-0]the" + ASSISTANT, "wide"),
     "tall": (HEADER + "[img-0]" + ASSISTANT, "tall"),
     "text-around": (HEADER + "is the er on[img-0] the athe" + ASSISTANT, "square"),
+    "two-tiles": (HEADER + "on the[img-0] is" + ASSISTANT, "two"),
+    "one-tile": (HEADER + "a[img-0]the er" + ASSISTANT, "small"),
+    # 100+ inputs before the image: more than one batch of 64
+    "long-prefix": (HEADER + " the athe is on er" * 12 + "[img-0] the" + ASSISTANT, "square"),
 }
 
 
@@ -260,21 +241,33 @@ def test_the_image_fills_one_position_with_its_token(loaded):
 @pytest.mark.parametrize("case", list(CASES))
 def test_logits_and_greedy_match_transformers(tiny, loaded, case):
     model, _ = tiny
+    ids, logits, ours = _run(loaded, *CASES[case])
+    if case == "long-prefix":
+        assert ids.index(min(ids)) > 64  # the image comes in a later batch than the start
+    ref_logits, theirs = _reference(model, loaded, ids, CASES[case][1])
+    last = float(np.abs(logits[-1] - ref_logits[-1]).max())
+    every = float(np.abs(logits - ref_logits).max())
+    print(f"{case}: final-position max |diff| {last:.2e}, all positions {every:.2e}; {ours}")
+    assert last <= 1e-3 and every <= 1e-3
+    assert ours == theirs
+
+
+def test_unpatched_transformers_differs(tiny, loaded):
+    """The comparison above means something: transformers' own handling of the rows before
+    the image (their attention output let through) gives other final logits."""
+    model, _ = tiny
+    text, image = CASES["text-around"]
     engine = _engine(loaded)
     try:
-        ids = _prompt(loaded, engine, *CASES[case])
-        n = len(ids)
-        rows = np.arange(n, dtype=np.int32)
-        logits = engine.forward(np.array(ids), rows, np.zeros(n, np.int32), rows)
-        ours = greedy(engine, logits[-1], n, 8)
-        ref_logits, theirs = _reference(model, loaded, ids, CASES[case][1])
-        last = float(np.abs(logits[-1] - ref_logits[-1]).max())
-        every = float(np.abs(logits - ref_logits).max())
-        print(f"{case}: final-position max |diff| {last:.2e}, all positions {every:.2e}; {ours}")
-        assert last <= 1e-3 and every <= 1e-3
-        assert ours == theirs
+        ids = _prompt(loaded, engine, text, image)
     finally:
         engine.close()
+    meta, _ = _reference(model, loaded, ids, image, new=1)
+    with transformers_rows(model):
+        theirs, _ = _reference(model, loaded, ids, image, new=1)
+    diff = float(np.abs(meta[-1] - theirs[-1]).max())
+    print(f"Meta vs unpatched transformers, final position: max |diff| {diff:.2e}")
+    assert diff > 1e-2
 
 
 def test_a_follow_up_turn_reuses_the_cross_attention_cache(tiny, loaded, monkeypatch):
@@ -294,10 +287,10 @@ def test_a_follow_up_turn_reuses_the_cross_attention_cache(tiny, loaded, monkeyp
         logits = engine.forward(np.array(first), rows, np.zeros(n, np.int32), rows[-1:])
         answer = greedy(engine, logits[-1], n, 4)
         follow = "<|eot_id|>" + HEADER + "the" + ASSISTANT
-        second = _prompt(loaded, engine, text + "".join(
-            loaded.tokenizer.decode([t]) for t in answer) + follow, image)  # fmt: skip
+        again = _prompt(loaded, engine, text, image)  # the image is recalled, not encoded
+        assert again == first
+        second = again + answer + loaded.tokenizer.encode(follow, add_special=False)
         done = n + len(answer)  # what the cache holds
-        assert second[:done] == first + answer
         new = np.array(second[done:])
         at = np.arange(done, len(second), dtype=np.int32)
         logits = engine.forward(new, at, np.zeros(len(new), np.int32), np.array([len(new) - 1]))

@@ -14,9 +14,11 @@ How a pass uses it:
   once per item, in that order; `get` returns one view per run of a sequence's rows: its
   image's K/V without a mask, or, for a sequence without an image, one zero key and value
   (the attention output is then zero).
-* `gates(ctx)` gives two F32 `[1, n]` row masks: `seen` (the row's sequence has an image) and
-  `after` (and the row's position is at or after the image's). `active` says whether any
-  row of the pass has an image at all (a model may then skip its cross-attention layers).
+* `mask(ctx)` gives an F32 `[1, n]` row mask: 1 where the row's sequence has an image and
+  the row's position is at or after the image's, else 0 (a row before its sequence's image,
+  or of a sequence without one, gets no cross-attention contribution: Meta's reference).
+  `active` says whether any row of the pass is such a row (a model may otherwise skip its
+  cross-attention layers).
 
 Storage: per sequence and layer, K and V `[head_dim, kv_heads, rows]` tensors sized for the
 largest image at the load-time reservation (every sequence gets them then, so a model that
@@ -68,7 +70,6 @@ class Encoder(Cache):
         self._incoming: list[int] = []  # sequences given an image in this pass, batch order
         self._stored: list[int] = []  # their items' indices in batch.multimodal
         self._puts: dict[int, int] = {}  # layer -> puts so far in this graph
-        self._seen = np.zeros(0, np.float32)
         self._after = np.zeros(0, np.float32)
         self._reserve = False
         self.max_sequences = 1
@@ -108,21 +109,20 @@ class Encoder(Cache):
         if not reserve:
             self._images = images
         self._runs = []
-        self._seen = np.zeros(n, np.float32)
         self._after = np.zeros(n, np.float32)
         for start, count in batch.runs or sequence_runs(seqs):
             seq = 0 if reserve else int(seqs[start])
             image = images.get(seq)
             self._runs.append(_Run(start, count, seq, image.rows if image else 0))
             if image is not None:
-                self._seen[start : start + count] = 1.0
                 after = positions[start : start + count] >= image.position
                 self._after[start : start + count] = after.astype(np.float32)
 
     @property
     def active(self) -> bool:
-        """After prepare(): whether any row of the pass has an image."""
-        return any(run.rows for run in self._runs)
+        """After prepare(): whether any row of the pass is at or after its sequence's image
+        (a pass that brings an image always is: the image's own row)."""
+        return bool(self._after.any())
 
     @property
     def stored_items(self) -> list[int]:
@@ -136,19 +136,16 @@ class Encoder(Cache):
             for r in self._runs
             for x in (r.start, r.count, r.seq, r.rows, self._generation.get(r.seq, 0))
         )
-        return (len(self._seen), len(self._incoming), *self._incoming, *runs)
+        return (len(self._after), len(self._incoming), *self._incoming, *runs)
 
     def bind(self, ctx: Context) -> None:
         self._puts = {}
-        n = len(self._seen)
-        ctx.input(DType.F32, (1, n), self._seen.reshape(n, 1), key=self._key + "seen")
+        n = len(self._after)
         ctx.input(DType.F32, (1, n), self._after.reshape(n, 1), key=self._key + "after")
 
-    def gates(self, ctx: Context) -> tuple[Tensor, Tensor]:
-        """F32 `[1, n]` row masks (seen, after); see the module docstring."""
-        return ctx.input(DType.F32, (1, len(self._seen)), key=self._key + "seen"), ctx.input(
-            DType.F32, (1, len(self._after)), key=self._key + "after"
-        )
+    def mask(self, ctx: Context) -> Tensor:
+        """The F32 `[1, n]` row mask of rows at or after their image (module docstring)."""
+        return ctx.input(DType.F32, (1, len(self._after)), key=self._key + "after")
 
     def set_layer(self, layer: int) -> None:
         self._layer = layer
