@@ -34,21 +34,18 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from hearth.convert import convert_checkpoint
 from hearth.engine.forward import ForwardEngine
 from hearth.engine.ml.api import DType
 from hearth.engine.model import load_model
-from hearth.plugins import default_converters, default_registry
+from hearth.plugins import default_registry
 from hearth.plugins.testing.mllama_vision import TinyMllamaVision, meta_semantics, tiny_mllama
 from hearth.plugins.testing.parity import greedy
-from tests.convert.hf_models import write_bpe_tokenizer
+from tests.plugins.mllama_checkpoint import convert_tiny
 
 pytestmark = pytest.mark.slow
 
 SPEC = TinyMllamaVision(vocab=300, text_layers=5, cross_attention_layers=(1, 3))
-SPECIALS = ("<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>")
-SPECIALS += ("<|eot_id|>", "<|eom_id|>", "<|image|>")
-IMAGE_ID = SPEC.vocab - 1  # the tiny config's image_token_index: the last special
+IMAGE_ID = SPEC.vocab - 1  # the tiny config's image_token_index
 
 
 def _meta_forward(
@@ -130,15 +127,9 @@ ASSISTANT = "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     """(transformers' model patched to Meta's semantics, the converted GGUF's path)."""
-    folder = tmp_path_factory.mktemp("mllama-hf")
     model = tiny_mllama(SPEC)
-    model.save_pretrained(folder)
-    ids = write_bpe_tokenizer(folder, SPEC.vocab - len(SPECIALS), SPECIALS)
-    assert ids["<|image|>"] == IMAGE_ID
     path = tmp_path_factory.mktemp("mllama") / "tiny-mllama.gguf"
-    convert_checkpoint(
-        folder, path, converters=default_converters(), registry=default_registry(), quantize="f32"
-    )
+    convert_tiny(model, tmp_path_factory.mktemp("mllama-hf"), path)
     meta_semantics(model.model.vision_model)
     meta_cross_attention(model)
     model.generation_config.eos_token_id = None  # eight tokens, as Hearth's greedy takes them

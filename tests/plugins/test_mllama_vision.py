@@ -1,7 +1,8 @@
 """Llama 3.2 Vision's image encoder (hearth_mllama.vision) against transformers, on a tiny
-random MllamaForConditionalGeneration (hearth.plugins.testing.mllama_vision) written as GGUF
-with Ollama's tensor names and repacks by the plugin's converter (plugins/mllama/convert.py), in
-both file layouts Ollama uses.
+random MllamaForConditionalGeneration (hearth.plugins.testing.mllama_vision), in both file
+layouts Ollama uses: its one file, made by Hearth's converter from the saved checkpoint
+(`hearth.convert` with plugins/mllama/convert.py, as `hearth create` does), and its registry
+layout's projector file, written here with the converter's names and repacks.
 
 Which semantics are compared: Meta's (and Ollama's and vLLM's), the intermediate features
 taken from each selected local layer's INPUT. transformers >= 4.54 takes each layer's output;
@@ -32,8 +33,9 @@ from hearth.plugins.testing.mllama_vision import (
 from hearth_mllama.convert import MllamaConverter
 from hearth_mllama.image import TiledImage, preprocess
 from hearth_mllama.vision import VisionConfig, VisionEncoder
+from tests.plugins.mllama_checkpoint import convert_tiny
 
-SPEC = TinyMllamaVision()
+SPEC = TinyMllamaVision(vocab=300)  # room for a byte-level BPE tokenizer
 
 
 def _png(width: int, height: int, seed: int) -> bytes:
@@ -54,24 +56,33 @@ IMAGES = {
 
 
 @pytest.fixture(scope="module")
-def reference():
+def checkpoint(tmp_path_factory):
+    """(transformers' model patched to Meta's semantics, the converter's file of it)."""
     m = tiny_mllama(SPEC)
+    path = tmp_path_factory.mktemp("mllama-file") / "model.gguf"
+    convert_tiny(m, tmp_path_factory.mktemp("mllama-hf"), path)
     meta_semantics(m.model.vision_model)
-    return m
+    return m, path
+
+
+@pytest.fixture(scope="module")
+def reference(checkpoint):
+    return checkpoint[0]
 
 
 @pytest.fixture(scope="module", params=["ollama", "projector"])
-def encoder(request, reference, tmp_path_factory):
+def encoder(request, checkpoint, tmp_path_factory):
     """(layout, encoder, backend): the encoder loaded alone through Hearth's backend, from
     Ollama's one file or from its registry layout (a text file and a projector file)."""
-    folder = tmp_path_factory.mktemp(f"mllama-{request.param}")
-    tensors = _converted(reference)
-    keys = vision_keys(reference.config.vision_config)
+    model, converted = checkpoint
     backend = GGMLBackend(num_threads=2)
     if request.param == "ollama":
-        file, proj = GGUFFile(write_vision_gguf(folder / "model.gguf", tensors, keys)), None
+        file, proj = GGUFFile(converted), None
         meta = file.metadata
     else:
+        folder = tmp_path_factory.mktemp("mllama-projector")
+        tensors = _converted(model)
+        keys = vision_keys(model.config.vision_config)
         stub = {"token_embd.weight": np.zeros((SPEC.vocab, SPEC.text_hidden), np.float32)}
         file = GGUFFile(write_vision_gguf(folder / "text.gguf", stub, {}))
         proj = GGUFFile(write_vision_gguf(folder / "proj.gguf", tensors, keys, "projector"))
