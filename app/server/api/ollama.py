@@ -20,7 +20,7 @@ from fastapi.responses import JSONResponse, Response
 
 from ...runner.protocol import CompletionRequest
 from ..prompting.outputs import OutputParser, ParsedCall
-from ..prompting.prompts import IMAGE_TAG, conversation, render
+from ..prompting.prompts import conversation, render, with_images
 from ..scheduling.runner_process import RunnerError
 from ..scheduling.service import Generation, GenerationSettings, Piece, Service, Target, pieces
 from .errors import APIError
@@ -183,11 +183,10 @@ async def generate(body: GenerateRequest, request: Request) -> Response:
     think = think_flag(target, body.think)
     # A raw prompt places its images itself with [img-N] (without any, the runner puts them
     # first); otherwise they go before the text, as the reference chat templates write it.
-    tags = "".join(IMAGE_TAG.format(i) for i in range(len(images)))
-    text = body.prompt if body.raw else tags + body.prompt
     if body.raw:
-        prompt = text
+        prompt = body.prompt
     else:
+        text = with_images(body.prompt, 0, len(images))
         if body.suffix:
             target.require("insert", "insert (suffix)")
         system = body.system if body.system is not None else target.system

@@ -10,7 +10,7 @@ Ollama's Go-template syntax (`{{ .Prompt }}`) is recognised and refused with a s
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from ..api.schemas import ChatMessage
@@ -22,6 +22,8 @@ __all__ = [
     "conversation",
     "render",
     "IMAGE_TAG",
+    "ImageContent",
+    "with_images",
 ]
 
 FALLBACK_TEMPLATE = (
@@ -44,13 +46,34 @@ def check_template(source: str) -> None:
     compile_template(source)
 
 
+class ImageContent(str):
+    """A message's content with images, as templates see it: the string `[img-N]...[img-M]`
+    + text (the images first, then the text, no space: as the reference chat templates and
+    Ollama write it), which templates print and the runner splits at the tags; iterated, it
+    yields Hugging Face's content items (`{"type": "image"}` per image, then
+    `{"type": "text", "text": text}`), so a template that looks for image items finds them
+    (Llama 3.2 Vision's writes its system block with the date only when it finds none)."""
+
+    items: tuple[dict[str, str], ...]
+
+    def __new__(cls, text: str, first: int, count: int) -> ImageContent:
+        tags = "".join(IMAGE_TAG.format(first + i) for i in range(count))
+        self = super().__new__(cls, tags + text)
+        self.items = (*({"type": "image"} for _ in range(count)), {"type": "text", "text": text})
+        return self
+
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
+        return iter(self.items)
+
+
+def with_images(text: str, first: int, count: int) -> str:
+    """`text` tagged with images `first`..`first + count - 1` (`ImageContent`), or `text`
+    itself when there are none."""
+    return ImageContent(text, first, count) if count else text
+
+
 def _message(m: ChatMessage, image_offset: int) -> dict[str, Any]:
-    content = m.content or ""
-    if m.images:
-        # As the reference chat templates write it: the images, then the text, no space.
-        content = (
-            "".join(IMAGE_TAG.format(image_offset + i) for i in range(len(m.images))) + content
-        )
+    content = with_images(m.content or "", image_offset, len(m.images or ()))
     out: dict[str, Any] = {"role": m.role, "content": content}
     if m.thinking:
         out["thinking"] = m.thinking
