@@ -62,7 +62,7 @@ class ImageContent(str):
         self.items = (*({"type": "image"} for _ in range(count)), {"type": "text", "text": text})
         return self
 
-    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
+    def __iter__(self) -> Iterator[Any]:
         return iter(self.items)
 
 
