@@ -24,7 +24,7 @@ from .input import Batch, Multimodal, sequence_runs
 from .kvcache import Cache
 from .ml.api import Context, DType, OutOfMemoryError, Tensor
 from .model import LoadedModel
-from .multimodal_store import MultimodalStore, split_placeholder
+from .multimodal_store import MultimodalStore, is_placeholder, split_placeholder
 
 __all__ = ["ForwardEngine", "MemoryReport", "Pass"]
 
@@ -247,6 +247,17 @@ class ForwardEngine:
             media = _Media(at, np.concatenate(parts), runs)
         media.whole = whole
         return media
+
+    def replaces_state(self, token: int) -> bool:
+        """Whether input `token` is the first position of a whole multimodal item
+        (`Multimodal.positions` > 0, e.g. mllama's image): such an item replaces its
+        sequence's encoder state, so the batcher keeps the inputs before it, which must still
+        see the previous item, out of its pass."""
+        if not is_placeholder(token):
+            return False
+        image, row = split_placeholder(token)
+        entry = self.multimodal.info(image)
+        return row == 0 and entry is not None and entry.whole
 
     def plan(
         self,

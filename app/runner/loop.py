@@ -116,6 +116,24 @@ class BatchLoop:
         while (flight := self._jobs.get()) is not None:
             self._execute(flight)
 
+    def _state_cut(self, seq: Sequence, take: int) -> int:
+        """Where `seq`'s inputs in this pass must end (0: nowhere) so that a whole multimodal
+        item replacing an earlier one of the sequence (`ForwardEngine.replaces_state`: a second
+        mllama image) starts a pass: the inputs before it still attend to the earlier item,
+        which the new one replaces in the cache during its pass."""
+        pending = seq.pending
+        if not any(t < 0 for t in pending[:take]):
+            return 0
+        assert seq.slot is not None
+        replaces = self.engine.replaces_state
+        held = any(replaces(t) for t in seq.slot.tokens if t < 0)
+        for i in range(take):
+            if replaces(pending[i]):
+                if i and held:
+                    return i
+                held = True
+        return 0
+
     def _execute(self, flight: _Flight) -> None:
         try:
             flight.logits = self.engine.run(flight.plan, on_started=flight.started.set)
@@ -234,7 +252,10 @@ class BatchLoop:
             take = min(room, want, self.num_ctx - len(slot.tokens))
             if not placeholder:
                 take = group_start(seq.pending_marks, take)  # SameBatch runs stay whole
-            if want >= 2:
+            state_cut = 0 if placeholder else self._state_cut(seq, take)
+            if state_cut:
+                take = state_cut  # even one lone row: what precedes a new image goes first
+            elif want >= 2:
                 # Prompt rows go in runs of two or more: ggml computes a lone row with other
                 # kernels, which would make the numbers depend on how the prompt was split.
                 if want - take == 1:
