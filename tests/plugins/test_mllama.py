@@ -16,7 +16,8 @@ places:
   multiplies its attention output by `full_text_row_masked_out_mask` (and the block its
   feed-forward); transformers masks only the feed-forward, and the fully masked mask row it
   turns into a zero bias lets the attention output (uniform over every tile, padding tiles
-  too) through (`meta_cross_attention` below). `test_unpatched_transformers_differs` shows
+  too) through (`meta_cross_attention`, in
+  `hearth.plugins.testing.mllama_vision`). `test_unpatched_transformers_differs` shows
   that this choice changes the final logits.
 
 Rows at or after the image attend to the image's real tiles in both (transformers' mask rows
@@ -25,10 +26,7 @@ exclude the padding tiles), so images with fewer tiles than `max_num_tiles` are 
 
 from __future__ import annotations
 
-import contextlib
 import io
-import types
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -38,7 +36,13 @@ from hearth.engine.forward import ForwardEngine
 from hearth.engine.ml.api import DType
 from hearth.engine.model import load_model
 from hearth.plugins import default_registry
-from hearth.plugins.testing.mllama_vision import TinyMllamaVision, meta_semantics, tiny_mllama
+from hearth.plugins.testing.mllama_vision import (
+    TinyMllamaVision,
+    meta_cross_attention,
+    meta_semantics,
+    tiny_mllama,
+    transformers_cross_attention,
+)
 from hearth.plugins.testing.parity import greedy
 from tests.plugins.mllama_checkpoint import convert_tiny
 
@@ -46,62 +50,6 @@ pytestmark = pytest.mark.slow
 
 SPEC = TinyMllamaVision(vocab=300, text_layers=5, cross_attention_layers=(1, 3))
 IMAGE_ID = SPEC.vocab - 1  # the tiny config's image_token_index
-
-
-def _meta_forward(
-    self,
-    hidden_states,
-    cross_attention_states,
-    cross_attention_mask,
-    attention_mask,
-    full_text_row_masked_out_mask,
-    position_ids=None,
-    cache=None,
-    use_cache=False,
-    position_embeddings=None,
-    **kwargs,
-):
-    """transformers' MllamaCrossAttentionDecoderLayer.forward with Meta's masking: the
-    attention output, too, is multiplied by full_text_row_masked_out_mask."""
-    residual = hidden_states
-    a, _ = self.cross_attn(
-        hidden_states=self.input_layernorm(hidden_states),
-        attention_mask=cross_attention_mask,
-        cross_attention_states=cross_attention_states,
-        cache=cache,
-        **kwargs,
-    )
-    rows = 1 if full_text_row_masked_out_mask is None else full_text_row_masked_out_mask[:, 0]
-    hidden_states = residual + self.cross_attn_attn_gate.tanh() * (rows * a)
-    residual = hidden_states
-    f = self.mlp(self.post_attention_layernorm(hidden_states))
-    return residual + self.cross_attn_mlp_gate.tanh() * (rows * f)
-
-
-def meta_cross_attention(model) -> None:
-    """Patch every cross-attention decoder layer of `model` to `_meta_forward`."""
-    from transformers.models.mllama.modeling_mllama import MllamaCrossAttentionDecoderLayer
-
-    for layer in model.modules():
-        if isinstance(layer, MllamaCrossAttentionDecoderLayer):
-            layer.forward = types.MethodType(_meta_forward, layer)
-
-
-@contextlib.contextmanager
-def transformers_rows(model) -> Iterator[None]:
-    """Within: the cross-attention layers as transformers has them (patch removed)."""
-    patched = [
-        m
-        for m in model.modules()
-        if getattr(vars(m).get("forward"), "__func__", None) is _meta_forward
-    ]
-    for m in patched:
-        del m.forward
-    try:
-        yield
-    finally:
-        for m in patched:
-            m.forward = types.MethodType(_meta_forward, m)
 
 
 def _picture(width: int, height: int, seed: int) -> bytes:
@@ -254,7 +202,7 @@ def test_unpatched_transformers_differs(tiny, loaded):
     finally:
         engine.close()
     meta, _ = _reference(model, loaded, ids, image, new=1)
-    with transformers_rows(model):
+    with transformers_cross_attention(model):
         theirs, _ = _reference(model, loaded, ids, image, new=1)
     diff = float(np.abs(meta[-1] - theirs[-1]).max())
     print(f"Meta vs unpatched transformers, final position: max |diff| {diff:.2e}")

@@ -25,14 +25,18 @@ from PIL import Image
 
 from hearth.convert import convert_checkpoint
 from hearth.plugins import default_converters, default_registry
-from hearth.plugins.testing.mllama_vision import TinyMllamaVision, meta_semantics, tiny_mllama
+from hearth.plugins.testing.mllama_vision import (
+    TinyMllamaVision,
+    meta_cross_attention,
+    meta_semantics,
+    tiny_mllama,
+)
 from hearth.runner.core import Runner, RunnerConfig
 from hearth.runner.prompt_inputs import build_prompt
 from hearth.server.api.schemas import ChatMessage
 from hearth.server.prompting.prompts import conversation, render
 from hearth_mllama.image import CLIP_MEAN, CLIP_STD
 from tests.plugins.mllama_checkpoint import LLAMA32_VISION_TEMPLATE, save_tiny
-from tests.plugins.test_mllama import meta_cross_attention
 
 from .fakes import LiveServer, start_server, stop_server
 from .test_vision_e2e import collect, hearth_cli
@@ -152,6 +156,11 @@ CHATS = {
         ("user", "and on the athe?", None),
     ],  # fmt: skip
     "text only": [("user", QUESTION, None)],
+    "second image": [
+        ("user", QUESTION, WIDE),
+        ("assistant", "a the er", None),
+        ("user", "and on the athe?", TALL),
+    ],  # fmt: skip  (rows before the second image attend to the first: a pass of their own)
 }
 
 

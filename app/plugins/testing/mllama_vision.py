@@ -15,14 +15,21 @@ one-file layout (`layout="ollama"`) or as the projector file of Ollama's registr
 (`layout="projector"`: `ln1`, `ln2`, `attn_out`, and fc1 named `ffn_down`, fc2 `ffn_up`, as
 Ollama's former `llama/mllama.cpp` reads them).
 
+`meta_semantics` and `meta_cross_attention` patch transformers' model to Meta's reference
+(the encoder's intermediate features are layer inputs; text rows before the image get no
+cross-attention contribution), the oracle the mllama tests compare with;
+`transformers_cross_attention` undoes the second patch within a `with` block.
+
 Importing this module is cheap: torch and transformers are imported by the functions that
 need them (they are test dependencies of Hearth, not runtime ones).
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
-from collections.abc import Mapping
+import types
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,9 +38,11 @@ import numpy as np
 
 __all__ = [
     "TinyMllamaVision",
+    "meta_cross_attention",
     "meta_semantics",
     "reference_states",
     "tiny_mllama",
+    "transformers_cross_attention",
     "vision_keys",
     "vision_tensors",
     "write_vision_gguf",
@@ -115,8 +124,6 @@ def meta_semantics(vision_model: Any) -> Any:
     """Patch `vision_model` (a `MllamaVisionModel`) so its local encoder returns each layer's
     INPUT as `hidden_states` (Meta's reference, Ollama, vLLM, transformers <= 4.53) instead of
     its output (transformers >= 4.54). Returns the patched model."""
-    import types
-
     from transformers.modeling_outputs import BaseModelOutput
 
     encoder = vision_model.transformer
@@ -130,6 +137,69 @@ def meta_semantics(vision_model: Any) -> Any:
 
     encoder.forward = types.MethodType(forward, encoder)
     return vision_model
+
+
+def _meta_forward(
+    self: Any,
+    hidden_states: Any,
+    cross_attention_states: Any,
+    cross_attention_mask: Any,
+    attention_mask: Any,
+    full_text_row_masked_out_mask: Any,
+    position_ids: Any = None,
+    cache: Any = None,
+    use_cache: bool = False,
+    position_embeddings: Any = None,
+    **kwargs: Any,
+) -> Any:
+    """transformers' MllamaCrossAttentionDecoderLayer.forward with Meta's masking: the
+    attention output, too, is multiplied by full_text_row_masked_out_mask."""
+    residual = hidden_states
+    a, _ = self.cross_attn(
+        hidden_states=self.input_layernorm(hidden_states),
+        attention_mask=cross_attention_mask,
+        cross_attention_states=cross_attention_states,
+        cache=cache,
+        **kwargs,
+    )
+    rows = 1 if full_text_row_masked_out_mask is None else full_text_row_masked_out_mask[:, 0]
+    hidden_states = residual + self.cross_attn_attn_gate.tanh() * (rows * a)
+    residual = hidden_states
+    f = self.mlp(self.post_attention_layernorm(hidden_states))
+    return residual + self.cross_attn_mlp_gate.tanh() * (rows * f)
+
+
+def meta_cross_attention(model: Any) -> Any:
+    """Patch every cross-attention decoder layer of `model` (a transformers mllama model) to
+    Meta's masking (llama-models' `CrossAttention`): a text row before the image gets no
+    cross-attention contribution, attention output and feed-forward both multiplied by
+    `full_text_row_masked_out_mask`. transformers masks only the feed-forward, and the fully
+    masked mask row it turns into a zero bias lets the attention output (uniform over every
+    tile) through. Returns `model`."""
+    from transformers.models.mllama.modeling_mllama import MllamaCrossAttentionDecoderLayer
+
+    for layer in model.modules():
+        if isinstance(layer, MllamaCrossAttentionDecoderLayer):
+            layer.forward = types.MethodType(_meta_forward, layer)
+    return model
+
+
+@contextlib.contextmanager
+def transformers_cross_attention(model: Any) -> Iterator[None]:
+    """Within: `model`'s cross-attention layers as transformers has them (the
+    `meta_cross_attention` patch removed, and put back on exit)."""
+    patched = [
+        m
+        for m in model.modules()
+        if getattr(vars(m).get("forward"), "__func__", None) is _meta_forward
+    ]
+    for m in patched:
+        del m.forward
+    try:
+        yield
+    finally:
+        for m in patched:
+            m.forward = types.MethodType(_meta_forward, m)
 
 
 def reference_states(model: Any, pixels: np.ndarray, ratio_id: int, num_tiles: int) -> np.ndarray:
