@@ -34,17 +34,19 @@ n = (S/P)^2 + 1 positions with the class token, n' = n padded to a multiple of 8
    pre-tile embedding of the aspect ratio (`[embd, 1, T]`, gated); the class embedding put
    first in each tile; plus the gated position embedding and the gated tile position
    embedding of the aspect ratio; LayerNorm (`pre_ln`); zero rows padding each tile to n'.
-2. The local layers over all `T * n'` rows at once (pre-norm, attention, GELU MLP), with
-   transformers' mask: a row that is padding (a padding position, or a tile past the
+2. The rows reordered, the image's real rows first (`_row_order`); the local layers over
+   all `T * n'` rows at once (pre-norm, attention, GELU MLP), with transformers' mask as
+   attention in two parts: a row that is padding (a padding position, or a tile past the
    image's) does not see other padding rows; a real row sees every row. Each selected
    layer's INPUT is kept (Meta's reference, Ollama, vLLM and transformers <= 4.53 collect
    the intermediate features that way; transformers >= 4.54 takes each layer's output,
    which is not what the released weights were trained with).
-3. LayerNorm (`post_ln`), plus the gated post-tile embedding, then the global layers (the
-   same, with tanh-gated attention and MLP outputs) and the same mask.
+3. LayerNorm (`post_ln`), plus the gated post-tile embedding (each row its tile's), then
+   the global layers (the same, with tanh-gated attention and MLP outputs and the same
+   masking).
 4. Per row the final state then the kept states interleaved feature by feature (feature f
    of kept layer l at `embd + f * L + l`, as `torch.stack(..., dim=-1)` lays them out):
-   `[embd * (L + 1)]`; the image's real tiles' first n rows of each, tile by tile; the
+   `[embd * (L + 1)]`; the image's real rows (the first num_tiles * n, tile by tile); the
    projector `mm.0` maps them to the text model's size: `[text_embd, num_tiles * n]`.
 """
 
@@ -335,20 +337,22 @@ class VisionEncoder:
         if padded > n:
             zeros = np.zeros((tiles, padded - n, embd), dtype=np.float32)
             h = ctx.concat(h, ctx.from_numpy(zeros), 1)  # [embd, n', T]
+        order, tile_of_row = self._row_order(image.num_tiles)
         h = ctx.reshape(h, embd, padded * tiles)
-        mask = self._mask(ctx, image.num_tiles)
+        h = ctx.get_rows(h, ctx.from_numpy(order))  # the image's real rows first
+        real_rows = image.num_tiles * n
         kept: dict[int, Tensor] = {}
         for i, layer in enumerate(self.layers):
             if i in cfg.intermediate_layers:
                 kept[i] = h  # the layer's input (Meta's semantics)
-            h = self._layer(ctx, layer, h, mask)
+            h = self._layer(ctx, layer, h, real_rows)
         h = layer_norm(ctx, h, self.post_ln, self.post_ln_bias, cfg.eps)
-        h = ctx.reshape(h, embd, padded, tiles)
-        h = ctx.add(h, self._tile_embedding(ctx, self.post_tile, self.post_tile_gate, ratio))
-        h = ctx.reshape(h, embd, padded * tiles)
+        post = self._tile_embedding(ctx, self.post_tile, self.post_tile_gate, ratio)
+        post = ctx.get_rows(ctx.reshape(post, embd, tiles), ctx.from_numpy(tile_of_row))
+        h = ctx.add(h, post)  # each row its tile's post-tile embedding
         for layer in self.global_layers:
-            h = self._layer(ctx, layer, h, mask)
-        real = [self._real_rows(ctx, s, image.num_tiles) for s in (h, *kept.values())]
+            h = self._layer(ctx, layer, h, real_rows)
+        real = [self._real_rows(ctx, s, real_rows) for s in (h, *kept.values())]
         by_layer = dict(zip(kept, real[1:], strict=True))
         states = self._features(ctx, real[0], [by_layer[i] for i in cfg.intermediate_layers])
         return linear(ctx, states, self.projector, self.projector_bias)  # [text_embd, rows]
@@ -384,28 +388,46 @@ class VisionEncoder:
         e = ctx.reshape(ctx.get_rows(table, ratio), cfg.embedding_length, 1, cfg.max_num_tiles)
         return ctx.mul(e, _f32(ctx, gate))
 
-    def _mask(self, ctx: Context, num_tiles: int) -> Tensor | None:
-        """transformers' `_prepare_aspect_ratio_attention_mask`: -inf where both the query
-        and the key are padding (a padding position or a tile past the image's); None when
-        nothing is padding."""
+    def _row_order(self, num_tiles: int) -> tuple[np.ndarray, np.ndarray]:
+        """The rows' order in the layers (I32 indices into the `[n', T]` grid: the image's
+        real rows, tile by tile, then every padding row) and each row's tile there.
+
+        transformers' `_prepare_aspect_ratio_attention_mask` masks a key for a query where
+        both are padding (a padding position, or any position of a tile past the image's);
+        a real row sees every row. With the real rows first, that is attention without a
+        mask in two parts: the real rows' queries over every key, the padding rows' over the
+        real rows' keys (the masked scores' exponentials are exactly zero). Every other step
+        is row by row, so the order changes nothing else, and the output's rows are the
+        first ones."""
         cfg = self.config
         n, padded, tiles = cfg.num_patches, cfg.padded_patches, cfg.max_num_tiles
         real = np.zeros((tiles, padded), dtype=bool)
         real[:num_tiles, :n] = True
-        pad = ~real.reshape(-1)
-        if not pad.any():
-            return None
-        mask = np.where(pad[:, None] & pad[None, :], -np.inf, 0).astype(np.float16)
-        return ctx.from_numpy(mask, DType.F16)  # [keys, queries]
+        flat = real.reshape(-1)
+        order = np.concatenate([np.flatnonzero(flat), np.flatnonzero(~flat)]).astype(np.int32)
+        return order, (order // padded).astype(np.int32)
 
-    def _layer(self, ctx: Context, layer: VisionLayer, h: Tensor, mask: Tensor | None) -> Tensor:
+    def _layer(self, ctx: Context, layer: VisionLayer, h: Tensor, real_rows: int) -> Tensor:
         cfg = self.config
         rows, hd, heads = h.dim(1), cfg.head_dim, cfg.head_count
         x = layer_norm(ctx, h, layer.attn_norm, layer.attn_norm_bias, cfg.eps)
         q = ctx.reshape(linear(ctx, x, layer.q, layer.q_bias), hd, heads, rows)
         k = ctx.reshape(linear(ctx, x, layer.k, layer.k_bias), hd, heads, rows)
         v = ctx.reshape(linear(ctx, x, layer.v, layer.v_bias), hd, heads, rows)
-        a = full_attention(ctx, q, k, v, 1.0 / math.sqrt(hd), mask)
+        scale = 1.0 / math.sqrt(hd)
+        if real_rows == rows:
+            a = full_attention(ctx, q, k, v, scale)
+        else:  # see _row_order: padding rows' queries see the real rows only
+
+            def part(t: Tensor, start: int, count: int) -> Tensor:
+                return ctx.view(t, (hd, heads, count), t.strides[1:3], start * t.strides[2])
+
+            real = full_attention(ctx, part(q, 0, real_rows), k, v, scale)
+            pad = rows - real_rows
+            keys, values = part(k, 0, real_rows), part(v, 0, real_rows)
+            a = ctx.concat(
+                real, full_attention(ctx, part(q, real_rows, pad), keys, values, scale), 1
+            )
         a = linear(ctx, a, layer.out, layer.out_bias)
         if layer.attn_gate is not None:
             a = ctx.mul(a, _f32(ctx, layer.attn_gate))
@@ -428,14 +450,10 @@ class VisionEncoder:
         assert stacked is not None
         return ctx.concat(final, ctx.reshape(stacked, embd * len(kept), rows), 0)
 
-    def _real_rows(self, ctx: Context, states: Tensor, num_tiles: int) -> Tensor:
-        """The first `num_patches` rows of the first `num_tiles` tiles of `[width, n' * T]`:
-        `[width, num_tiles * num_patches]`."""
-        cfg = self.config
-        width, n, padded = states.dim(0), cfg.num_patches, cfg.padded_patches
-        grid = ctx.reshape(states, width, padded, cfg.max_num_tiles)
-        view = ctx.view(grid, (width, n, num_tiles), grid.strides[1:3])
-        return ctx.reshape(ctx.cont(view), width, n * num_tiles)
+    def _real_rows(self, ctx: Context, states: Tensor, real_rows: int) -> Tensor:
+        """The first `real_rows` rows of `[width, rows]` (the image's, see _row_order)."""
+        view = ctx.view(states, (states.dim(0), real_rows), states.strides[1:2])
+        return ctx.cont(view)
 
 
 def _f32(ctx: Context, t: Tensor) -> Tensor:

@@ -314,6 +314,13 @@ class Context(abc.ABC):
         """Fused attention. q `[d, tokens, heads]`, k `[d, n_kv, kv_heads]`, v likewise
         (not permuted), mask `[n_kv, tokens_padded]` F16. Returns `[d_v, heads, tokens]`."""
 
+    def encoder_attention(self, q: Tensor, k: Tensor, v: Tensor, scale: float) -> Tensor | None:
+        """Fused F32 attention without a mask, every query seeing every key: q `[d, heads,
+        n_q]`, k `[d, heads, n_kv]`, v `[d_v, heads, n_kv]`; `[d_v, heads, n_q]`, or None
+        where the backend has no such kernel for these operands (`nn.full_attention` then
+        builds it from products and a softmax)."""
+        return None
+
     @abc.abstractmethod
     def pool_2d(
         self, a: Tensor, kernel: int, stride: int | None = None, mode: str = "avg"

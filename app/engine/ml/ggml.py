@@ -16,6 +16,7 @@ import ggml as g
 import numpy as np
 
 from .api import Backend, CacheConfig, Context, DType, OutOfMemoryError, RopeOptions, Tensor
+from .ggml_attention import AttentionKernel
 from .ggml_kernels import FewRowsKernel
 from .ggml_lib import address as _addr
 from .ggml_lib import layout_key, metadata_context, physical_cores
@@ -199,6 +200,13 @@ class GGMLContext(Context):
         # The result is [d_v, heads, tokens] already (ggml permutes internally).
         return self._t(p)
 
+    def encoder_attention(self, q: Tensor, k: Tensor, v: Tensor, scale: float) -> GGMLTensor | None:
+        kernel = self._backend.attention_kernel
+        qp, kp, vp = q.ptr, k.ptr, v.ptr  # type: ignore[attr-defined]
+        if kernel is None or not kernel.takes(qp, kp, vp):
+            return None
+        return self._t(kernel.attention(self._ctx, qp, kp, vp, scale))
+
     def pool_2d(
         self, a: Tensor, kernel: int, stride: int | None = None, mode: str = "avg"
     ) -> GGMLTensor:
@@ -355,6 +363,8 @@ class GGMLBackend(Backend):
         # together, many for prompts, one for a huge output matrix; see ggml_kernels.py)
         # where it is built and agrees bit for bit with ggml's.
         self.few_rows_kernel: FewRowsKernel | None = FewRowsKernel.for_backend(self)
+        # Encoders' unmasked F32 attention as one fused node (ggml_attention.py).
+        self.attention_kernel: AttentionKernel | None = AttentionKernel.for_process()
         # What the weight store probed at load (invariance.py), by layout_key.
         self.product_rules: dict[tuple[int, int], ProductRule] = {}
         self._kv_padding: int | None = None

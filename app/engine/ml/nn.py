@@ -140,12 +140,20 @@ def full_attention(
     registers. Otherwise ggml's generic dot-product loop does it, several times slower (an
     896-pixel image's 4096 patches: most of the encoder's time).
 
+    Without a mask, a backend's fused kernel takes it where it has one
+    (`Context.encoder_attention`; ggml: Hearth's AVX-512 kernel, ggml_attention.py), which
+    keeps the scores in cache instead.
+
     The `[n_kv, n_q, heads]` scores of a large image are big (4096 patches: 64 MiB per head),
     so heads are taken in chunks of at most 256 MiB of scores: the graph's allocator reuses
     one chunk's memory for the next.
     """
     d, heads, n_q = q.dim(0), q.dim(1), q.dim(2)
     n_kv, dv = k.dim(2), v.dim(0)
+    if mask is None:
+        fused = ctx.encoder_attention(q, k, v, scale)
+        if fused is not None:
+            return ctx.reshape(fused, dv * heads, n_q)
     dp = -(-d // _ALIGN) * _ALIGN
     qp = _heads_first(ctx, q, dp)  # [dp, n_q, heads]
     kp = _heads_first(ctx, k, dp)  # [dp, n_kv, heads]
