@@ -187,9 +187,10 @@ class Metadata(Mapping[str, Any]):
     Each getter returns `default` when the key is absent.
 
     `projector`: the metadata of a model's separate projector file (llama.cpp's
-    `mmproj-*.gguf`, architecture `clip`) when it was loaded with one, else None; its getters
-    read `clip.*` keys (`meta.projector.uint("vision.image_size")` reads
-    `clip.vision.image_size`). The two files' keys stay apart (both have `general.*` keys).
+    `mmproj-*.gguf`, architecture `clip`, or another, such as Ollama's `mllama` projector)
+    when it was loaded with one, else None; its getters read the projector's own architecture
+    prefix (`meta.projector.uint("vision.image_size")` reads `clip.vision.image_size` in a
+    `clip` file). The two files' keys stay apart (both have `general.*` keys).
     """
 
     def __init__(self, values: dict[str, Any], projector: Metadata | None = None) -> None:

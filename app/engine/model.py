@@ -1,8 +1,11 @@
 """Opening a GGUF file as a runnable model: architecture lookup, config, weights, tokenizer.
 
-A model may come as two files: the text model and a projector (llama.cpp's `mmproj-*.gguf`,
-architecture `clip`: the image encoder). `load_model(path, projector=...)` reads weights from
-both, and the architecture's config reader sees the projector's keys as `meta.projector`.
+A model may come as two files: the text model and a projector with the image encoder
+(llama.cpp's `mmproj-*.gguf`, architecture `clip`; Ollama's registry projector for Llama 3.2
+Vision, architecture `mllama`; ...). `load_model(path, projector=...)` reads weights from both,
+and the architecture's config reader sees the projector's keys as `meta.projector`. The engine
+takes any projector file: whether the model can use it is the plugin's call (its config
+reader raises ValueError with a sentence for one it does not understand).
 
 The architectures come from the caller (`registry`): the programs that assemble Hearth build
 them from the plugins (`hearth.plugins.default_registry()`); the engine itself knows only the
@@ -72,7 +75,8 @@ def load_model(
 ) -> LoadedModel:
     """Open `path`, build its architecture's model (found in `registry`, which the program
     that assembles Hearth builds from the installed plugins) and load the weights.
-    `projector`: a separate projector file (`mmproj-*.gguf`) with the image encoder.
+    `projector`: a separate projector file (`mmproj-*.gguf`) with the image encoder, of any
+    architecture: the plugin reads it through `meta.projector` and refuses one it cannot use.
 
     Raises GGUFError for a damaged file and ModelLoadError when the file is valid but cannot
     be run (unknown architecture, missing tensors, unsupported settings).
@@ -84,11 +88,6 @@ def load_model(
     try:
         if projector is not None:
             proj = GGUFFile(projector)
-            if proj.architecture != "clip":
-                raise ModelLoadError(
-                    f"{proj.path.name} is not a projector (mmproj) file: its architecture is "
-                    f"'{proj.architecture or 'unknown'}', not 'clip'"
-                )
         try:
             spec = registry.get(file.architecture)
         except LookupError as e:

@@ -9,7 +9,10 @@ RoPE with `rope_freqs.weight`); a cross-attention layer has `attn_norm`,
 each head), `cross_attn_attn_gate` and `cross_attn_mlp_gate` (raw: the graph takes their
 tanh, as Ollama's engine and transformers do; the converter applies tanh only to the vision
 encoder's gates), `ffn_norm` and the SwiGLU feed-forward. The token embedding has 8 rows
-more than the output (`<|image|>`, id 128256 in Llama 3.2 Vision, is one of them).
+more than the output (`<|image|>`, id 128256 in Llama 3.2 Vision, is one of them), in
+Hearth's and Ollama's conversions alike (Ollama's former llama.cpp-based loader asked for
+`vocab_size + 8` rows too); any table works as long as it has the `<|image|>` row, and a model
+with an image encoder whose table lacks it is refused.
 
 Ollama's converter permutes the rows of `cross_attn_q_proj` and `cross_attn_k_proj` as it does
 Llama's self-attention q/k (its RoPE repack matches the `attn_q_proj`/`attn_k_proj` suffixes),
@@ -161,6 +164,13 @@ class Model(Transformer[Config, Block]):
         if cfg.key_length % 2 or cfg.value_length != cfg.key_length:
             raise ValueError("mllama needs even, equal key and value head sizes")
         if self.vision is not None:
+            rows = self.token_embd.dim(1)
+            if not 0 <= cfg.image_token < rows:
+                raise ValueError(
+                    f"the token embedding has {rows} rows, none for <|image|> (id "
+                    f"{cfg.image_token}); Llama 3.2 Vision's files have the text vocabulary's "
+                    "8 extra rows after it"
+                )
             self.vision.check()
             if self.vision.output_length != cfg.embedding_length:
                 raise ValueError(

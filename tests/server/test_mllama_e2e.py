@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import numpy as np
 import ollama
 import openai
 import pytest
@@ -29,6 +28,7 @@ from hearth.plugins.testing.mllama_vision import (
     TinyMllamaVision,
     meta_cross_attention,
     meta_semantics,
+    random_png,
     tiny_mllama,
 )
 from hearth.runner.core import Runner, RunnerConfig
@@ -49,14 +49,7 @@ API_KEY = "vision-e2e-secret"  # hearth_cli (test_vision_e2e) sends this key
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
 
 
-def _picture(width: int, height: int, seed: int) -> bytes:
-    rng = np.random.default_rng(seed)
-    out = io.BytesIO()
-    Image.fromarray(rng.integers(0, 256, (height, width, 3), dtype=np.uint8)).save(out, "PNG")
-    return out.getvalue()
-
-
-WIDE, TALL = _picture(224, 50, 1), _picture(40, 200, 2)  # 1x4 and 4x1 tiles of 56
+WIDE, TALL = random_png(224, 50, 1), random_png(40, 200, 2)  # 1x4 and 4x1 tiles of 56
 
 
 # -- the model: a Hugging Face folder, and transformers' reference --------------------------

@@ -13,7 +13,8 @@ gates), and the Llama RoPE row permutation of the vision `attn_q`/`attn_k` (appl
 suffix there too). `write_vision_gguf` writes them with `mllama.vision.*` keys, either as the
 one-file layout (`layout="ollama"`) or as the projector file of Ollama's registry layout
 (`layout="projector"`: `ln1`, `ln2`, `attn_out`, and fc1 named `ffn_down`, fc2 `ffn_up`, as
-Ollama's former `llama/mllama.cpp` reads them).
+Ollama's former `llama/mllama.cpp` reads them). `write_text_gguf` makes that layout's text file
+from a one-file model: its keys and tensors without the encoder's.
 
 `meta_semantics` and `meta_cross_attention` patch transformers' model to Meta's reference
 (the encoder's intermediate features are layer inputs; text rows before the image get no
@@ -40,11 +41,13 @@ __all__ = [
     "TinyMllamaVision",
     "meta_cross_attention",
     "meta_semantics",
+    "random_png",
     "reference_states",
     "tiny_mllama",
     "transformers_cross_attention",
     "vision_keys",
     "vision_tensors",
+    "write_text_gguf",
     "write_vision_gguf",
 ]
 
@@ -220,6 +223,18 @@ def reference_states(model: Any, pixels: np.ndarray, ratio_id: int, num_tiles: i
     return np.ascontiguousarray(states.reshape(-1, states.shape[-1]).numpy(), dtype=np.float32)
 
 
+def random_png(width: int, height: int, seed: int) -> bytes:
+    """A PNG of random pixels (`width` x `height`, RGB; fixed by `seed`)."""
+    import io
+
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    out = io.BytesIO()
+    Image.fromarray(rng.integers(0, 256, (height, width, 3), dtype=np.uint8)).save(out, "PNG")
+    return out.getvalue()
+
+
 # -- Ollama's names and repacks ----------------------------------------------------------------
 
 # Ollama's replacements (llama's, then mllama's), applied as Go's strings.NewReplacer does:
@@ -359,3 +374,31 @@ def write_vision_gguf(
     w.write_tensors_to_file()
     w.close()
     return path
+
+
+def write_text_gguf(source: Path, out: Path, embedding_rows: int | None = None) -> Path:
+    """The text file of Ollama's registry layout from the one-file GGUF `source` (as
+    Hearth's or Ollama's converter writes it): every key and tensor but the encoder's
+    (`mllama.vision.*`, `v.*`, `mm.*`), tensors F32/F16 as stored. `embedding_rows` cuts the
+    token embedding to its first rows (the converter writes `vocab_size + 8`). Returns `out`."""
+    import gguf
+
+    reader = gguf.GGUFReader(source)
+    w = gguf.GGUFWriter(str(out), "mllama")
+    for name, kv in reader.fields.items():
+        if name.startswith(("GGUF.", "mllama.vision.")) or name == "general.architecture":
+            continue
+        sub = kv.types[1] if len(kv.types) > 1 else None
+        w.add_key_value(name, kv.contents(), kv.types[0], sub)
+    for t in reader.tensors:
+        if t.name.startswith(("v.", "mm.")):
+            continue
+        data = np.asarray(t.data)  # F32 and F16 only: their numpy type says it
+        if t.name == "token_embd.weight" and embedding_rows is not None:
+            data = data[:embedding_rows]
+        w.add_tensor(t.name, np.ascontiguousarray(data))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return out

@@ -95,14 +95,19 @@ class _Plan:
 
 
 def _check_gguf(path: Path, registry_check: Any) -> str:
-    """The file's architecture; a 400 with a sentence for a damaged or unsupported file."""
+    """The file's role, "model" or "projector"; a 400 with a sentence for a damaged or
+    unsupported file."""
     try:
         with GGUFFile(path) as f:
             arch = f.architecture
             kind = str(f.metadata.raw("general.type") or "")
+            # Ollama's rule: an image encoder without a text model (`<arch>.vision.block_count`
+            # and no `<arch>.block_count`), e.g. its registry projector for Llama 3.2 Vision.
+            meta = f.metadata
+            is_encoder_only = not meta.uint("block_count") and meta.uint("vision.block_count") > 0
     except GGUFError as e:
         raise APIError(400, str(e)) from None
-    if arch == "clip" or kind in ("mmproj", "projector"):
+    if arch == "clip" or kind in ("mmproj", "projector") or is_encoder_only:
         return "projector"
     try:
         registry_check(arch)
