@@ -161,3 +161,42 @@ def file_drop(path: Path) -> QMimeData:
     mime = QMimeData()
     mime.setUrls([QUrl.fromLocalFile(str(path))])
     return mime
+
+
+def service_api(service: dict, path: str, body: dict) -> dict:
+    """POST (DELETE for /api/delete) `body` to the real service's `path` with its key; the
+    JSON reply ({} when empty)."""
+    import json
+
+    req = urllib.request.Request(
+        service["url"] + path,
+        data=json.dumps(body).encode(),
+        method="DELETE" if path == "/api/delete" else "POST",
+        headers={
+            "Authorization": f"Bearer {service['token']}",
+            "Content-Type": "application/json",
+        },
+    )
+    with urllib.request.urlopen(req, timeout=300) as resp:
+        text = resp.read().decode()
+    return json.loads(text) if text.strip() else {}
+
+
+def drop_file(app: object, path: Path) -> None:
+    """Drag the file at `path` over `app`'s message box and let go, as a user would (the
+    overlay says it will attach the image, and hides after the drop)."""
+    from PySide6.QtCore import QPointF, Qt
+    from PySide6.QtGui import QDragEnterEvent, QDropEvent
+    from PySide6.QtWidgets import QApplication
+
+    window = app.window  # type: ignore[attr-defined]
+    target = window.chat_page.composer.edit.viewport()
+    where, mime = target.rect().center(), file_drop(path)
+    action, button = Qt.DropAction.CopyAction, Qt.MouseButton.LeftButton
+    mods = Qt.KeyboardModifier.NoModifier
+    enter = QDragEnterEvent(where, action, mime, button, mods)
+    QApplication.sendEvent(target, enter)
+    assert enter.isAccepted()
+    assert window.overlay.label.text() == "Drop to attach the image"
+    QApplication.sendEvent(target, QDropEvent(QPointF(where), action, mime, button, mods))
+    assert not window.overlay.isVisible()

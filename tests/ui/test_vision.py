@@ -10,14 +10,12 @@ service reports (`prompt_tokens`, the whole prompt) grows by the image's tokens.
 
 from __future__ import annotations
 
-import json
-import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from PySide6.QtCore import QPointF, Qt
-from PySide6.QtGui import QDragEnterEvent, QDropEvent, QImage
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QImage
 from PySide6.QtWidgets import QApplication
 
 from hearth.history.records import DONE, ERROR
@@ -27,7 +25,7 @@ from hearth.plugins.testing.gemma3_vision import (
     sample_images,
 )
 
-from conftest import file_drop
+from conftest import drop_file, service_api
 
 pytestmark = pytest.mark.slow
 
@@ -37,21 +35,6 @@ TEXT_ONLY = "gemma3:270m"  # the default model the session's service has
 OPTIONS = {"num_predict": 8, "temperature": 1.0, "seed": 7, "num_ctx": 512}
 IMAGES = sample_images()
 IMAGE_TOKENS = 16  # the tiny model's tokens per image (TinyGemma3Vision.tokens_per_image)
-
-
-def _api(service: dict[str, Any], path: str, body: dict[str, Any]) -> dict[str, Any]:
-    req = urllib.request.Request(
-        service["url"] + path,
-        data=json.dumps(body).encode(),
-        method="DELETE" if path == "/api/delete" else "POST",
-        headers={
-            "Authorization": f"Bearer {service['token']}",
-            "Content-Type": "application/json",
-        },
-    )
-    with urllib.request.urlopen(req, timeout=120) as resp:
-        text = resp.read().decode()
-    return json.loads(text) if text.strip() else {}
 
 
 @pytest.fixture(scope="module")
@@ -69,11 +52,11 @@ def vision_model(
         "projector": str(files.mmproj),
         "stream": False,
     }
-    _api(real_service, "/api/create", body)
-    show = _api(real_service, "/api/show", {"model": MODEL})
+    service_api(real_service, "/api/create", body)
+    show = service_api(real_service, "/api/show", {"model": MODEL})
     assert "vision" in show["capabilities"]
     yield MODEL
-    _api(real_service, "/api/delete", {"model": MODEL})
+    service_api(real_service, "/api/delete", {"model": MODEL})
 
 
 def _app(make_app, real_service):
@@ -81,20 +64,6 @@ def _app(make_app, real_service):
     app.chat.new_chat(MODEL)
     app.chat.update_chat_settings("", dict(OPTIONS))
     return app
-
-
-def _drop(app, path) -> None:
-    """Drag the file at `path` over the message box and let go, as a user would."""
-    target = app.window.chat_page.composer.edit.viewport()
-    where, mime = target.rect().center(), file_drop(path)
-    action, button = Qt.DropAction.CopyAction, Qt.MouseButton.LeftButton
-    mods = Qt.KeyboardModifier.NoModifier
-    enter = QDragEnterEvent(where, action, mime, button, mods)
-    QApplication.sendEvent(target, enter)
-    assert enter.isAccepted()
-    assert app.window.overlay.label.text() == "Drop to attach the image"
-    QApplication.sendEvent(target, QDropEvent(QPointF(where), action, mime, button, mods))
-    assert not app.window.overlay.isVisible()
 
 
 def _ask(qtbot, app, text: str) -> Any:
@@ -136,7 +105,7 @@ def test_ask_about_a_dropped_and_a_pasted_picture_reopen_and_regenerate(
     chat_id = app.chat.chat.id
     photo = tmp_path / "photo.png"
     photo.write_bytes(IMAGES["normal"])
-    _drop(app, photo)
+    drop_file(app, photo)
     assert app.chat.pending_images == [IMAGES["normal"]], app.window.toast.label.text()
     assert page.composer.strip.isVisible() and len(page.composer.thumbnails) == 1
     first = _ask(qtbot, app, "what is this?")
@@ -199,7 +168,7 @@ def test_a_text_only_model_given_a_picture_says_so_and_nothing_is_lost(
     page = app.window.chat_page
     photo = tmp_path / "photo.png"
     photo.write_bytes(IMAGES["normal"])
-    _drop(app, photo)
+    drop_file(app, photo)
     assert len(app.chat.pending_images) == 1
     # the user switches to a text-only model with the picture still attached
     app.chat.set_model(TEXT_ONLY)
