@@ -9,7 +9,7 @@ and 8 global layers of 1280 dimensions, 16 heads, feed-forward 5120, intermediat
 3, 7, 15, 23, 30, projected to 4096) with random weights from a fixed seed: transformers'
 `MllamaVisionModel` and projector (gates random too), its matrices rounded to F16 values,
 written to a temporary GGUF with Ollama's names and repacks (F16 matrices, F32 vectors, as
-Ollama's converter writes them; hearth.plugins.testing.mllama_vision), loaded by Hearth's
+Ollama's converter writes them; hearth_mllama.testing), loaded by Hearth's
 `VisionEncoder` alone. The reference is the same model in transformers, float32, patched to
 Meta's intermediate-layer semantics, with `torch.set_num_threads(--threads)`; both outputs
 are compared (a sanity check: Hearth multiplies by F16 matrices, so they agree to about 1e-3).
@@ -61,7 +61,7 @@ def build_reference(layers: int, global_layers: int, seed: int = 0) -> tuple[Any
     from transformers.models.mllama.configuration_mllama import MllamaVisionConfig
     from transformers.models.mllama.modeling_mllama import MllamaVisionModel
 
-    from hearth.plugins.testing.mllama_vision import meta_semantics
+    from hearth_mllama.testing import meta_semantics
 
     kept = [i for i in INTERMEDIATE if i < layers] or [0]
     config = MllamaVisionConfig(
@@ -98,9 +98,9 @@ def build_reference(layers: int, global_layers: int, seed: int = 0) -> tuple[Any
 
 
 def write_gguf(path: Path, vision: Any, projector: Any) -> None:
-    from hearth.plugins.testing.mllama_vision import vision_keys, vision_tensors, write_vision_gguf
+    from hearth_mllama.testing import vision_keys, vision_tensors, write_vision_gguf
 
-    tensors = vision_tensors(vision, projector, HEADS)
+    tensors = vision_tensors(vision, projector)
     write_vision_gguf(path, tensors, vision_keys(vision.config), dtype=np.float16)
 
 

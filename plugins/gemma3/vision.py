@@ -51,6 +51,7 @@ from hearth.engine.ml import (
     rms_norm,
 )
 from hearth.plugins import Metadata, Weights
+from hearth.plugins.vision import check_encoder_sizes
 
 __all__ = ["VisionConfig", "VisionLayer", "VisionTower", "LLAMACPP_NAMES", "OLLAMA_NAMES"]
 
@@ -142,19 +143,7 @@ class VisionConfig:
 
     def check(self) -> None:
         """Raise ValueError with a sentence for settings the encoder cannot run."""
-        sizes = (self.image_size, self.patch_size, self.embedding_length, self.block_count)
-        if min(*sizes, self.head_count, self.feed_forward_length) <= 0:
-            raise ValueError("the image encoder's sizes are missing from the file")
-        if self.image_size % self.patch_size:
-            raise ValueError(
-                f"the image size {self.image_size} is not a multiple of the patch size "
-                f"{self.patch_size}"
-            )
-        if self.embedding_length % self.head_count:
-            raise ValueError(
-                f"the image encoder's {self.embedding_length} dimensions do not split into "
-                f"{self.head_count} heads"
-            )
+        check_encoder_sizes(self, self.feed_forward_length)
         side = self.tokens_per_side
         if side <= 0 or side * side != self.tokens_per_image:
             raise ValueError(f"{self.tokens_per_image} tokens per image is not a square number")

@@ -117,10 +117,9 @@ class MllamaConverter(Converter):
     def vision(self) -> dict[str, Any]:
         return dict(self.config.get("vision_config") or {})
 
-    def _heads(self) -> tuple[int, int, int]:
+    def _heads(self) -> tuple[int, int]:
         heads = int(self.text["num_attention_heads"])
-        kv = int(self.text.get("num_key_value_heads") or heads)
-        return heads, kv, int(self.vision["attention_heads"])
+        return heads, int(self.text.get("num_key_value_heads") or heads)
 
     def vocab_size(self) -> int | None:
         size = self.text.get("vocab_size")
@@ -128,10 +127,15 @@ class MllamaConverter(Converter):
 
     def metadata(self) -> dict[str, Any]:
         kv = llama_text_metadata("mllama", self)
-        text, vision = self.text, self.vision
         kv["mllama.attention.cross_attention_layers"] = [
-            int(i) for i in text.get("cross_attention_layers") or []
+            int(i) for i in self.text.get("cross_attention_layers") or []
         ]
+        return kv | self.vision_metadata()
+
+    def vision_metadata(self) -> dict[str, Any]:
+        """The `mllama.vision.*` keys (from `vision_config` alone)."""
+        vision = self.vision
+        kv: dict[str, Any] = {}
         keys = {
             "block_count": "num_hidden_layers",
             "global.block_count": "num_global_layers",
@@ -163,10 +167,11 @@ class MllamaConverter(Converter):
         return () if name is None else (name,)
 
     def transform(self, gguf_name: str, array: np.ndarray) -> np.ndarray:
-        heads, kv_heads, vision_heads = self._heads()
+        """The repacks (module docstring); an encoder tensor (`v.*`, `mm.*`) needs
+        `vision_config` alone."""
         if gguf_name.startswith(("v.", "mm.")):
             if gguf_name.endswith(("attn_q.weight", "attn_k.weight")):
-                return permute_rope_rows(array, vision_heads)
+                return permute_rope_rows(array, int(self.vision["attention_heads"]))
             if gguf_name == "v.position_embd.gate":
                 return np.asarray(1.0 - np.tanh(array), dtype=np.float32)
             if (
@@ -176,6 +181,7 @@ class MllamaConverter(Converter):
             ):
                 return np.asarray(np.tanh(array), dtype=np.float32)
             return array
+        heads, kv_heads = self._heads()
         if gguf_name.endswith(("attn_q.weight", "attn_q_proj.weight")):
             return permute_rope_rows(array, heads)
         if gguf_name.endswith(("attn_k.weight", "attn_k_proj.weight")):

@@ -59,6 +59,7 @@ import numpy as np
 
 from hearth.engine.ml import Context, DType, Tensor, full_attention, layer_norm, linear
 from hearth.plugins import Metadata, Weights
+from hearth.plugins.vision import check_encoder_sizes
 
 from .image import TiledImage, supported_aspect_ratios
 
@@ -144,19 +145,7 @@ class VisionConfig:
 
     def check(self) -> None:
         """Raise ValueError with a sentence for settings the encoder cannot run."""
-        sizes = (self.image_size, self.patch_size, self.embedding_length, self.block_count)
-        if min(*sizes, self.head_count, self.max_num_tiles, self.global_block_count) <= 0:
-            raise ValueError("the image encoder's sizes are missing from the file")
-        if self.image_size % self.patch_size:
-            raise ValueError(
-                f"the image size {self.image_size} is not a multiple of the patch size "
-                f"{self.patch_size}"
-            )
-        if self.embedding_length % self.head_count:
-            raise ValueError(
-                f"the image encoder's {self.embedding_length} dimensions do not split into "
-                f"{self.head_count} heads"
-            )
+        check_encoder_sizes(self, self.max_num_tiles, self.global_block_count)
         bad = [i for i in self.intermediate_layers if not 0 <= i < self.block_count]
         if bad or not self.intermediate_layers:
             raise ValueError(

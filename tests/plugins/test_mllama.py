@@ -1,6 +1,6 @@
 """Llama 3.2 Vision (mllama): the text model with cross-attention against transformers.
 
-A tiny random `MllamaForConditionalGeneration` (F32, `hearth.plugins.testing.mllama_vision`:
+A tiny random `MllamaForConditionalGeneration` (F32, `hearth_mllama.testing`:
 image 56 in 14-pixel patches, 4 tiles, two cross-attention layers, every gate and norm weight
 random) is saved as a Hugging Face folder with a byte-level BPE tokenizer (Llama 3's special
 tokens and `<|image|>`), and imported through Hearth's converter (`hearth.convert` with
@@ -17,7 +17,7 @@ places:
   feed-forward); transformers masks only the feed-forward, and the fully masked mask row it
   turns into a zero bias lets the attention output (uniform over every tile, padding tiles
   too) through (`meta_cross_attention`, in
-  `hearth.plugins.testing.mllama_vision`). `test_unpatched_transformers_differs` shows
+  `hearth_mllama.testing`). `test_unpatched_transformers_differs` shows
   that this choice changes the final logits.
 
 Rows at or after the image attend to the image's real tiles in both (transformers' mask rows
@@ -36,14 +36,14 @@ from hearth.engine.forward import ForwardEngine
 from hearth.engine.ml.api import DType
 from hearth.engine.model import load_model
 from hearth.plugins import default_registry
-from hearth.plugins.testing.mllama_vision import (
+from hearth.plugins.testing.parity import greedy
+from hearth_mllama.testing import (
     TinyMllamaVision,
     meta_cross_attention,
     meta_semantics,
     tiny_mllama,
     transformers_cross_attention,
 )
-from hearth.plugins.testing.parity import greedy
 from tests.plugins.mllama_checkpoint import convert_tiny
 
 pytestmark = pytest.mark.slow

@@ -1,5 +1,5 @@
 """Llama 3.2 Vision's image encoder (hearth_mllama.vision) against transformers, on a tiny
-random MllamaForConditionalGeneration (hearth.plugins.testing.mllama_vision), in both file
+random MllamaForConditionalGeneration (hearth_mllama.testing), in both file
 layouts Ollama uses: its one file, made by Hearth's converter from the saved checkpoint
 (`hearth.convert` with plugins/mllama/convert.py, as `hearth create` does), and its registry
 layout's projector file, written here with the converter's names and repacks.
@@ -21,7 +21,8 @@ from PIL import Image
 from hearth.engine.gguf import GGUFFile
 from hearth.engine.ml.ggml import GGMLBackend
 from hearth.engine.ml.weights import WeightStore
-from hearth.plugins.testing.mllama_vision import (
+from hearth_mllama.image import TiledImage, preprocess
+from hearth_mllama.testing import (
     TinyMllamaVision,
     meta_semantics,
     reference_states,
@@ -30,8 +31,6 @@ from hearth.plugins.testing.mllama_vision import (
     vision_tensors,
     write_vision_gguf,
 )
-from hearth_mllama.convert import MllamaConverter
-from hearth_mllama.image import TiledImage, preprocess
 from hearth_mllama.vision import VisionConfig, VisionEncoder
 from tests.plugins.mllama_checkpoint import convert_tiny
 
@@ -81,7 +80,7 @@ def encoder(request, checkpoint, tmp_path_factory):
         meta = file.metadata
     else:
         folder = tmp_path_factory.mktemp("mllama-projector")
-        tensors = _converted(model)
+        tensors = vision_tensors(model.model.vision_model, model.model.multi_modal_projector)
         keys = vision_keys(model.config.vision_config)
         stub = {"token_embd.weight": np.zeros((SPEC.vocab, SPEC.text_hidden), np.float32)}
         file = GGUFFile(write_vision_gguf(folder / "text.gguf", stub, {}))
@@ -100,32 +99,6 @@ def encoder(request, checkpoint, tmp_path_factory):
     for f in (file, proj):
         if f is not None:
             f.close()
-
-
-def _converted(model) -> dict[str, np.ndarray]:
-    """The vision tensors as the plugin's converter (plugins/mllama/convert.py, Ollama's
-    names and repacks) writes them, from the checkpoint's names."""
-    conv = MllamaConverter(model.config.to_dict())
-    parts = {"vision_model": model.model.vision_model}
-    parts["multi_modal_projector"] = model.model.multi_modal_projector
-    out: dict[str, np.ndarray] = {}
-    for prefix, module in parts.items():
-        for name, value in module.state_dict().items():
-            for gguf_name in conv.tensor_names(f"{prefix}.{name}"):
-                out[gguf_name] = conv.transform(gguf_name, value.detach().float().numpy())
-    return out
-
-
-def test_the_converter_maps_as_the_testing_writer(reference):
-    """hearth.plugins.testing.mllama_vision (used by the bench and the text model's tests)
-    names and repacks the encoder as the plugin's converter does."""
-    ours = vision_tensors(
-        reference.model.vision_model, reference.model.multi_modal_projector, SPEC.heads
-    )
-    theirs = _converted(reference)
-    assert sorted(ours) == sorted(theirs)
-    for name, value in ours.items():
-        np.testing.assert_array_equal(value, theirs[name], err_msg=name)
 
 
 def _encode(enc: VisionEncoder, backend: GGMLBackend, tiled: TiledImage) -> np.ndarray:

@@ -24,18 +24,18 @@ from PIL import Image
 
 from hearth.convert import convert_checkpoint
 from hearth.plugins import default_converters, default_registry
-from hearth.plugins.testing.mllama_vision import (
+from hearth.runner.core import Runner, RunnerConfig
+from hearth.runner.prompt_inputs import build_prompt
+from hearth.server.api.schemas import ChatMessage
+from hearth.server.prompting.prompts import conversation, render
+from hearth_mllama.image import CLIP_MEAN, CLIP_STD
+from hearth_mllama.testing import (
     TinyMllamaVision,
     meta_cross_attention,
     meta_semantics,
     random_png,
     tiny_mllama,
 )
-from hearth.runner.core import Runner, RunnerConfig
-from hearth.runner.prompt_inputs import build_prompt
-from hearth.server.api.schemas import ChatMessage
-from hearth.server.prompting.prompts import conversation, render
-from hearth_mllama.image import CLIP_MEAN, CLIP_STD
 from tests.plugins.mllama_checkpoint import LLAMA32_VISION_TEMPLATE, save_tiny
 
 from .fakes import LiveServer, start_server, stop_server

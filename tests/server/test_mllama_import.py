@@ -38,7 +38,7 @@ import pytest
 from hearth.convert import convert_checkpoint
 from hearth.engine.model import ModelLoadError, load_model
 from hearth.plugins import default_converters, default_registry
-from hearth.plugins.testing.mllama_vision import (
+from hearth_mllama.testing import (
     TinyMllamaVision,
     random_png,
     tiny_mllama,
@@ -80,8 +80,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     one = root / "one.gguf"
     registry, converters = default_registry(), default_converters()
     convert_checkpoint(root / "hf", one, converters=converters, registry=registry, quantize="f32")
-    vision = model.model.vision_model
-    tensors = vision_tensors(vision, model.model.multi_modal_projector, SPEC.heads)
+    tensors = vision_tensors(model.model.vision_model, model.model.multi_modal_projector)
     keys = vision_keys(model.config.vision_config)
     return {
         "one": one,

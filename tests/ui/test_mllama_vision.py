@@ -24,8 +24,8 @@ import pytest
 from PySide6.QtCore import Qt
 
 from hearth.history.records import DONE, ERROR
-from hearth.plugins.testing.mllama_vision import TinyMllamaVision, random_png, tiny_mllama
 from hearth.ui.controllers import chat as chat_controller
+from hearth_mllama.testing import TinyMllamaVision, random_png, tiny_mllama
 from tests.plugins.mllama_checkpoint import LLAMA32_VISION_TEMPLATE, save_tiny
 
 from conftest import drop_file, service_api

@@ -1,20 +1,17 @@
-"""A tiny random Llama 3.2 Vision encoder for tests and benchmarks, and GGUF files of it.
+"""Test helpers of the Llama 3.2 Vision plugin: a tiny random model (transformers'), GGUF
+files of its encoder, and the reference patches the mllama tests compare with.
 
     model = tiny_mllama(TinyMllamaVision())                 # transformers' model, F32, eval
-    tensors = vision_tensors(model.model.vision_model, model.model.multi_modal_projector, 2)
-    write_vision_gguf(path, tensors, keys, layout="ollama")
+    tensors = vision_tensors(model.model.vision_model, model.model.multi_modal_projector)
+    write_vision_gguf(path, tensors, vision_keys(model.config.vision_config), layout="ollama")
 
-`vision_tensors` maps the checkpoint's `vision_model.*` and `multi_modal_projector.*` to the
-names Ollama's converter writes (`convert/convert_mllama.go`, Ollama before 9db4bdbad:
-https://github.com/ollama/ollama/blob/9db4bdbad%5E/convert/convert_mllama.go) with its repacks:
-`tanh(gate)` for the pre-/post-tile, tile position, attention and feed-forward gates,
-`1 - tanh(gate)` for `v.position_embd.gate` (the one checkpoint gate gives both position
-gates), and the Llama RoPE row permutation of the vision `attn_q`/`attn_k` (applied by
-suffix there too). `write_vision_gguf` writes them with `mllama.vision.*` keys, either as the
-one-file layout (`layout="ollama"`) or as the projector file of Ollama's registry layout
-(`layout="projector"`: `ln1`, `ln2`, `attn_out`, and fc1 named `ffn_down`, fc2 `ffn_up`, as
-Ollama's former `llama/mllama.cpp` reads them). `write_text_gguf` makes that layout's text file
-from a one-file model: its keys and tensors without the encoder's.
+`vision_tensors` and `vision_keys` are the plugin's converter (`hearth_mllama.convert`:
+Ollama's names, keys and repacks) applied to the encoder alone. `write_vision_gguf` writes
+them with `mllama.vision.*` keys, either as the one-file layout (`layout="ollama"`) or as the
+projector file of Ollama's registry layout (`layout="projector"`: `ln1`, `ln2`, `attn_out`,
+and fc1 named `ffn_down`, fc2 `ffn_up`, as Ollama's former `llama/mllama.cpp` reads them).
+`write_text_gguf` makes that layout's text file from a one-file model: its keys and tensors
+without the encoder's.
 
 `meta_semantics` and `meta_cross_attention` patch transformers' model to Meta's reference
 (the encoder's intermediate features are layer inputs; text rows before the image get no
@@ -36,6 +33,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from .convert import MllamaConverter
 
 __all__ = [
     "TinyMllamaVision",
@@ -235,80 +234,25 @@ def random_png(width: int, height: int, seed: int) -> bytes:
     return out.getvalue()
 
 
-# -- Ollama's names and repacks ----------------------------------------------------------------
+# -- Ollama's names and repacks: the plugin's converter --------------------------------------
 
-# Ollama's replacements (llama's, then mllama's), applied as Go's strings.NewReplacer does:
-# left to right through the name, at each position the first pair in this order that matches.
-_REPLACEMENTS = (
-    ("input_layernorm", "attn_norm"),
-    ("self_attn.q_proj", "attn_q"),
-    ("self_attn.k_proj", "attn_k"),
-    ("self_attn.v_proj", "attn_v"),
-    ("self_attn.o_proj", "attn_output"),
-    ("post_attention_layernorm", "ffn_norm"),
-    ("gate_attn", "attn_gate"),
-    ("gate_ffn", "ffn_gate"),
-    ("vision_model", "v"),
-    ("class_embedding", "class_embd"),
-    ("patch_embedding", "patch_embd"),
-    ("gated_positional_embedding.tile_embedding", "tile_position_embd"),
-    ("gated_positional_embedding.embedding", "position_embd.weight"),
-    ("gated_positional_embedding", "position_embd"),
-    ("embedding.weight", "weight"),
-    ("pre_tile_positional_embedding", "pre_tile_position_embd"),
-    ("post_tile_positional_embedding", "post_tile_position_embd"),
-    ("layernorm_pre", "pre_ln"),
-    ("layernorm_post", "post_ln"),
-    ("global_transformer.layers", "global.blk"),
-    ("transformer.layers", "blk"),
-    ("mlp.fc1", "ffn_up"),
-    ("mlp.fc2", "ffn_down"),
-    ("multi_modal_projector", "mm.0"),
-)
+# Ollama's registry projector file names four layer tensors otherwise than its one file.
 _PROJECTOR_LAYER = {"attn_norm": "ln1", "ffn_norm": "ln2", "attn_output": "attn_out"}
 _PROJECTOR_LAYER |= {"ffn_up": "ffn_down", "ffn_down": "ffn_up"}  # fc1 is "ffn_down" there
 
 
-def _ollama_name(name: str) -> str:
-    out, i = [], 0
-    while i < len(name):
-        for old, new in _REPLACEMENTS:
-            if name.startswith(old, i):
-                out.append(new)
-                i += len(old)
-                break
-        else:
-            out.append(name[i])
-            i += 1
-    return "".join(out)
-
-
-def _rope_permute(w: np.ndarray, heads: int) -> np.ndarray:
-    """Ollama's Llama q/k repack: within each head, rows [first half, second half] become
-    interleaved pairs."""
-    out, rest = w.shape[0], w.shape[1:]
-    return w.reshape(heads, 2, out // heads // 2, *rest).swapaxes(1, 2).reshape(w.shape)
-
-
-def vision_tensors(vision_model: Any, projector: Any, heads: int) -> dict[str, np.ndarray]:
+def vision_tensors(vision_model: Any, projector: Any) -> dict[str, np.ndarray]:
     """The tensors of a `MllamaVisionModel` and its projector (`multi_modal_projector`, a
-    Linear) as numpy (checkpoint shapes, F32) under Ollama's names, repacked as its converter
-    does (see the module docstring)."""
-    state = {k: v.detach().float().numpy() for k, v in vision_model.state_dict().items()}
+    Linear) as numpy (F32) under the names and repacks of the plugin's converter
+    (`hearth_mllama.convert.MllamaConverter`, as for `vision_model.*` and
+    `multi_modal_projector.*` of a checkpoint)."""
+    converter = MllamaConverter({"vision_config": vision_model.config.to_dict()})
     out: dict[str, np.ndarray] = {}
-    for name, value in state.items():
-        new = _ollama_name("vision_model." + name)
-        if new == "v.position_embd.gate":
-            out["v.position_embd.gate"] = 1 - np.tanh(value)
-            out["v.tile_position_embd.gate"] = np.tanh(value)
-            continue
-        if new.endswith(("_position_embd.gate", "attn_gate", "ffn_gate")):
-            value = np.tanh(value)
-        elif new.endswith(("attn_q.weight", "attn_k.weight")):
-            value = _rope_permute(value, heads)
-        out[new] = value
-    for name, p in projector.state_dict().items():
-        out[_ollama_name("multi_modal_projector." + name)] = p.detach().float().numpy()
+    for prefix, module in (("vision_model", vision_model), ("multi_modal_projector", projector)):
+        for name, value in module.state_dict().items():
+            array = value.detach().float().numpy()
+            for gguf_name in converter.tensor_names(f"{prefix}.{name}"):
+                out[gguf_name] = converter.transform(gguf_name, array)
     bad = [k for k in out if not re.fullmatch(r"(v|mm)\.[a-z0-9_.]+", k)]
     if bad:
         raise RuntimeError(f"unmapped tensor names: {bad}")
@@ -316,21 +260,10 @@ def vision_tensors(vision_model: Any, projector: Any, heads: int) -> dict[str, n
 
 
 def vision_keys(config: Any) -> dict[str, Any]:
-    """`mllama.vision.*` keys (without the prefix) of a `MllamaVisionConfig`, as Ollama's
+    """`mllama.vision.*` keys (without the prefix) of a `MllamaVisionConfig`, as the plugin's
     converter writes them."""
-    return {
-        "block_count": config.num_hidden_layers,
-        "global.block_count": config.num_global_layers,
-        "intermediate_layers_indices": [int(i) for i in config.intermediate_layers_indices],
-        "embedding_length": config.hidden_size,
-        "feed_forward_length": config.intermediate_size,
-        "attention.head_count": config.attention_heads,
-        "attention.layer_norm_epsilon": float(config.norm_eps),
-        "image_size": config.image_size,
-        "patch_size": config.patch_size,
-        "max_num_tiles": config.max_num_tiles,
-        "num_channels": config.num_channels,
-    }
+    keys = MllamaConverter({"vision_config": config.to_dict()}).vision_metadata()
+    return {k.removeprefix("mllama.vision."): v for k, v in keys.items()}
 
 
 def _projector_name(name: str) -> str:
