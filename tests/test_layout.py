@@ -109,3 +109,14 @@ def test_mypy_strict_on_the_desktop_app(tmp_path):
     """The desktop app (PySide6's own stubs), its chat history and its settings."""
     proc = _mypy_strict(tmp_path, ["-phearth.ui", "-phearth.history", "-mhearth.app_settings"])
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_test_modules_outside_packages_have_unique_names():
+    """pytest imports a test file in a folder without __init__.py by its bare name, so two
+    such files with one name stop the whole suite at collection."""
+    seen: dict[str, Path] = {}
+    for path in sorted((REPO / "tests").rglob("test_*.py")):
+        if (path.parent / "__init__.py").exists():
+            continue
+        other = seen.setdefault(path.name, path)
+        assert other == path, f"{path.relative_to(REPO)} and {other.relative_to(REPO)}"
