@@ -1,0 +1,78 @@
+"""Where a model's layers go: the service's side of the load protocol's layout search.
+
+The contract with the runner (the engine's fit/alloc/commit plugs in here):
+
+1. The service knows the GPUs (`Gpu`: device id, library, free memory) and system memory
+   (`SystemMemory`) from discovery, and the placement options (`LayoutOptions`: `num_gpu`,
+   `main_gpu`, `tensor_split`, HEARTH_GPU_OVERHEAD, whether other models are loaded).
+2. It asks the runner, through any object with
+   `async def load(operation: LoadOperation, layout: Layout) -> LoadReply`, to
+   * FIT a `Layout` (layers per GPU, the projector's device; everything else on the CPU): the
+     runner builds the model and reserves its worst-case graphs without allocating, and answers
+     a `MemoryReport`: per device, per layer (blocks, then the output layer) the bytes of
+     weights and KV cache it would put there, each device's graph buffer, the CPU-only input
+     weights, and a vision projector/encoder's weights and compute buffer;
+   * ALLOC the layout: allocate every buffer, read no weights; `success=False` with the report
+     so far and the device that ran out (`failed_device`) when an allocation fails;
+   * COMMIT: read the weights into the buffers allocated for the same layout;
+   * CLOSE: free everything (sent when the search gives up).
+3. `plan_layout` turns the latest report into the next layout (pure; `search.py` has the rules).
+   `negotiate` runs the loop: plan from an empty report, fit, re-plan until the layout stops
+   shrinking, then the same with alloc, backing off the failing GPU's free memory by 10% per
+   failed allocation (at most 11 times), and commits the layout it converged on.
+4. Refusals: `ModelTooLarge` (a ValueError: the model exceeds GPUs + RAM + swap; the sentence
+   gives bytes needed and available per device), `LayoutRequestError` (a ValueError: options
+   that cannot be honoured), `LoadRequiresEviction` (other models are loaded and this one does not
+   fit fully: the scheduler unloads one and asks again), `LayoutError` (allocation kept failing).
+"""
+
+from .memory import (
+    CPU,
+    DeviceId,
+    DeviceMemory,
+    GiB,
+    Gpu,
+    GpuLayers,
+    Layout,
+    LoadOperation,
+    LoadReply,
+    MemoryReport,
+    MiB,
+    SystemMemory,
+    human_bytes,
+)
+from .negotiate import LayoutError, LayoutRunner, Negotiated, negotiate
+from .search import (
+    LayoutOptions,
+    LayoutRequestError,
+    LoadRequiresEviction,
+    ModelTooLarge,
+    Plan,
+    plan_layout,
+)
+
+__all__ = [
+    "CPU",
+    "DeviceId",
+    "DeviceMemory",
+    "GiB",
+    "Gpu",
+    "GpuLayers",
+    "Layout",
+    "LayoutError",
+    "LayoutOptions",
+    "LayoutRequestError",
+    "LayoutRunner",
+    "LoadOperation",
+    "LoadReply",
+    "LoadRequiresEviction",
+    "MemoryReport",
+    "MiB",
+    "ModelTooLarge",
+    "Negotiated",
+    "Plan",
+    "SystemMemory",
+    "human_bytes",
+    "negotiate",
+    "plan_layout",
+]

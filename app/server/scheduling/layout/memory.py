@@ -1,0 +1,223 @@
+"""The data of the load protocol's layout search: devices as discovery sees them, what a runner's
+*fit* reports, and the layout the service asks for.
+
+Layer indices: `0 .. blocks-1` are the repeating blocks, index `blocks` is the output layer
+(`output`, `output_norm`; Ollama's convention), so every per-layer list has `blocks + 1` entries.
+The token embedding is not a layer: it stays on the CPU and is reported as `input_weights`.
+All sizes are bytes.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+__all__ = [
+    "MiB",
+    "GiB",
+    "DeviceId",
+    "CPU",
+    "Gpu",
+    "SystemMemory",
+    "DeviceMemory",
+    "MemoryReport",
+    "GpuLayers",
+    "Layout",
+    "LoadOperation",
+    "LoadReply",
+    "human_bytes",
+]
+
+MiB = 1 << 20
+GiB = 1 << 30
+
+
+class DeviceId(NamedTuple):
+    """A GPU as ggml names it: its backend library ("CUDA", "ROCm", "Vulkan", "Metal", "RPC")
+    and its id within that library ("0", "GPU-8f3c...", "127.0.0.1:50052")."""
+
+    library: str
+    id: str
+
+    def __str__(self) -> str:
+        return f"{self.library}{self.id}" if self.library else self.id
+
+
+CPU = DeviceId("CPU", "")  # the host: a failed allocation in system memory names it
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """One accelerator found by discovery, with the memory free on it now (another process's
+    buffers, another model's graph, the display: whatever is in use is already subtracted)."""
+
+    device: DeviceId
+    free: int
+    total: int = 0
+    name: str = ""
+    integrated: bool = False  # shares system memory (iGPU): used after discrete GPUs
+
+    @property
+    def minimum_memory(self) -> int:
+        """Memory to leave alone for the backend's own context (Ollama's measured figures)."""
+        return 512 * MiB if self.device.library == "Metal" else 457 * MiB
+
+    @property
+    def label(self) -> str:
+        return f"{self.device} ({self.name})" if self.name else str(self.device)
+
+
+@dataclass(frozen=True)
+class SystemMemory:
+    """System RAM as the service sees it; `free_swap` counts as room for CPU weights."""
+
+    total: int
+    free: int
+    free_swap: int = 0
+
+
+@dataclass(frozen=True)
+class DeviceMemory:
+    """One device's part of a fit report: per layer (`blocks + 1` entries, the last one the
+    output layer) the bytes of weights and of KV cache placed on it, and its graph (compute)
+    buffer, the largest the worst-case reservations asked for."""
+
+    weights: tuple[int, ...]
+    cache: tuple[int, ...]
+    graph: int = 0
+
+    @property
+    def size(self) -> int:
+        return sum(self.weights) + sum(self.cache) + self.graph
+
+
+@dataclass(frozen=True)
+class MemoryReport:
+    """What a runner's fit (or alloc) says a layout takes, device by device. Nothing in it was
+    necessarily allocated. `gpus` holds the GPUs the runner can see, each with its share (zeros
+    for a GPU given no layers). `vision` says the model has a vision projector/encoder;
+    `projector` and `projector_graph` are its weights and compute buffer, wherever the layout
+    put it."""
+
+    cpu: DeviceMemory
+    gpus: Mapping[DeviceId, DeviceMemory] = field(default_factory=dict)
+    input_weights: int = 0  # the token embedding and other input tensors: always on the CPU
+    vision: bool = False
+    projector: int = 0
+    projector_graph: int = 0
+
+    @property
+    def layers(self) -> int:
+        """Number of layers, the output layer included (`blocks + 1`)."""
+        return len(self.cpu.weights)
+
+    def layer_sizes(self) -> tuple[int, ...]:
+        """Weights + cache of each layer, summed over every device (where a layer lives changes
+        where its bytes go, not how many there are)."""
+        devices = [self.cpu, *self.gpus.values()]
+        return tuple(
+            sum(d.weights[i] + d.cache[i] for d in devices if i < len(d.weights))
+            for i in range(self.layers)
+        )
+
+    def graph(self, device: DeviceId) -> int:
+        mem = self.gpus.get(device)
+        return mem.graph if mem is not None else 0
+
+    @classmethod
+    def empty(cls, layers: int, vision: bool = False) -> MemoryReport:
+        """The report before any fit: every layer is free, so the first layout puts everything
+        on the GPUs and the first fit says what it really takes."""
+        zeros = (0,) * layers
+        return cls(cpu=DeviceMemory(zeros, zeros), vision=vision)
+
+
+@dataclass(frozen=True)
+class GpuLayers:
+    """The layers one GPU holds, in ascending order."""
+
+    device: DeviceId
+    layers: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What the service asks a runner to fit, allocate or commit: which layers go on which GPU
+    (every other layer is on the CPU) and where the vision projector/encoder goes (None: CPU).
+
+    Canonical: GPUs without layers are dropped and the rest are ordered by their first layer, so
+    two layouts that place the same layers on the same devices compare equal."""
+
+    gpus: tuple[GpuLayers, ...] = ()
+    projector: DeviceId | None = None
+
+    @classmethod
+    def of(
+        cls,
+        assignment: Iterable[tuple[DeviceId, Iterable[int]]],
+        projector: DeviceId | None = None,
+    ) -> Layout:
+        merged: dict[DeviceId, set[int]] = {}
+        for device, layers in assignment:
+            merged.setdefault(device, set()).update(layers)
+        parts = [GpuLayers(d, tuple(sorted(ls))) for d, ls in merged.items() if ls]
+        parts.sort(key=lambda g: g.layers[0])
+        return cls(tuple(parts), projector)
+
+    @property
+    def offloaded(self) -> int:
+        """Number of layers on GPUs."""
+        return sum(len(g.layers) for g in self.gpus)
+
+    def device_of(self, layer: int) -> DeviceId | None:
+        """The GPU holding `layer`, or None for the CPU."""
+        for g in self.gpus:
+            if layer in g.layers:
+                return g.device
+        return None
+
+    @property
+    def devices(self) -> tuple[DeviceId, ...]:
+        """GPUs in use (with layers or the projector), in layer order."""
+        found = [g.device for g in self.gpus]
+        if self.projector is not None and self.projector not in found:
+            found.append(self.projector)
+        return tuple(found)
+
+    def describe(self, layers: int) -> str:
+        """ "18/19 layers on CUDA0, CUDA1" or "CPU only", for logs and the user."""
+        if not self.gpus:
+            return "CPU only"
+        return f"{self.offloaded}/{layers} layers on " + ", ".join(str(g.device) for g in self.gpus)
+
+
+class LoadOperation(enum.Enum):
+    """The runner's load operations, in order: fit reports memory and allocates nothing; alloc
+    allocates every buffer without reading weights and keeps them; commit reads the weights into
+    the allocated buffers; close frees everything."""
+
+    FIT = "fit"
+    ALLOC = "alloc"
+    COMMIT = "commit"
+    CLOSE = "close"
+
+
+@dataclass(frozen=True)
+class LoadReply:
+    """A runner's answer to a load operation: the memory the layout takes (for a failed alloc,
+    up to and including the allocation that failed) and, on failure, the device that ran out
+    (None: not known; `CPU` for system memory)."""
+
+    memory: MemoryReport
+    success: bool = True
+    failed_device: DeviceId | None = None
+
+
+def human_bytes(n: int) -> str:
+    """1536 MiB -> "1.5 GiB"; for sentences the user reads."""
+    for unit, size in (("GiB", GiB), ("MiB", MiB), ("KiB", 1024)):
+        if abs(n) >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} B"

@@ -1,0 +1,393 @@
+"""The layout search: from the GPUs discovery found and a runner's latest memory report, the
+layers to place on each GPU (`plan_layout`). Pure: no I/O, no clock; the same inputs give the
+same layout.
+
+The rules, learned from Ollama's `llm/server.go` (buildLayout, assignLayers, findBestFit,
+greedyFit, verifyLayout):
+
+* A layer's size is its weights plus its KV cache, summed over every device in the report.
+* GPUs are ordered discrete before integrated, then by free memory, largest first (`main_gpu`,
+  when set, goes first). A model never mixes libraries (CUDA with ROCm or Vulkan): each library's
+  GPUs are planned alone and the one that offloads the most layers wins.
+* Usable memory on a GPU = free - backoff x free - the backend's minimum - the per-GPU overhead
+  (HEARTH_GPU_OVERHEAD) - its graph buffer in the report. A GPU the runner did not report is
+  given nothing.
+* A vision projector/encoder (weights + compute buffer) goes on the first GPU in that order with
+  room for it, before any layer; with no room it stays on the CPU.
+* Layers fill GPUs from the last layer down, so the output layer (the last index) sits with the
+  last blocks, and the layers left over are the first ones, on the CPU beside the token
+  embedding: activations cross from CPU to GPU once. When not every layer fits, the search
+  tries again without the output layer (repeating blocks are worth more on a GPU).
+* As few GPUs as possible are used (the first one alone, then the first two, ...); among the
+  GPUs in use, the layers spread in proportion to usable memory (the smallest capacity factor
+  that still places the most layers). GPUs up to the last one holding a graph in the report stay
+  in use, so successive plans do not oscillate.
+* `num_gpu` >= 0 caps the layers offloaded; on the last attempt it is honoured even past the
+  free memory (the user asked), unless other models are loaded (`require_full`).
+* `tensor_split` gives each GPU (discovery order) a share of the layers; all GPUs with a share
+  are used, each takes at most its share and at most its usable memory.
+* The CPU holds the input weights, its graph, the layers left over and perhaps the projector; if
+  that exceeds free RAM + swap the model cannot run on this machine: `ModelTooLarge`, with the
+  numbers per device.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from .memory import DeviceId, Gpu, Layout, MemoryReport, SystemMemory, human_bytes
+
+__all__ = [
+    "LayoutOptions",
+    "LayoutRequestError",
+    "LoadRequiresEviction",
+    "ModelTooLarge",
+    "Plan",
+    "plan_layout",
+]
+
+
+class LayoutRequestError(ValueError):
+    """The placement options cannot be honoured (a `main_gpu` that does not exist, a
+    `tensor_split` with no positive share, a `num_gpu` whose layout cannot be allocated)."""
+
+
+class ModelTooLarge(ValueError):
+    """The model does not fit in the GPUs and system memory together; the message gives the
+    bytes needed and available on each device."""
+
+
+class LoadRequiresEviction(Exception):
+    """Other models are loaded and this one would not fit fully (`require_full`): the scheduler
+    should unload one and plan again. Not an error for the user."""
+
+
+@dataclass(frozen=True)
+class LayoutOptions:
+    """The placement a request (options) and the service (settings, state) ask for."""
+
+    num_gpu: int = -1  # layers to offload, output layer included; -1: as many as fit
+    main_gpu: int | None = (
+        None  # index into the GPUs as discovered: tried first, gets the projector
+    )
+    tensor_split: tuple[float, ...] = ()  # share of layers per GPU, discovery order
+    overhead: int = 0  # bytes kept free on every GPU (HEARTH_GPU_OVERHEAD)
+    spread: bool = False  # use every GPU instead of as few as possible
+    require_full: bool = False  # other models are loaded: a partial fit means evict one first
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A layout with what it costs on each device, and a sentence for the log."""
+
+    layout: Layout
+    layers: int  # in the model, output layer included
+    cpu_bytes: int
+    gpu_bytes: Mapping[DeviceId, int] = field(default_factory=dict)
+    note: str = ""
+
+
+@dataclass
+class _Slot:
+    """A GPU during one plan: what is usable on it, and its weight in proportional fits."""
+
+    gpu: Gpu
+    usable: int
+    weight: float  # capacity factor 1.0 gives `weight` bytes
+    integrated: bool
+
+    def budget(self, capacity: float, forced: bool) -> int:
+        room = capacity * self.weight
+        if not forced:
+            room = min(room, self.usable)
+        return int(room)
+
+
+def plan_layout(
+    gpus: Sequence[Gpu],
+    system: SystemMemory,
+    report: MemoryReport,
+    options: LayoutOptions = LayoutOptions(),
+    backoff: Mapping[DeviceId, float] | None = None,
+) -> Plan:
+    """The layout for the latest `report` (`MemoryReport.empty(layers)` before any fit).
+
+    `backoff` is, per GPU, the share of its free memory to leave alone after allocations there
+    failed. Raises `ModelTooLarge` when the CPU's part exceeds free RAM + swap,
+    `LoadRequiresEviction` when `options.require_full` and the layout is partial, and
+    `LayoutRequestError` for options that name GPUs that do not exist."""
+    _check_options(gpus, options)
+    sizes = report.layer_sizes()
+    ordered = _ordered(gpus, options)
+    best_assignment: list[tuple[DeviceId, list[int]]] = []
+    best_projector: DeviceId | None = None
+    best_count = -1
+    for group in _by_library(ordered):
+        slots = _slots(group, report, options, backoff or {}, sizes)
+        projector = _place_projector(slots, report, options)
+        last_used = max((i for i, s in enumerate(slots) if report.graph(s.gpu.device)), default=0)
+        assignment = _assign_layers(sizes, slots, options, last_used)
+        count = sum(len(ls) for _, ls in assignment)
+        if count > best_count:
+            best_assignment, best_projector, best_count = assignment, projector, count
+    layout = Layout.of(best_assignment, best_projector)
+    return _verify(gpus, system, report, options, layout, sizes, backoff or {})
+
+
+def _check_options(gpus: Sequence[Gpu], options: LayoutOptions) -> None:
+    if options.main_gpu is not None and not 0 <= options.main_gpu < len(gpus):
+        found = f"{len(gpus)} GPU" + ("" if len(gpus) == 1 else "s")
+        raise LayoutRequestError(
+            f"main_gpu {options.main_gpu} does not exist: {found} found (numbered from 0)"
+        )
+    split = options.tensor_split
+    if split:
+        if len(split) > len(gpus):
+            raise LayoutRequestError(
+                f"tensor_split has {len(split)} shares but only {len(gpus)} GPUs were found"
+            )
+        if any(not math.isfinite(s) or s < 0 for s in split) or not any(s > 0 for s in split):
+            raise LayoutRequestError(
+                "tensor_split must be non-negative numbers, at least one of them above 0"
+            )
+
+
+def _ordered(gpus: Sequence[Gpu], options: LayoutOptions) -> list[tuple[int, Gpu]]:
+    """(discovery index, GPU) in the order the search uses them."""
+    indexed = list(enumerate(gpus))
+    if options.tensor_split:  # the user's order: GPU 0 takes the first layers
+        return [(i, g) for i, g in indexed if i < len(options.tensor_split)]
+    indexed.sort(key=lambda ig: (ig[1].integrated, -ig[1].free))
+    if options.main_gpu is not None:
+        indexed.sort(key=lambda ig: ig[0] != options.main_gpu)
+    return indexed
+
+
+def _by_library(ordered: list[tuple[int, Gpu]]) -> list[list[tuple[int, Gpu]]]:
+    groups: dict[str, list[tuple[int, Gpu]]] = {}
+    for item in ordered:
+        groups.setdefault(item[1].device.library, []).append(item)
+    return list(groups.values())
+
+
+def _usable(gpu: Gpu, report: MemoryReport, options: LayoutOptions, backoff: float) -> int:
+    if gpu.device not in report.gpus:
+        return 0  # the runner does not see this GPU (before the first fit, every layer is 0)
+    reserved = int(gpu.free * backoff) + gpu.minimum_memory + options.overhead
+    return max(0, gpu.free - reserved - report.graph(gpu.device))
+
+
+def _slots(
+    group: list[tuple[int, Gpu]],
+    report: MemoryReport,
+    options: LayoutOptions,
+    backoff: Mapping[DeviceId, float],
+    sizes: Sequence[int],
+) -> list[_Slot]:
+    slots = []
+    split = options.tensor_split
+    total_share = sum(split)
+    user_placed = options.num_gpu >= 0 or options.spread or bool(split)
+    for index, gpu in group:
+        usable = _usable(gpu, report, options, backoff.get(gpu.device, 0.0))
+        weight = float(usable)
+        if split:
+            weight = split[index] / total_share * sum(sizes)
+        # With explicit placement, GPUs are equal: they split by memory, iGPUs included.
+        slots.append(_Slot(gpu, usable, weight, gpu.integrated and not user_placed))
+    return [s for s in slots if not split or s.weight > 0 or not sum(sizes)]
+
+
+def _place_projector(
+    slots: list[_Slot], report: MemoryReport, options: LayoutOptions
+) -> DeviceId | None:
+    """The first GPU with room for the projector takes it (its room shrinks for the layers)."""
+    need = report.projector + report.projector_graph
+    if not report.vision or options.num_gpu == 0 or not slots:
+        return None
+    for slot in slots:
+        if slot.usable >= need:
+            slot.usable -= need
+            if not options.tensor_split:
+                slot.weight = float(slot.usable)
+            return slot.gpu.device
+    return None
+
+
+def _assign_layers(
+    sizes: Sequence[int], slots: list[_Slot], options: LayoutOptions, last_used: int
+) -> list[tuple[DeviceId, list[int]]]:
+    """The most layers on the fewest GPUs; the output layer (last) only if every layer fits."""
+    layers = list(sizes)
+    requested = options.num_gpu
+    spread = options.spread or bool(options.tensor_split)
+    result: list[tuple[DeviceId, list[int]]] = []
+    for _ in range(2):
+        requested = min(len(layers), requested)
+        if spread:
+            result = _best_fit(layers, slots, requested, not options.require_full)
+        else:
+            for i in range(last_used, len(slots)):
+                forced = i == len(slots) - 1 and not options.require_full
+                result = _best_fit(layers, slots[: i + 1], requested, forced)
+                got = _count(result)
+                if got == len(layers) or got == requested:
+                    break
+        if _count(result) == len(layers):
+            return result
+        layers = layers[:-1]  # leave the output layer to the CPU and try again
+    return result
+
+
+def _count(assignment: list[tuple[DeviceId, list[int]]]) -> int:
+    return sum(len(ls) for _, ls in assignment)
+
+
+def _best_fit(
+    layers: list[int], slots: list[_Slot], requested: int, forced: bool
+) -> list[tuple[DeviceId, list[int]]]:
+    """Per performance group (discrete, then integrated): the smallest capacity factor that still
+    places the most layers, so the layers spread over the group in proportion to its memory."""
+    result: list[tuple[DeviceId, list[int]]] = []
+    for group in (
+        [s for s in slots if not s.integrated],
+        [s for s in slots if s.integrated],
+    ):
+        if not group:
+            continue
+        force = requested >= 0 and forced  # honour num_gpu past free memory
+        high, low = (1000.0 if force else 1.0), 0.0
+        best = _greedy_fit(layers, group, high, requested, force)
+        most = _count(best)
+        while high - low > 1e-6:
+            mid = (low + high) / 2
+            trial = _greedy_fit(layers, group, mid, requested, force)
+            if _count(trial) == most:
+                high, best = mid, trial
+            else:
+                low = mid
+        placed = _count(best)
+        layers = layers[: len(layers) - placed]
+        requested -= placed
+        result = best + result
+    return result
+
+
+def _greedy_fit(
+    layers: list[int], slots: list[_Slot], capacity: float, requested: int, forced: bool
+) -> list[tuple[DeviceId, list[int]]]:
+    """From the last layer down: fill the last slot, spill to the one before it, and so on."""
+    device = len(slots) - 1
+    result: list[tuple[DeviceId, list[int]]] = [(slots[device].gpu.device, [])]
+    room = slots[device].budget(capacity, forced)
+    for i in range(len(layers) - 1, -1, -1):
+        if requested >= 0 and len(layers) - 1 - i >= requested:
+            break
+        while layers[i] > room:
+            device -= 1
+            if device < 0:
+                return result
+            result.insert(0, (slots[device].gpu.device, []))
+            room = slots[device].budget(capacity, forced)
+        result[0][1].insert(0, i)
+        room -= layers[i]
+    return result
+
+
+def _verify(
+    gpus: Sequence[Gpu],
+    system: SystemMemory,
+    report: MemoryReport,
+    options: LayoutOptions,
+    layout: Layout,
+    sizes: Sequence[int],
+    backoff: Mapping[DeviceId, float],
+) -> Plan:
+    projector = report.projector + report.projector_graph
+    cpu = report.input_weights + report.cpu.graph
+    cpu += sum(size for i, size in enumerate(sizes) if layout.device_of(i) is None)
+    if layout.projector is None:
+        cpu += projector
+    gpu_bytes: dict[DeviceId, int] = {}
+    for device in layout.devices:
+        held = sum(sizes[i] for g in layout.gpus if g.device == device for i in g.layers)
+        held += projector if layout.projector == device else 0
+        gpu_bytes[device] = report.graph(device) + held
+    offloaded, total = layout.offloaded, len(sizes)
+
+    if options.require_full:
+        partial = offloaded < total and (options.num_gpu < 0 or offloaded < options.num_gpu)
+        if gpus and partial:
+            raise LoadRequiresEviction(
+                f"{offloaded}/{total} layers fit on the GPUs: unload a model to make room"
+            )
+        if cpu > system.free:
+            raise LoadRequiresEviction(
+                f"the model needs {human_bytes(cpu)} of system memory and "
+                f"{human_bytes(system.free)} is free: unload a model to make room"
+            )
+    available = system.free + system.free_swap
+    if cpu > available:
+        raise ModelTooLarge(_too_large(gpus, system, report, options, layout, cpu, gpu_bytes))
+    note = _note(gpus, report, options, layout, total, backoff)
+    return Plan(layout, total, cpu, gpu_bytes, note)
+
+
+def _too_large(
+    gpus: Sequence[Gpu],
+    system: SystemMemory,
+    report: MemoryReport,
+    options: LayoutOptions,
+    layout: Layout,
+    cpu: int,
+    gpu_bytes: Mapping[DeviceId, int],
+) -> str:
+    needed = cpu + sum(gpu_bytes.values())
+    parts = [
+        f"system memory needs {human_bytes(cpu)} ({cpu} bytes) and has "
+        f"{human_bytes(system.free + system.free_swap)} ({system.free + system.free_swap} bytes) "
+        f"available ({human_bytes(system.free)} free + {human_bytes(system.free_swap)} swap)"
+    ]
+    for gpu in gpus:
+        used = gpu_bytes.get(gpu.device, 0)
+        usable = _usable(gpu, report, options, 0.0)
+        parts.append(
+            f"{gpu.label} takes {human_bytes(used)} ({used} bytes) of "
+            f"{human_bytes(usable)} ({usable} bytes) usable ({human_bytes(gpu.free)} free)"
+        )
+    return (
+        f"the model is too large for this machine: it needs {human_bytes(needed)} "
+        f"({needed} bytes) with {layout.describe(len(report.layer_sizes()))}; " + "; ".join(parts)
+    )
+
+
+def _note(
+    gpus: Sequence[Gpu],
+    report: MemoryReport,
+    options: LayoutOptions,
+    layout: Layout,
+    total: int,
+    backoff: Mapping[DeviceId, float],
+) -> str:
+    """One sentence for the log: where the model goes and, when on the CPU, why."""
+    where = layout.describe(total)
+    if not gpus:
+        note = "no GPU found: running on the CPU"
+    elif options.num_gpu == 0:
+        note = "num_gpu is 0: running on the CPU"
+    elif not layout.gpus:
+        room = ", ".join(
+            f"{g.device} {human_bytes(_usable(g, report, options, backoff.get(g.device, 0.0)))}"
+            for g in gpus
+        )
+        note = f"not enough GPU memory for one layer ({room} usable): running on the CPU"
+    elif layout.offloaded < total:
+        note = f"{where}, the rest on the CPU"
+    else:
+        note = where
+    if report.vision and layout.projector is None and layout.gpus:
+        need = human_bytes(report.projector + report.projector_graph)
+        note += f"; the vision projector stays on the CPU (no GPU has {need} left for it)"
+    return note
