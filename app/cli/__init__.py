@@ -76,6 +76,8 @@ def _add_models(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     for flag in ("modelfile", "template", "parameters", "system", "license"):
         show.add_argument(f"--{flag}", action="store_true", help=f"print only the {flag}")
     sub.add_parser("ps", help="list loaded models")
+    devices = sub.add_parser("devices", help="list the devices models can run on (CPU, GPUs)")
+    devices.add_argument("--json", action="store_true", help="print the service's JSON report")
     rm = sub.add_parser("rm", help="delete models")
     rm.add_argument("models", nargs="+")
     cp = sub.add_parser("cp", help="copy a model under a new name")

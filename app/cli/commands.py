@@ -1,4 +1,4 @@
-"""The CLI's model commands over the service: list, show, ps, rm, cp, create, stop, pull,
+"""The CLI's model commands over the service: list, show, ps, devices, rm, cp, create, stop, pull,
 plus import-ollama (which edits the store directly; a running service sees the result).
 
 Each returns an exit status; errors are one `hearth: ...` line on stderr.
@@ -7,6 +7,7 @@ Each returns an exit status; errors are one `hearth: ...` line on stderr.
 from __future__ import annotations
 
 import datetime
+import json
 import sys
 from pathlib import Path
 from typing import Any, TextIO
@@ -76,6 +77,36 @@ def cmd_ps(args: Any, conn: Connection, out: TextIO) -> int:
             ]
         )
     _table(rows, out)
+    return 0
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.1f} GiB"
+
+
+def cmd_devices(args: Any, conn: Connection, out: TextIO) -> int:
+    report = conn.client.devices()
+    if args.json:
+        out.write(json.dumps(report, indent=2) + "\n")
+        return 0
+    rows = [["ID", "KIND", "NAME", "FREE", "TOTAL", "LIBRARY", "DRIVER", "COMPUTE"]]
+    for d in report["devices"]:
+        nv = d.get("nvidia") or {}
+        rows.append(
+            [d["id"], d["kind"], d["name"], _gib(d["free"]), _gib(d["total"]), d["library"],
+             nv.get("driver", ""), nv.get("compute", "")]
+        )  # fmt: skip
+    _table(rows, out)
+    if report.get("nvidia_error"):
+        out.write(f"no NVIDIA GPU ({report['nvidia_error']})\n")
+    used = {(d.get("nvidia") or {}).get("uuid") for d in report["devices"]}
+    for gpu in report.get("nvidia", []):
+        if gpu["uuid"] not in used:
+            out.write(
+                f"{gpu['name']} (driver {gpu['driver']}, compute {gpu['compute']}, "
+                f"{_gib(gpu['free'])} free of {_gib(gpu['total'])}) is not usable: "
+                "this ggml build has no CUDA backend for it\n"
+            )
     return 0
 
 
@@ -226,6 +257,7 @@ COMMANDS: dict[str, tuple[Any, bool]] = {
     "ls": (cmd_list, True),
     "show": (cmd_show, True),
     "ps": (cmd_ps, False),
+    "devices": (cmd_devices, True),
     "rm": (cmd_rm, True),
     "cp": (cmd_cp, True),
     "create": (cmd_create, True),

@@ -111,6 +111,9 @@ class HearthClient:
     def ps(self) -> list[dict[str, Any]]:
         return list(self._json("GET", "/api/ps").get("models", []))
 
+    def devices(self) -> dict[str, Any]:
+        return dict(self._json("GET", "/api/hearth/devices"))
+
     def delete(self, model: str) -> None:
         self._request("DELETE", "/api/delete", json={"model": model})
 

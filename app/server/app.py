@@ -15,10 +15,11 @@ from pathlib import Path
 from fastapi import FastAPI
 
 from ..plugins.registry import ArchitectureRegistry
-from .api import create, ollama, ollama_models, openai
+from .api import create, hearth, ollama, ollama_models, openai
 from .api.errors import install_error_handlers
 from .api.security import install_security
 from .config import ServerConfig
+from .devices import DeviceMonitor, DeviceProbe, probe_in_subprocess
 from .scheduling.scheduler import Launcher, Scheduler, process_launcher, system_available_memory
 from .scheduling.service import Service
 from .store.model_store import ModelStore
@@ -50,9 +51,12 @@ def create_app(
     register_default: bool = True,
     available_memory: Callable[[], int | None] = system_available_memory,
     on_ready: Callable[[], None] | None = None,
+    device_probe: DeviceProbe = probe_in_subprocess,
+    log_devices: bool = False,
 ) -> FastAPI:
     """Build the service. `models_dir` defaults to `hearth.paths.models_dir()`; `on_ready`
-    runs once start-up (default model registration) is done."""
+    runs once start-up (default model registration) is done; `log_devices` logs the devices
+    found (probed in the background by `device_probe`, see `hearth.server.devices`)."""
     if models_dir is None:
         from ..paths import models_dir as default_models_dir
 
@@ -64,9 +68,12 @@ def create_app(
     store = ModelStore(models_dir)
     scheduler = Scheduler(config, launcher, available_memory)
     service = Service(config, store, scheduler, ModelInfoCache(registry))
+    devices = DeviceMonitor(device_probe)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if log_devices:
+            devices.log_at_start()
         if register_default:
             await asyncio.to_thread(register_default_model, store)
         if on_ready is not None:
@@ -74,6 +81,7 @@ def create_app(
         try:
             yield
         finally:
+            await devices.close()
             await scheduler.close()
 
     from .api.ollama_models import hearth_version
@@ -85,8 +93,9 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.service = service
+    app.state.devices = devices
     install_error_handlers(app)
     install_security(app, config)
-    for module in (ollama_models, ollama, create, openai):
+    for module in (ollama_models, ollama, create, openai, hearth):
         app.include_router(module.router)
     return app

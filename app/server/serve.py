@@ -79,7 +79,7 @@ def serve(args: Any) -> int:
         sys.stdout.write(f"{READY_PREFIX}{config.base_url}\n")
         sys.stdout.flush()
 
-    app = create_app(config, on_ready=ready)
+    app = create_app(config, on_ready=ready, log_devices=True)
     server = uvicorn.Server(
         uvicorn.Config(
             app,

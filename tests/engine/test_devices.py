@@ -141,7 +141,7 @@ def _fake_pynvml(fail: dict[str, int] | None = None) -> tuple[types.ModuleType, 
     fn("nvmlDeviceGetCount", lambda: len(_GPUS))
     fn("nvmlDeviceGetHandleByIndex", lambda i: _GPUS[i])
     # Older pynvml versions answer bytes.
-    fn("nvmlDeviceGetName", lambda h: h["name"].encode() if h is _GPUS[0] else h["name"])
+    fn("nvmlDeviceGetName", lambda h: str(h["name"]).encode() if h is _GPUS[0] else h["name"])
     fn("nvmlDeviceGetUUID", lambda h: h["uuid"])
     fn("nvmlDeviceGetPciInfo", lambda h: types.SimpleNamespace(busId=h["bus"].encode()))
     fn("nvmlDeviceGetCudaComputeCapability", lambda h: h["cc"])

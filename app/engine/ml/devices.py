@@ -231,8 +231,8 @@ def nvidia_gpus() -> tuple[list[NvidiaGPU], str | None]:
     except ImportError:
         return [], "pynvml is not installed"
     nvml_error: Any = getattr(pynvml, "NVMLError", None)
-    errors: tuple[type[BaseException], ...] = (OSError, AttributeError)
-    if isinstance(nvml_error, type) and issubclass(nvml_error, BaseException):
+    errors: tuple[type[Exception], ...] = (OSError, AttributeError)
+    if isinstance(nvml_error, type) and issubclass(nvml_error, Exception):
         errors = (nvml_error, *errors)
     try:
         pynvml.nvmlInit()
@@ -262,7 +262,7 @@ def nvidia_gpus() -> tuple[list[NvidiaGPU], str | None]:
     except errors as e:
         return [], _nvml_reason(pynvml, e)
     finally:
-        with contextlib.suppress(errors):
+        with contextlib.suppress(*errors):
             pynvml.nvmlShutdown()
     if not gpus:
         return [], "NVML found no GPU"

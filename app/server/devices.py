@@ -1,0 +1,88 @@
+"""The service's view of the devices: ggml's backend devices and NVIDIA GPUs, enumerated in a
+subprocess (`python -m hearth.engine.ml.devices`).
+
+A subprocess, not this process: asking a GPU backend for its memory initialises it (a CUDA
+context on every GPU holds memory and takes seconds), which the service, whose runners do the
+computing, must neither pay at start nor keep. Each `report()` runs a fresh probe (free memory
+is live); concurrent callers share one run. At start, `log_at_start` probes in the background,
+so readiness never waits for it, and logs one line ("devices: CPU (AMD EPYC, 23.5 GiB); no
+NVIDIA GPU (pynvml: driver not found (no NVML library))").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+
+from ..engine.ml.devices import DeviceReport, probe_command
+
+__all__ = ["DeviceMonitor", "DeviceProbeError", "DeviceProbe", "probe_in_subprocess"]
+
+log = logging.getLogger("hearth.server")
+
+DeviceProbe = Callable[[], Awaitable[DeviceReport]]
+
+
+class DeviceProbeError(RuntimeError):
+    """The device enumeration failed (the sentence says how)."""
+
+
+async def probe_in_subprocess(timeout: float = 120.0) -> DeviceReport:
+    """Run the probe command and parse its report; killed on timeout or cancellation."""
+    proc = await asyncio.create_subprocess_exec(
+        *probe_command(),
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), timeout)
+    except BaseException:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        await asyncio.shield(proc.wait())
+        raise
+    lines = out.decode("utf-8", "replace").strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        tail = err.decode("utf-8", "replace").strip().splitlines()[-1:] or ["no output"]
+        raise DeviceProbeError(f"the device probe failed (status {proc.returncode}): {tail[0]}")
+    try:
+        return DeviceReport.from_json(lines[-1])
+    except ValueError as e:
+        raise DeviceProbeError(f"the device probe answered nonsense: {e}") from None
+
+
+class DeviceMonitor:
+    """Probes on request through `probe` (a fake in tests)."""
+
+    def __init__(self, probe: DeviceProbe = probe_in_subprocess) -> None:
+        self._probe = probe
+        self._running: asyncio.Task[DeviceReport] | None = None
+        self._start_task: asyncio.Task[None] | None = None
+
+    async def report(self) -> DeviceReport:
+        """A fresh report; callers arriving while a probe runs get that probe's report."""
+        if self._running is None or self._running.done():
+            self._running = asyncio.ensure_future(self._probe())
+        return await asyncio.shield(self._running)
+
+    async def _log(self) -> None:
+        try:
+            report = await self.report()
+        except (DeviceProbeError, OSError) as e:  # TimeoutError is an OSError
+            log.warning("could not enumerate devices: %s", e)
+            return
+        log.info("%s", report.summary())
+
+    def log_at_start(self) -> None:
+        """Probe in the background and log what was found (call from the running loop)."""
+        self._start_task = asyncio.get_running_loop().create_task(self._log())
+
+    async def close(self) -> None:
+        for task in (self._start_task, self._running):
+            if task is not None and not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
