@@ -97,6 +97,7 @@ class ServerConfig:
     max_body_bytes: int = 64 * 1024 * 1024  # JSON bodies; blob uploads are streamed to disk
     max_image_bytes: int = 20 * 1024 * 1024  # one decoded image
     max_image_pixels: int = 50_000_000  # width x height of one image
+    gpu_overhead: int = 0  # bytes kept free on every GPU (HEARTH_GPU_OVERHEAD, as Ollama's)
 
     @property
     def loopback(self) -> bool:
@@ -151,6 +152,7 @@ class ServerConfig:
             max_body_bytes=_int(env, "HEARTH_MAX_BODY_BYTES", 64 * 1024 * 1024, minimum=1024),
             max_image_bytes=_int(env, "HEARTH_MAX_IMAGE_BYTES", 20 * 1024 * 1024, minimum=1024),
             max_image_pixels=_int(env, "HEARTH_MAX_IMAGE_PIXELS", 50_000_000, minimum=1),
+            gpu_overhead=_int(env, "HEARTH_GPU_OVERHEAD", 0),
         )
 
     def check_exposure(self) -> None:
