@@ -18,8 +18,9 @@ The contract with the runner (the engine's fit/alloc/commit plugs in here):
    * CLOSE: free everything (sent when the search gives up).
 3. `plan_layout` turns the latest report into the next layout (pure; `search.py` has the rules).
    `negotiate` runs the loop: plan from an empty report, fit, re-plan until the layout stops
-   shrinking, then the same with alloc, backing off the failing GPU's free memory by 10% per
-   failed allocation (at most 11 times), and commits the layout it converged on.
+   shrinking, then the same with alloc, setting aside 10% more of the failing GPU's free memory
+   per failed allocation (giving up once all of it is set aside), and commits the layout it
+   converged on. `explain` says in one sentence where a layout puts the model and why.
 4. Refusals: `ModelTooLarge` (a ValueError: the model exceeds GPUs + RAM + swap; the sentence
    gives bytes needed and available per device), `LayoutRequestError` (a ValueError: options
    that cannot be honoured), `LoadRequiresEviction` (other models are loaded and this one does not
@@ -48,6 +49,7 @@ from .search import (
     LoadRequiresEviction,
     ModelTooLarge,
     Plan,
+    explain,
     plan_layout,
 )
 
@@ -73,6 +75,7 @@ __all__ = [
     "Plan",
     "SystemMemory",
     "human_bytes",
+    "explain",
     "negotiate",
     "plan_layout",
 ]

@@ -4,8 +4,8 @@ Learned from Ollama's `ollamaServer.Load`: every report a runner sends knows mor
 (graphs appear on the GPUs that got layers), so layouts only shrink; a layout seen before, or
 one with more layers, means the search has converged. When plans swing by more than one layer
 (a graph moving on and off a GPU), the counts in between are tried with `num_gpu` forced. A
-failed allocation makes the failing GPU keep 10% more of its free memory to itself, up to 11
-times, before the load gives up.
+failed allocation makes the failing GPU keep 10% more of its free memory to itself; when it
+fails with all of it set aside, the load gives up.
 """
 
 from __future__ import annotations
@@ -26,14 +26,14 @@ from .memory import (
     SystemMemory,
     human_bytes,
 )
-from .search import LayoutOptions, LayoutRequestError, Plan, plan_layout
+from .search import LayoutOptions, LayoutRequestError, Plan, explain, plan_layout
 
-__all__ = ["LayoutError", "LayoutRunner", "Negotiated", "negotiate", "BACKOFF_STEP", "MAX_BACKOFF"]
+__all__ = ["LayoutError", "LayoutRunner", "Negotiated", "negotiate", "BACKOFF_STEPS"]
 
 log = logging.getLogger("hearth.layout")
 
-BACKOFF_STEP = 0.1  # share of a GPU's free memory set aside after each failed allocation there
-MAX_BACKOFF = 1.0  # past this the load gives up
+BACKOFF_STEPS = 10  # a failed allocation sets aside 1/10 more of that GPU's free memory; the
+# load gives up when an allocation fails with all of it set aside
 MAX_REQUESTS = 200  # a guard: far above what convergence and backoff can take
 
 
@@ -66,7 +66,7 @@ class _Session:
         say: Callable[[str], None],
     ) -> None:
         self.runner, self.gpus, self.system, self.options = runner, gpus, system, options
-        self.backoff: dict[DeviceId, float] = {}
+        self.steps: dict[DeviceId, int] = {}  # failed allocations per GPU
         self.notes: list[str] = []
         self.requests = 0
         self._say = say
@@ -79,6 +79,10 @@ class _Session:
     def plan(self, report: MemoryReport, num_gpu: int | None = None) -> Plan:
         options = self.options if num_gpu is None else replace(self.options, num_gpu=num_gpu)
         return plan_layout(self.gpus, self.system, report, options, self.backoff)
+
+    @property
+    def backoff(self) -> dict[DeviceId, float]:
+        return {device: steps / BACKOFF_STEPS for device, steps in self.steps.items()}
 
     async def load(self, operation: LoadOperation, layout: Layout) -> LoadReply:
         self.requests += 1
@@ -99,16 +103,16 @@ class _Session:
         if not devices:
             raise LayoutError("the model could not be allocated")
         for device in devices:
-            level = self.backoff.get(device, 0.0)
-            if level > MAX_BACKOFF:
+            steps = self.steps.get(device, 0)
+            if steps >= BACKOFF_STEPS:
                 raise LayoutError(
-                    f"the model could not be allocated on {device} even with "
-                    f"{min(level, 1.0):.0%} of its free memory set aside"
+                    f"the model could not be allocated on {device}, not even with all of its "
+                    "free memory set aside (another program may be using it)"
                 )
-            self.backoff[device] = level + BACKOFF_STEP
+            self.steps[device] = steps + 1
             self.say(
                 f"allocation failed on {device}: setting aside "
-                f"{self.backoff[device]:.0%} of its free memory and trying again"
+                f"{(steps + 1) / BACKOFF_STEPS:.0%} of its free memory and trying again"
             )
 
 
@@ -146,7 +150,7 @@ async def _converge(session: _Session, layers: int, vision: bool) -> tuple[Layou
     seen: set[Layout] = set()  # shared by fit and alloc, as Ollama's pastAllocations
     for operation in (LoadOperation.FIT, LoadOperation.ALLOC):
         layout, memory = await _settle(session, operation, layout, seen)
-    session.say(session.plan(memory).note)
+    session.say(explain(session.gpus, memory, session.options, layout, session.backoff))
     return layout, memory
 
 

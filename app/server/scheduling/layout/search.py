@@ -45,6 +45,7 @@ __all__ = [
     "LoadRequiresEviction",
     "ModelTooLarge",
     "Plan",
+    "explain",
     "plan_layout",
 ]
 
@@ -91,18 +92,19 @@ class Plan:
 
 @dataclass
 class _Slot:
-    """A GPU during one plan: what is usable on it, and its weight in proportional fits."""
+    """A GPU during one plan: what is usable on it and, with tensor_split, its share of the
+    model's bytes (then capacity factor 1.0 gives exactly the share, capped by memory)."""
 
     gpu: Gpu
     usable: int
-    weight: float  # capacity factor 1.0 gives `weight` bytes
+    share: float | None
     integrated: bool
 
     def budget(self, capacity: float, forced: bool) -> int:
-        room = capacity * self.weight
-        if not forced:
-            room = min(room, self.usable)
-        return int(room)
+        if self.share is None:
+            return int(capacity * self.usable)
+        room = capacity * self.share
+        return int(room if forced else min(room, self.usable))
 
 
 def plan_layout(
@@ -191,13 +193,13 @@ def _slots(
     total_share = sum(split)
     user_placed = options.num_gpu >= 0 or options.spread or bool(split)
     for index, gpu in group:
+        if split and split[index] == 0:
+            continue
         usable = _usable(gpu, report, options, backoff.get(gpu.device, 0.0))
-        weight = float(usable)
-        if split:
-            weight = split[index] / total_share * sum(sizes)
+        share = split[index] / total_share * sum(sizes) if split else None
         # With explicit placement, GPUs are equal: they split by memory, iGPUs included.
-        slots.append(_Slot(gpu, usable, weight, gpu.integrated and not user_placed))
-    return [s for s in slots if not split or s.weight > 0 or not sum(sizes)]
+        slots.append(_Slot(gpu, usable, share, gpu.integrated and not user_placed))
+    return slots
 
 
 def _place_projector(
@@ -210,8 +212,6 @@ def _place_projector(
     for slot in slots:
         if slot.usable >= need:
             slot.usable -= need
-            if not options.tensor_split:
-                slot.weight = float(slot.usable)
             return slot.gpu.device
     return None
 
@@ -258,7 +258,9 @@ def _best_fit(
         if not group:
             continue
         force = requested >= 0 and forced  # honour num_gpu past free memory
-        high, low = (1000.0 if force else 1.0), 0.0
+        # Shares are of the model's bytes, not of memory: let them grow until memory caps them.
+        proportional = any(s.share is not None for s in group)
+        high, low = (1000.0 if force or proportional else 1.0), 0.0
         best = _greedy_fit(layers, group, high, requested, force)
         most = _count(best)
         while high - low > 1e-6:
@@ -331,7 +333,7 @@ def _verify(
     available = system.free + system.free_swap
     if cpu > available:
         raise ModelTooLarge(_too_large(gpus, system, report, options, layout, cpu, gpu_bytes))
-    note = _note(gpus, report, options, layout, total, backoff)
+    note = explain(gpus, report, options, layout, backoff)
     return Plan(layout, total, cpu, gpu_bytes, note)
 
 
@@ -344,18 +346,21 @@ def _too_large(
     cpu: int,
     gpu_bytes: Mapping[DeviceId, int],
 ) -> str:
+    """The refusal: bytes needed and available on each device, for the best layout found."""
     needed = cpu + sum(gpu_bytes.values())
+    available = system.free + system.free_swap
     parts = [
-        f"system memory needs {human_bytes(cpu)} ({cpu} bytes) and has "
-        f"{human_bytes(system.free + system.free_swap)} ({system.free + system.free_swap} bytes) "
-        f"available ({human_bytes(system.free)} free + {human_bytes(system.free_swap)} swap)"
+        f"system memory needs {human_bytes(cpu)} ({cpu} bytes) and has {human_bytes(available)} "
+        f"({available} bytes) available ({human_bytes(system.free)} free + "
+        f"{human_bytes(system.free_swap)} swap)"
     ]
     for gpu in gpus:
         used = gpu_bytes.get(gpu.device, 0)
-        usable = _usable(gpu, report, options, 0.0)
+        room = max(0, gpu.free - gpu.minimum_memory - options.overhead)
         parts.append(
-            f"{gpu.label} takes {human_bytes(used)} ({used} bytes) of "
-            f"{human_bytes(usable)} ({usable} bytes) usable ({human_bytes(gpu.free)} free)"
+            f"{gpu.label} takes {human_bytes(used)} ({used} bytes) and has {human_bytes(room)} "
+            f"({room} bytes) available ({human_bytes(gpu.free)} free, less "
+            f"{human_bytes(gpu.free - room)} kept for the driver)"
         )
     return (
         f"the model is too large for this machine: it needs {human_bytes(needed)} "
@@ -363,15 +368,16 @@ def _too_large(
     )
 
 
-def _note(
+def explain(
     gpus: Sequence[Gpu],
     report: MemoryReport,
     options: LayoutOptions,
     layout: Layout,
-    total: int,
-    backoff: Mapping[DeviceId, float],
+    backoff: Mapping[DeviceId, float] | None = None,
 ) -> str:
-    """One sentence for the log: where the model goes and, when on the CPU, why."""
+    """One sentence for the log: where `layout` puts the model and, when on the CPU, why."""
+    backoff = backoff or {}
+    total = report.layers
     where = layout.describe(total)
     if not gpus:
         note = "no GPU found: running on the CPU"
@@ -382,7 +388,10 @@ def _note(
             f"{g.device} {human_bytes(_usable(g, report, options, backoff.get(g.device, 0.0)))}"
             for g in gpus
         )
-        note = f"not enough GPU memory for one layer ({room} usable): running on the CPU"
+        note = (
+            f"not enough GPU memory for one layer and its compute graph ({room} usable): "
+            "running on the CPU"
+        )
     elif layout.offloaded < total:
         note = f"{where}, the rest on the CPU"
     else:
