@@ -6,7 +6,7 @@ context on every GPU holds memory and takes seconds), which the service, whose r
 computing, must neither pay at start nor keep. Each `report()` runs a fresh probe (free memory
 is live); concurrent callers share one run. At start, `log_at_start` probes in the background,
 so readiness never waits for it, and logs one line ("devices: CPU (AMD EPYC, 23.5 GiB); no
-NVIDIA GPU (pynvml: driver not found (no NVML library))").
+NVIDIA GPU (pynvml: driver not found)").
 """
 
 from __future__ import annotations

@@ -155,7 +155,7 @@ def _fake_pynvml(fail: dict[str, int] | None = None) -> tuple[types.ModuleType, 
 @pytest.mark.parametrize(
     ("fail", "reason"),
     [
-        ({"nvmlInit": 12}, "pynvml: driver not found (no NVML library)"),
+        ({"nvmlInit": 12}, "pynvml: driver not found"),
         ({"nvmlInit": 9}, "pynvml: driver not loaded"),
         ({"nvmlDeviceGetCount": 999}, "pynvml: Unknown Error 999"),
         ({"nvmlDeviceGetMemoryInfo": 3}, "pynvml: Unknown Error 3"),

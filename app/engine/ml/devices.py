@@ -218,7 +218,7 @@ def _text(value: Any) -> str:
 def _nvml_reason(pynvml: Any, error: Exception) -> str:
     value = getattr(error, "value", None)
     if value is not None and value == getattr(pynvml, "NVML_ERROR_LIBRARY_NOT_FOUND", object()):
-        return "pynvml: driver not found (no NVML library)"
+        return "pynvml: driver not found"
     if value is not None and value == getattr(pynvml, "NVML_ERROR_DRIVER_NOT_LOADED", object()):
         return "pynvml: driver not loaded"
     return f"pynvml: {error}"
