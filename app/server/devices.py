@@ -16,9 +16,16 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
-from ..engine.ml.devices import DeviceReport, probe_command
+from ..engine.ml.devices import DeviceReport, probe_command, system_free_swap
+from .scheduling.layout.memory import DeviceId, Gpu, SystemMemory
 
-__all__ = ["DeviceMonitor", "DeviceProbeError", "DeviceProbe", "probe_in_subprocess"]
+__all__ = [
+    "DeviceMonitor",
+    "DeviceProbeError",
+    "DeviceProbe",
+    "layout_devices",
+    "probe_in_subprocess",
+]
 
 log = logging.getLogger("hearth.server")
 
@@ -86,3 +93,33 @@ class DeviceMonitor:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
+
+
+def _device_id(ggml_id: str, library: str) -> DeviceId:
+    """ggml's device name as the layout search's (library, id): "CUDA0" -> ("CUDA", "0"),
+    "RPC[10.0.0.2:50052]" -> ("RPC", "10.0.0.2:50052")."""
+    rest = ggml_id.removeprefix(library) if library else ggml_id
+    if rest.startswith("[") and rest.endswith("]"):
+        rest = rest[1:-1]
+    return DeviceId(library, rest)
+
+
+def layout_devices(report: DeviceReport) -> tuple[list[Gpu], SystemMemory]:
+    """A report as the layout search's inputs: every non-CPU device as a `Gpu` (integrated
+    GPUs marked; NVML's name where matched) and the CPU device's memory (plus the free swap
+    of this machine) as `SystemMemory`. A report without a CPU device is a ValueError."""
+    cpus = [d for d in report.devices if d.kind == "CPU"]
+    if not cpus:
+        raise ValueError("the device report has no CPU device")
+    gpus = [
+        Gpu(
+            device=_device_id(d.id, d.library),
+            free=d.free,
+            total=d.total,
+            name=d.name,
+            integrated=d.kind == "IGPU",
+        )
+        for d in report.devices
+        if d.kind != "CPU"
+    ]
+    return gpus, SystemMemory(cpus[0].total, cpus[0].free, system_free_swap())

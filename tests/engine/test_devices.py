@@ -45,6 +45,8 @@ def test_cpu_device_memory_is_the_system_s() -> None:
     high = max(before["MemAvailable"], after["MemAvailable"]) + 256 * 2**20
     assert low <= cpu.free <= high
     assert 0 < cpu.free <= cpu.total
+    swap = (before["SwapFree"], after["SwapFree"])
+    assert min(swap) - 64 * 2**20 <= dv.system_free_swap() <= max(swap) + 64 * 2**20
 
 
 def test_subprocess_probe_reports_what_the_process_sees() -> None:

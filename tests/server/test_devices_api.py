@@ -22,7 +22,8 @@ from hearth.engine.ml.devices import Device, DeviceReport, NvidiaGPU
 from hearth.server import devices as server_devices
 from hearth.server.app import create_app
 from hearth.server.config import ServerConfig
-from hearth.server.devices import DeviceProbeError
+from hearth.server.devices import DeviceProbeError, layout_devices
+from hearth.server.scheduling.layout import DeviceId, Gpu
 
 from .fakes import REPO
 
@@ -156,6 +157,29 @@ def test_the_cli_table_shows_nvidia_fields() -> None:
         "NVIDIA RTX A2000 (driver 550.54.14, compute 8.6, 5.0 GiB free of 6.0 GiB) is not "
         "usable: this ggml build has no CUDA backend for it"
     ]
+
+
+def test_a_report_as_the_layout_search_s_devices(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(server_devices, "system_free_swap", lambda: 2 * GiB)
+    gpus, system = layout_devices(TWO_GPUS)
+    assert gpus == [Gpu(DeviceId("CUDA", "0"), 19 * GiB, 24 * GiB, "NVIDIA GeForce RTX 4090")]
+    assert (system.total, system.free, system.free_swap) == (64 * GiB, 48 * GiB, 2 * GiB)
+    more = DeviceReport(
+        [
+            *TWO_GPUS.devices,
+            Device("Vulkan0", "Intel Arc", "Intel Arc", "IGPU", "Vulkan", 8 * GiB, 7 * GiB),
+            Device("RPC[10.0.0.2:50052]", "RPC", "10.0.0.2:50052", "GPU", "RPC", GiB, GiB),
+        ],
+        [],
+    )
+    gpus, _ = layout_devices(more)
+    assert [(str(g.device), g.device.id, g.integrated) for g in gpus] == [
+        ("CUDA0", "0", False),
+        ("Vulkan0", "0", True),
+        ("RPC10.0.0.2:50052", "10.0.0.2:50052", False),
+    ]
+    with pytest.raises(ValueError, match="no CPU device"):
+        layout_devices(DeviceReport(TWO_GPUS.devices[1:], []))
 
 
 def _meminfo(key: str) -> int:

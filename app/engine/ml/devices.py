@@ -36,6 +36,7 @@ __all__ = [
     "probe",
     "probe_command",
     "system_available_memory",
+    "system_free_swap",
 ]
 
 
@@ -134,19 +135,32 @@ def _gib(n: int) -> str:
     return f"{n / 2**30:.1f} GiB"
 
 
-def system_available_memory() -> int | None:
-    """Bytes of memory the system can give a new process, or None when unknown."""
+def _meminfo(field: str) -> int | None:
+    """A /proc/meminfo field in bytes (None without /proc or the field)."""
     try:
         with open("/proc/meminfo") as f:
             for line in f:
-                if line.startswith("MemAvailable:"):
+                if line.startswith(field + ":"):
                     return int(line.split()[1]) * 1024
-    except OSError:
+    except (OSError, ValueError, IndexError):
         pass
+    return None
+
+
+def system_available_memory() -> int | None:
+    """Bytes of memory the system can give a new process, or None when unknown."""
+    available = _meminfo("MemAvailable")
+    if available is not None:
+        return available
     try:
         return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError, AttributeError):
         return None
+
+
+def system_free_swap() -> int:
+    """Bytes of swap free (0 when unknown)."""
+    return _meminfo("SwapFree") or 0
 
 
 def normalize_pci_bus_id(text: str) -> str:
