@@ -547,3 +547,30 @@ def test_layout_is_canonical():
     assert a.gpus[0].device == dev("0") and a.offloaded == 5
     assert a.describe(6) == "5/6 layers on CUDA0, CUDA1"
     assert Layout().describe(6) == "CPU only"
+
+
+def test_a_gpu_the_runner_does_not_report_gets_nothing():
+    # The larger GPU is missing from the fit report (the runner cannot use it): only the
+    # other one is planned, and its 128 MiB take two of the three layers (the blocks).
+    report = cpu_report(L3x50, [G0_128])
+    plan = plan_layout([G0_128, G1_256], OLLAMA_SYSTEM, report)
+    assert plan.layout == lay(("gpu0", [0, 1]))
+
+
+def test_gpus_up_to_the_last_with_a_graph_stay_in_use():
+    # gpu0 alone could hold the three layers, but the last fit put a graph (10 MiB) on gpu1:
+    # both stay in use, so plans do not swing. The smallest factor that places the three
+    # layers gives gpu1 (118 MiB usable) one layer and gpu0 the first two.
+    report = cpu_report(L3x50, [G0_256, G1_128 := gpu("gpu1", 128 * MiB + MIN)])
+    zeros = (0,) * 3
+    report = MemoryReport(
+        cpu=report.cpu,
+        gpus={
+            G0_256.device: DeviceMemory(zeros, zeros),
+            G1_128.device: DeviceMemory(zeros, zeros, 10 * MiB),
+        },
+    )
+    plan = plan_layout([G0_256, G1_128], OLLAMA_SYSTEM, report)
+    assert plan.layout == lay(("gpu0", [0, 1]), ("gpu1", [2]))
+    assert plan.gpu_bytes == {G0_256.device: 100 * MiB, G1_128.device: 60 * MiB}
+    assert plan.cpu_bytes == 0
