@@ -168,6 +168,7 @@ class FakeModel:
     output: int = 50 * MiB
     input_weights: int = 30 * MiB
     gpu_graph: int = 200 * MiB
+    output_graph: int = 0  # more graph (the logits) on the GPU that holds the output layer
     cpu_graph: int = 20 * MiB
     projector: int = 0  # vision projector weights, 0: text only
     projector_graph: int = 0
@@ -209,7 +210,8 @@ class FakeRunner:
             g.device: DeviceMemory(
                 tuple(weights[g.device]),
                 tuple(cache[g.device]),
-                m.gpu_graph if any(g.device == p.device for p in layout.gpus) else 0,
+                (m.gpu_graph if any(g.device == p.device for p in layout.gpus) else 0)
+                + (m.output_graph if layout.device_of(m.blocks) == g.device else 0),
             )
             for g in self.gpus
         }
@@ -574,3 +576,36 @@ def test_gpus_up_to_the_last_with_a_graph_stay_in_use():
     assert plan.layout == lay(("gpu0", [0, 1]), ("gpu1", [2]))
     assert plan.gpu_bytes == {G0_256.device: 100 * MiB, G1_128.device: 60 * MiB}
     assert plan.cpu_bytes == 0
+
+
+def test_plans_that_swing_try_the_counts_between():
+    # A GPU with 900 MiB usable; 8 blocks of 100 MiB, output 50 MiB, graph 100 MiB plus 300 MiB
+    # of logits where the output layer is. First fit (everything there): 400 MiB of graph
+    # leave 500, so five blocks. Their fit has no logits on the GPU: 800 MiB usable, eight
+    # blocks, more than five, so the counts from eight down are tried with num_gpu forced:
+    # eight blocks (800 + 100 = 900) fit and a fresh plan keeps them.
+    model = FakeModel(blocks=8, gpu_graph=100 * MiB, output_graph=300 * MiB)
+    gpus = [Gpu(dev("0"), MIN + 900 * MiB)]
+    runner = FakeRunner(model, gpus, ROOMY)
+    done = run(runner)
+    assert done.layout == cuda(("0", list(range(8))))
+    assert [layout for op, layout in runner.calls if op == LoadOperation.FIT] == [
+        cuda(("0", list(range(9)))),
+        cuda(("0", [3, 4, 5, 6, 7])),
+        cuda(("0", list(range(8)))),
+    ]
+    assert runner.operations[-2:] == [LoadOperation.ALLOC, LoadOperation.COMMIT]
+
+
+def test_only_the_failing_gpu_backs_off():
+    # As in the two-GPU case (CUDA0 [0-2], CUDA1 [3, 4]), but 100 MiB of CUDA1 went elsewhere
+    # since discovery: its alloc fails. CUDA1 alone sets aside 10% (807 -> 69 MiB usable with
+    # its graph, not a block's worth), so blocks 1-3 go to CUDA0, whose 300 MiB are untouched.
+    gpus = [card("0", 300 * MiB), card("1", 150 * MiB)]
+    runner = FakeRunner(TEXT, gpus, ROOMY, taken={dev("1"): 100 * MiB})
+    said: list[str] = []
+    done = run(runner, notes=said)
+    assert done.layout == cuda(("0", [1, 2, 3]))
+    assert [s for s in said if s.startswith("allocation failed")] == [
+        "allocation failed on CUDA1: setting aside 10% of its free memory and trying again"
+    ]

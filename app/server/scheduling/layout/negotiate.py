@@ -189,9 +189,11 @@ async def _between(
     layout: Layout,
     new: Layout,
 ) -> tuple[Layout, MemoryReport] | None:
-    """Plans swing between `layout` and a larger `new`: try the counts in between, largest
-    first, and keep one the runner allocates and a fresh plan does not shrink."""
-    for count in range(new.offloaded - 1, layout.offloaded - 1, -1):
+    """Plans swing between `layout` and a larger `new` (a graph that moves with the output
+    layer, say): try `new`'s count and the counts down to `layout`'s with num_gpu forced, and keep
+    the first the runner accepts and a fresh plan from its report does not shrink. (Ollama starts
+    one below `new`'s count; starting at it keeps a layout that fits exactly.)"""
+    for count in range(new.offloaded, layout.offloaded - 1, -1):
         trial = session.plan(memory, num_gpu=count).layout
         reply = await session.load(operation, trial)
         if reply.success and trial.offloaded <= session.plan(reply.memory).layout.offloaded:
