@@ -70,10 +70,11 @@ class LayoutOptions:
     """The placement a request (options) and the service (settings, state) ask for."""
 
     num_gpu: int = -1  # layers to offload, output layer included; -1: as many as fit
-    main_gpu: int | None = (
-        None  # index into the GPUs as discovered: tried first, gets the projector
-    )
-    tensor_split: tuple[float, ...] = ()  # share of layers per GPU, discovery order
+    # Index into the GPUs as discovered: tried first, so it also gets the projector.
+    main_gpu: int | None = None
+    # Share of the layers per GPU, discovery order (GPU 0 takes the first layers); with it,
+    # main_gpu does not reorder the GPUs.
+    tensor_split: tuple[float, ...] = ()
     overhead: int = 0  # bytes kept free on every GPU (HEARTH_GPU_OVERHEAD)
     spread: bool = False  # use every GPU instead of as few as possible
     require_full: bool = False  # other models are loaded: a partial fit means evict one first
