@@ -214,7 +214,11 @@ def test_plugins_import_only_the_public_api():
     files = sorted((REPO / "plugins").rglob("*.py")) + sorted((REPO / "examples").rglob("*.py"))
     assert any("hearth_qwen2" in f.parts for f in files), "no plugin sources found"
     assert _forbidden(files) == []
-    assert {Path(m).name for m in BUILTIN_PLUGINS} == {"hearth_llama", "hearth_gemma3"}
+    assert {Path(m).name for m in BUILTIN_PLUGINS} == {
+        "hearth_llama",
+        "hearth_gemma3",
+        "hearth_mllama",
+    }
 
 
 def test_the_purity_check_catches_a_private_import(tmp_path):
