@@ -19,7 +19,9 @@ from .api import create, hearth, ollama, ollama_models, openai
 from .api.errors import install_error_handlers
 from .api.security import install_security
 from .config import ServerConfig
-from .devices import DeviceMonitor, DeviceProbe, probe_in_subprocess
+from .devices import DeviceMonitor, DeviceProbe, layout_devices, probe_in_subprocess
+from .scheduling.layout import Gpu
+from .scheduling.placement import CachedGpus, Placement, system_memory
 from .scheduling.scheduler import Launcher, Scheduler, process_launcher, system_available_memory
 from .scheduling.service import Service
 from .store.model_store import ModelStore
@@ -41,6 +43,10 @@ def register_default_model(store: ModelStore) -> None:
         return
     if store.register_default(DEFAULT_MODEL, default_model_path, sha):
         log.info("registered the built-in model %s", DEFAULT_MODEL)
+
+
+async def _gpus(devices: DeviceMonitor) -> list[Gpu]:
+    return layout_devices(await devices.report())[0]
 
 
 def create_app(
@@ -66,9 +72,14 @@ def create_app(
 
         registry = default_registry()
     store = ModelStore(models_dir)
-    scheduler = Scheduler(config, launcher, available_memory)
-    service = Service(config, store, scheduler, ModelInfoCache(registry))
     devices = DeviceMonitor(device_probe)
+    placement = Placement(
+        system=lambda: system_memory(available_memory()),
+        gpus=CachedGpus(lambda: _gpus(devices)),
+        overhead=config.gpu_overhead,
+    )
+    scheduler = Scheduler(config, launcher, available_memory, placement)
+    service = Service(config, store, scheduler, ModelInfoCache(registry))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

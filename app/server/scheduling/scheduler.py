@@ -17,6 +17,12 @@ keep-alive timer. The rules:
   model's estimated memory does not fit in what the system has free, idle runners are
   unloaded, least recently used first; when none is idle, the load waits for one to become
   idle.
+- Layout (with a `Placement`, as the service has): before anything is unloaded, a model whose
+  FIT report (`LoadSpec.fit`) exceeds free memory + swap + what the loaded models hold is
+  refused (`ModelTooLarge`, answered with 507, the numbers in the sentence); after the room
+  above is made, the load protocol runs (`placement.py`), and a layout that needs more than is
+  free while other models are loaded unloads one more and is planned again. Then the runner
+  starts.
 - Keep-alive: a runner with no requests left stays loaded for the request's keep-alive, then
   is stopped; keep-alive 0 stops it at once, a negative one keeps it forever.
 - Failure: a runner that dies fails only the requests that were using it and is replaced on
@@ -51,6 +57,8 @@ from typing import Any, Protocol
 from ...engine.ml.devices import system_available_memory
 from ...runner.protocol import CompletionRequest
 from ..config import FOREVER, ServerConfig
+from .layout import LoadRequiresEviction, MemoryReport, ModelTooLarge, human_bytes
+from .placement import Placement
 from .runner_process import RunnerOptions, RunnerProcess, RunnerStartError
 
 __all__ = [
@@ -126,6 +134,9 @@ class LoadSpec:
     # falling back to `options` and `estimate` as they are (one slot).
     parallel_choices: tuple[tuple[int, int], ...] = ()
     parallel_reason: str = ""  # why `options.parallel` is what it is (for /api/ps and the log)
+    # The load protocol's FIT for these runner options, computed without loading (blocking:
+    # called in a thread); None: the model is not planned or refused before it starts.
+    fit: Callable[[RunnerOptions], MemoryReport] | None = field(default=None, compare=False)
 
 
 @dataclass(eq=False)
@@ -184,10 +195,12 @@ class Scheduler:
         config: ServerConfig,
         launcher: Launcher = process_launcher,
         available_memory: Callable[[], int | None] = system_available_memory,
+        placement: Placement | None = None,
     ) -> None:
         self.config = config
         self._launcher = launcher
         self._available = available_memory
+        self._placement = placement
         self._entries: dict[str, Loaded] = {}
         self._load_lock = asyncio.Lock()
         self._changed = asyncio.Event()  # set whenever a runner becomes idle or goes away
@@ -271,8 +284,10 @@ class Scheduler:
             old = self._entries.get(spec.key)
             if old is not None:
                 await self._retire(old)
+            await self._refuse_if_too_large(spec)
             await self._make_room(spec)
             spec, fallback = self._choose_parallel(spec)
+            spec, fallback = await self._place(spec, fallback)
             spec, runner = await self._start(spec, fallback)
             log.info(
                 "%s loaded with %d parallel slot%s (%s)",
@@ -290,6 +305,56 @@ class Scheduler:
             entry = Loaded(spec, runner, asyncio.Semaphore(max(1, options.parallel)))
             self._entries[spec.key] = entry
             return entry
+
+    async def _fit(self, spec: LoadSpec) -> MemoryReport | None:
+        if self._placement is None or spec.fit is None:
+            return None
+        try:
+            return await asyncio.to_thread(spec.fit, spec.options)
+        except (ValueError, OSError) as e:  # the runner's load will say what is wrong
+            log.warning("%s: no memory layout planned (%s)", spec.name, e)
+            return None
+
+    async def _refuse_if_too_large(self, spec: LoadSpec) -> None:
+        """Refuse a model that would not fit even with every other model unloaded, before
+        unloading any (ModelTooLarge, with the numbers)."""
+        report = await self._fit(spec)
+        if report is None or self._placement is None:
+            return
+        reclaimable = sum(_held(e) for e in self._entries.values())
+        try:
+            self._placement.check(report, reclaimable)
+        except ModelTooLarge as e:
+            more = (
+                f" (counting the {human_bytes(reclaimable)} that unloading the other models "
+                "would free)"
+                if reclaimable
+                else ""
+            )
+            raise ModelTooLarge(f"{spec.name} cannot be loaded: {e}{more}") from None
+
+    async def _place(
+        self, spec: LoadSpec, fallback: LoadSpec | None
+    ) -> tuple[LoadSpec, LoadSpec | None]:
+        """The load protocol before the runner starts (see `placement`): a layout that needs
+        more memory than is free while other models are loaded first drops automatically
+        chosen slots, then unloads the least recently used idle model, and is planned again."""
+        while (report := await self._fit(spec)) is not None and self._placement is not None:
+            try:
+                await self._placement.negotiate(
+                    spec.name, report, others_loaded=bool(self._entries)
+                )
+                return spec, fallback
+            except (LoadRequiresEviction, ModelTooLarge) as e:
+                if fallback is not None:
+                    reason = f"automatic: {spec.options.parallel} slots do not fit in memory"
+                    spec, fallback = replace(fallback, parallel_reason=reason), None
+                elif isinstance(e, LoadRequiresEviction) and self._entries:
+                    log.info("unloading a model to make room for %s: %s", spec.name, e)
+                    await self._evict_one()
+                else:
+                    raise ModelTooLarge(f"{spec.name} cannot be loaded: {e}") from None
+        return spec, fallback
 
     async def _retire(self, entry: Loaded) -> None:
         """Unload a runner that must be reloaded with other options, once it is idle."""
@@ -426,3 +491,10 @@ class Scheduler:
         task = asyncio.get_running_loop().create_task(run())
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+
+def _held(entry: Loaded) -> int:
+    """Bytes a loaded runner holds: its own report, else the estimate it was loaded with."""
+    memory = entry.runner.info.get("memory")
+    total = memory.get("total") if isinstance(memory, dict) else None
+    return int(total) if isinstance(total, int) and total > 0 else entry.spec.estimate

@@ -25,6 +25,8 @@ from ..prompting.images import check_image
 from ..prompting.outputs import OutputParser, ParsedCall
 from ..store.model_store import ModelRecord, ModelStore
 from ..store.modelinfo import ModelInfo, ModelInfoCache, capabilities
+from .layout import MemoryReport
+from .layout.fit import fit_report, read_file_layers
 from .runner_process import RunnerError, RunnerOptions
 from .scheduler import Lease, LoadSpec, Scheduler
 
@@ -219,6 +221,22 @@ class Service:
             details=target.info.details(),
             parallel_choices=choices,
             parallel_reason=reason,
+            fit=lambda options: self.fit(target, replace(settings, runner=options)),
+        )
+
+    def fit(self, target: Target, settings: GenerationSettings) -> MemoryReport:
+        """The load protocol's FIT for these settings, from the model file (blocking; see
+        `layout.fit`): weights and KV cache per layer, the graph as `memory` gives it."""
+        o = settings.runner
+        projector = None
+        if o.projector is not None and target.projector_info is not None:
+            projector = target.projector_info.weights_bytes
+        return fit_report(
+            read_file_layers(target.path),
+            cells=o.num_ctx * o.parallel,
+            kv_type=o.kv_type,
+            graph=self.memory(target, settings)["graph"],
+            projector=projector,
         )
 
     def images(self, images: list[str] | None) -> list[str]:

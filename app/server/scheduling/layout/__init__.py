@@ -21,7 +21,15 @@ The contract with the runner (the engine's fit/alloc/commit plugs in here):
    shrinking, then the same with alloc, setting aside 10% more of the failing GPU's free memory
    per failed allocation (giving up once all of it is set aside), and commits the layout it
    converged on. `explain` says in one sentence where a layout puts the model and why.
-4. Refusals: `ModelTooLarge` (a ValueError: the model exceeds GPUs + RAM + swap; the sentence
+4. Who answers FIT today: the engine places nothing on GPUs yet, so the only layout it runs is
+   "all on the CPU", and the service computes that FIT from the model file without a runner
+   (`layout.fit`: weights per layer from the GGUF's tensors, KV cache from the cache settings
+   and head sizes, the graph from the service's estimate or the last runner's measurement).
+   `fit.FileFitRunner` answers ALLOC/COMMIT with the same report; the runner's start (today's
+   load) allocates and reads the weights afterwards. The scheduler (`placement.py`) refuses a
+   model too large before starting a runner (HTTP 507 with the numbers) and logs where the
+   model runs. When the engine places layers on GPUs, the runner answers these operations.
+5. Refusals: `ModelTooLarge` (a ValueError: the model exceeds GPUs + RAM + swap; the sentence
    gives bytes needed and available per device), `LayoutRequestError` (a ValueError: options
    that cannot be honoured), `LoadRequiresEviction` (other models are loaded and this one does not
    fit fully: the scheduler unloads one and asks again), `LayoutError` (allocation kept failing).

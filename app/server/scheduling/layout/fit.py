@@ -1,0 +1,146 @@
+"""The fit step computed by the service from the model file (nothing loaded, nothing allocated).
+
+The engine does not place layers on GPUs yet, so every layout it can run is "all on the CPU";
+for that layout the FIT report is arithmetic on the GGUF, which the service reads anyway:
+
+* weights per layer: the bytes of the file's tensors, `blk.N.*` for block N, `output.*` and
+  `output_norm.*` for the output layer (index `blocks`), everything else (the token embedding,
+  rope factors, ...) as `input_weights`;
+* KV cache per block: cells (`num_ctx x parallel`) x the block's K/V heads x (key length +
+  value length) x the bytes of one element of the K/V type, every block at full context (an
+  upper bound for sliding-window blocks, as the service's estimate);
+* the graph (compute buffer): the service's estimate, or what the last runner of the file
+  measured when larger (measuring needs the model built, i.e. loaded);
+* a vision projector: its file's weights; its encoder's compute buffer is not estimated (0).
+
+`FileFitRunner` answers the load protocol with that report: FIT and ALLOC give it (on the CPU
+the runner allocates while it starts, and a start that runs out of memory fails as before),
+COMMIT and CLOSE succeed (the scheduler starts the runner, today's load, after the commit).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+
+from ....engine.gguf import GGUFFile
+from ...store.modelinfo import _KV_BYTES, _per_layer
+from .memory import DeviceMemory, Layout, LoadOperation, LoadReply, MemoryReport
+
+__all__ = ["KV_TYPE_BYTES", "FileLayers", "FileFitRunner", "fit_report", "read_file_layers"]
+
+# Bytes of one K/V element per cache type (q8_0: 34 bytes per 32 values, q4_0: 18 per 32).
+KV_TYPE_BYTES = _KV_BYTES
+
+_OUTPUT_PREFIXES = ("output.", "output_norm.")
+
+
+@dataclass(frozen=True)
+class FileLayers:
+    """A model file's bytes per layer, as the layout search counts layers."""
+
+    blocks: tuple[int, ...]  # weight bytes of each repeating block
+    output: int  # weight bytes of the output layer (output, output_norm)
+    inputs: int  # every other tensor: token embedding, rope factors, ...
+    kv_elements: tuple[int, ...]  # per block: K + V elements per cache cell
+
+
+def _block_index(name: str, blocks: int) -> int | None:
+    if not name.startswith("blk."):
+        return None
+    index = name.split(".", 2)[1]
+    if not index.isdigit() or int(index) >= blocks:
+        raise ValueError(f"the tensor {name} names a block the model does not have ({blocks})")
+    return int(index)
+
+
+def _read(path: Path) -> FileLayers:
+    with GGUFFile(path) as f:
+        meta = f.metadata
+        blocks = meta.uint("block_count")
+        if blocks <= 0:
+            raise ValueError(f"{path.name} has no {meta.architecture}.block_count")
+        weights = [0] * blocks
+        output = inputs = 0
+        for name, tensor in f.tensors.items():
+            index = _block_index(name, blocks)
+            if index is not None:
+                weights[index] += tensor.nbytes
+            elif name.startswith(_OUTPUT_PREFIXES):
+                output += tensor.nbytes
+            else:
+                inputs += tensor.nbytes
+        heads = _per_layer(meta, "attention.head_count", blocks, 1)
+        kv_heads = _per_layer(meta, "attention.head_count_kv", blocks, heads[0])
+        embd = meta.uint("embedding_length")
+        head_dim = embd // heads[0] if heads[0] else embd
+        k_len = meta.uint("attention.key_length", head_dim)
+        v_len = meta.uint("attention.value_length", head_dim)
+        kv = tuple(h * (k_len + v_len) for h in kv_heads)
+    return FileLayers(tuple(weights), output, inputs, kv)
+
+
+_cache: OrderedDict[tuple[str, int, int], FileLayers] = OrderedDict()
+_lock = threading.Lock()
+
+
+def read_file_layers(path: str | Path) -> FileLayers:
+    """`FileLayers` of a GGUF file, remembered while the file is unchanged (a ValueError, the
+    GGUF reader's GGUFError included, for a file that cannot be read)."""
+    path = Path(path)
+    st = os.stat(path)
+    key = (str(path), st.st_size, st.st_mtime_ns)
+    with _lock:
+        if key in _cache:
+            _cache.move_to_end(key)
+            return _cache[key]
+    layers = _read(path)
+    with _lock:
+        _cache[key] = layers
+        while len(_cache) > 16:
+            _cache.popitem(last=False)
+    return layers
+
+
+def fit_report(
+    layers: FileLayers,
+    cells: int,
+    kv_type: str = "f16",
+    graph: int = 0,
+    projector: int | None = None,
+    projector_graph: int = 0,
+) -> MemoryReport:
+    """The memory report of the all-CPU layout: `cells` KV cells (num_ctx x parallel) of
+    `kv_type`, a `graph` buffer, and a vision projector of `projector` bytes (None: none)."""
+    if kv_type not in KV_TYPE_BYTES:
+        raise ValueError(f"unknown K/V cache type {kv_type!r} (one of {', '.join(KV_TYPE_BYTES)})")
+    if cells <= 0:
+        raise ValueError(f"the KV cache needs at least one cell, not {cells}")
+    per = KV_TYPE_BYTES[kv_type]
+    cache = tuple(int(n * cells * per) for n in layers.kv_elements) + (0,)
+    cpu = DeviceMemory(weights=(*layers.blocks, layers.output), cache=cache, graph=graph)
+    return MemoryReport(
+        cpu=cpu,
+        input_weights=layers.inputs,
+        vision=projector is not None,
+        projector=projector or 0,
+        projector_graph=projector_graph if projector is not None else 0,
+    )
+
+
+class FileFitRunner:
+    """The load protocol for an engine that runs on the CPU only (see the module docstring):
+    a layout that puts layers or the projector on a GPU is a ValueError."""
+
+    def __init__(self, report: MemoryReport) -> None:
+        self.report = report
+        self.operations: list[LoadOperation] = []
+
+    async def load(self, operation: LoadOperation, layout: Layout) -> LoadReply:
+        self.operations.append(operation)
+        if layout.devices:
+            raise ValueError("the engine does not place layers on GPUs yet")
+        return LoadReply(self.report)

@@ -1,0 +1,120 @@
+"""Before a runner starts: the layout search on the devices this machine has, and the refusal of
+a model that fits nowhere (see `hearth.server.scheduling.layout`).
+
+`Placement.check` refuses a model whose FIT report (computed from its file, `layout.fit`) does
+not fit in system memory (`plan_layout`'s `ModelTooLarge`); `Placement.negotiate` runs the load
+protocol (`negotiate`) on it and logs one line: "layout for NAME: 0/N layers on GPU (no GPU
+found): running on the CPU". System memory is read live; GPUs come from the service's device
+probe (`CachedGpus`: re-used for 30 s; a probe that fails counts as no GPU, with a warning).
+The engine runs on the CPU only for now, so GPUs found are named in the log line and left out
+of the search.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, replace
+
+from ...engine.ml.devices import system_free_swap
+from .layout import (
+    Gpu,
+    LayoutOptions,
+    MemoryReport,
+    Negotiated,
+    SystemMemory,
+    negotiate,
+    plan_layout,
+)
+from .layout.fit import FileFitRunner
+
+__all__ = ["Placement", "CachedGpus", "system_memory"]
+
+log = logging.getLogger("hearth.scheduler")
+
+GpuSource = Callable[[], Awaitable[Sequence[Gpu]]]
+
+
+async def no_gpus() -> Sequence[Gpu]:
+    return ()
+
+
+def system_memory(free: int | None) -> SystemMemory | None:
+    """This machine's memory with `free` bytes available (None: unknown) and its free swap."""
+    if free is None:
+        return None
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return SystemMemory(total=total, free=free, free_swap=system_free_swap())
+
+
+class CachedGpus:
+    """The GPUs of `probe`, probed again once the last answer is `ttl` seconds old."""
+
+    def __init__(self, probe: GpuSource, ttl: float = 30.0) -> None:
+        self._probe, self._ttl = probe, ttl
+        self._gpus: Sequence[Gpu] = ()
+        self._at = -float("inf")
+
+    async def __call__(self) -> Sequence[Gpu]:
+        if time.monotonic() - self._at >= self._ttl:
+            try:
+                self._gpus = tuple(await self._probe())
+            except Exception as e:  # any probe failure: plan for the CPU
+                log.warning("could not enumerate devices (%s): planning for the CPU only", e)
+                self._gpus = ()
+            self._at = time.monotonic()
+        return self._gpus
+
+
+@dataclass
+class Placement:
+    """The service's side of the load protocol. `system` gives system memory now (None:
+    unknown, and then nothing is planned or refused)."""
+
+    system: Callable[[], SystemMemory | None]
+    gpus: GpuSource = no_gpus
+    overhead: int = 0  # HEARTH_GPU_OVERHEAD
+
+    def check(self, report: MemoryReport, reclaimable: int = 0) -> None:
+        """Raise `ModelTooLarge` when `report` does not fit in system memory (GPUs unused, see
+        the module docstring) even with `reclaimable` more bytes free."""
+        system = self.system()
+        if system is not None:
+            system = replace(system, free=system.free + reclaimable)
+            plan_layout((), system, report, LayoutOptions(overhead=self.overhead))
+
+    async def negotiate(
+        self, name: str, report: MemoryReport, others_loaded: bool = False
+    ) -> Negotiated | None:
+        """Plan, 'allocate' and commit the layout of `report` (the model `name`) and log where
+        it runs; None when system memory is unknown. `others_loaded` makes a layout that needs
+        more than is free now raise `LoadRequiresEviction`; a model that does not fit in free
+        memory + swap raises `ModelTooLarge` with the numbers."""
+        system = self.system()
+        if system is None:
+            return None
+        found = await self.gpus()
+        options = LayoutOptions(overhead=self.overhead, require_full=others_loaded)
+        sentences: list[str] = []
+        done = await negotiate(
+            FileFitRunner(report),
+            (),
+            system,
+            report.layers,
+            options,
+            report.vision,
+            sentences.append,
+        )
+        sentence = sentences[-1] if sentences else "running on the CPU"
+        if found:
+            names = ", ".join(g.label for g in found)
+            sentence = (
+                f"the engine does not place layers on GPUs yet, found {names}: running on the CPU"
+            )
+        reason, _, where = sentence.rpartition(": ")
+        count = f"{done.layout.offloaded}/{report.layers} layers on GPU"
+        line = f"layout for {name}: {count}" + (f" ({reason}): {where}" if reason else f": {where}")
+        log.info("%s", line)
+        return done

@@ -1,0 +1,216 @@
+"""The load protocol before a runner starts (issue 13): the FIT report computed from the model
+file, checked against an independent count (gguf's GGUFReader, the KV formula), and the
+scheduler refusing a model too large for every device before starting a runner (in process on
+a simulated 1 GiB machine, and through a live `hearth serve` with the Ollama client)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from dataclasses import replace
+from pathlib import Path
+
+import ollama
+import pytest
+from gguf import GGUFReader
+
+from hearth.plugins.testing import TinyTransformer, write_tiny_model
+from hearth.server.config import ServerConfig
+from hearth.server.scheduling.layout import ModelTooLarge, SystemMemory
+from hearth.server.scheduling.layout.fit import fit_report, read_file_layers
+from hearth.server.scheduling.placement import Placement
+from hearth.server.scheduling.runner_process import RunnerOptions
+from hearth.server.scheduling.scheduler import LoadSpec, Scheduler
+
+from .fakes import FakeLauncher, LiveServer, start_server, stop_server
+
+GiB = 1 << 30
+
+
+def gguf_counts(path: Path, blocks: int) -> tuple[list[int], int, int]:
+    """(weight bytes per block, output layer, everything else) read with gguf's reader."""
+    reader = GGUFReader(path)
+    per_block = [0] * blocks
+    output = other = 0
+    for t in reader.tensors:
+        n = int(t.n_bytes)
+        if t.name.startswith("blk."):
+            per_block[int(t.name.split(".")[1])] += n
+        elif t.name in ("output.weight", "output_norm.weight"):
+            output += n
+        else:
+            other += n
+    return per_block, output, other
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, TinyTransformer]:
+    spec = TinyTransformer(layers=3, heads=4, kv_heads=2, embd=128, rope_freqs=True)
+    return write_tiny_model(tmp_path_factory.mktemp("fit") / "small.gguf", spec), spec
+
+
+@pytest.mark.parametrize(("kv_type", "element"), [("f16", 2.0), ("q8_0", 34 / 32)])
+def test_fit_report_counts_each_layer_as_the_file_and_the_kv_formula_do(small, kv_type, element):
+    path, spec = small
+    blocks, output, other = gguf_counts(path, spec.layers)
+    assert all(blocks) and output and other  # the model has all three kinds
+    num_ctx, parallel = 1000, 3
+    report = fit_report(read_file_layers(path), num_ctx * parallel, kv_type, graph=12345)
+    head_dim = spec.embd // spec.heads
+    kv = int(num_ctx * parallel * spec.kv_heads * head_dim * 2 * element)  # K and V per block
+    assert report.layers == spec.layers + 1
+    assert report.cpu.weights == (*blocks, output)
+    assert report.cpu.cache == (kv,) * spec.layers + (0,)
+    assert report.input_weights == other
+    assert report.cpu.graph == 12345 and not report.vision and report.gpus == {}
+    total = sum(blocks) + output + other
+    assert total == sum(int(t.n_bytes) for t in GGUFReader(path).tensors)
+
+
+def test_fit_report_refuses_nonsense(small):
+    layers = read_file_layers(small[0])
+    with pytest.raises(ValueError, match="K/V cache type"):
+        fit_report(layers, 10, "q5_1")
+    with pytest.raises(ValueError, match="at least one cell"):
+        fit_report(layers, 0)
+
+
+# -- the scheduler on a simulated machine --------------------------------------------------
+
+
+def load_spec(path: Path, name: str, num_ctx: int) -> LoadSpec:
+    def fit(options: RunnerOptions):
+        cells = options.num_ctx * options.parallel
+        return fit_report(read_file_layers(path), cells, options.kv_type)
+
+    return LoadSpec(key=name, path=str(path), name=name, digest="d" * 8,
+                    options=RunnerOptions(num_ctx=num_ctx), fit=fit)  # fmt: skip
+
+
+def needed(path: Path, spec: TinyTransformer, num_ctx: int) -> int:
+    """The all-CPU bytes of the small model at `num_ctx` (f16 cache), counted independently."""
+    weights = sum(int(t.n_bytes) for t in GGUFReader(path).tensors)
+    return weights + spec.layers * num_ctx * spec.kv_heads * (spec.embd // spec.heads) * 2 * 2
+
+
+def test_a_model_too_large_for_the_machine_is_refused_before_a_runner_starts(small, caplog):
+    path, spec = small
+    huge = 1 << 21  # 1.5 GiB of KV cache on a machine with 1 GiB free and no swap
+    free = {"bytes": GiB}
+    launcher = FakeLauncher()
+
+    async def go() -> None:
+        placement = Placement(system=lambda: SystemMemory(GiB, free["bytes"], 0))
+        s = Scheduler(ServerConfig(), launcher, placement=placement)
+        with pytest.raises(ModelTooLarge) as refused:
+            await s.acquire(load_spec(path, "huge:latest", huge), 60)
+        message = str(refused.value)
+        assert message.startswith("huge:latest cannot be loaded: the model is too large")
+        assert f"({needed(path, spec, huge)} bytes)" in message  # needed
+        assert f"({GiB} bytes) available" in message  # available
+        assert launcher.started == []
+        # A model that fits loads, and the log says where it runs.
+        with caplog.at_level(logging.INFO, logger="hearth.scheduler"):
+            (await s.acquire(load_spec(path, "small:latest", 2048), 60)).release()
+        assert len(launcher.started) == 1
+        line = "layout for small:latest: 0/4 layers on GPU (no GPU found): running on the CPU"
+        assert line in caplog.messages
+        # Too large even if the loaded model were unloaded: refused, nothing unloaded.
+        with pytest.raises(ModelTooLarge, match="unloading the other models would free"):
+            await s.acquire(load_spec(path, "huge:latest", huge), 60)
+        assert launcher.stopped == [] and len(launcher.started) == 1
+        await s.close()
+
+    asyncio.run(go())
+
+
+def test_a_model_that_fits_once_another_is_unloaded_unloads_it(small):
+    path, spec = small
+    launcher = FakeLauncher()
+    # The fake runner holds 1300 bytes; the second model fits only once they are freed.
+    base = needed(path, spec, 4096) - 1
+
+    def system() -> SystemMemory:
+        return SystemMemory(GiB, base + (1300 if launcher.stopped else 0), 0)
+
+    async def go() -> None:
+        s = Scheduler(ServerConfig(), launcher, placement=Placement(system=system))
+        (await s.acquire(load_spec(path, "a:latest", 16), 60)).release()
+        (await s.acquire(load_spec(path, "b:latest", 4096), 60)).release()
+        assert [r.path for r in launcher.started] == [str(path)] * 2
+        assert launcher.stopped == [launcher.started[0]]
+        assert [e.spec.name for e in s.loaded()] == ["b:latest"]
+        await s.close()
+
+    asyncio.run(go())
+
+
+def test_automatic_slots_that_do_not_fit_fall_back_to_one(small):
+    path, spec = small
+    launcher = FakeLauncher()
+    one = needed(path, spec, 4096)  # room for one slot's cache, not for four
+
+    async def go() -> None:
+        placement = Placement(system=lambda: SystemMemory(GiB, one, 0))
+        # The scheduler's own estimate (1 byte) would take four slots; the fit says no.
+        s = Scheduler(ServerConfig(), launcher, lambda: 100 * GiB, placement)
+        wanted = replace(load_spec(path, "a:latest", 4096), parallel_choices=((4, 1),))
+        (await s.acquire(wanted, 60)).release()
+        assert [r.options.parallel for r in launcher.started] == [1]
+        reason = s.loaded()[0].spec.parallel_reason
+        assert reason == "automatic: 4 slots do not fit in memory"
+        await s.close()
+
+    asyncio.run(go())
+
+
+# -- through a live hearth serve -------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory):
+    live = start_server(tmp_path_factory.mktemp("fit-home"), None)
+    yield live
+    stop_server(live)
+
+
+def runner_children(server: LiveServer) -> list[str]:
+    """Command lines of the service's `hearth runner` child processes."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        if ppid == server.proc.pid and " runner " in cmd:
+            found.append(cmd)
+    return found
+
+
+def test_the_service_refuses_a_model_too_large_and_keeps_serving(server, tmp_path, small):
+    # 4 blocks x 16 K/V heads x (256 + 256) x 2 bytes = 64 KiB per token: 1 TiB at 16M tokens.
+    wide = TinyTransformer(layers=4, embd=64, heads=16, kv_heads=16, head_dim=256, ff=64,
+                           context=1 << 24)  # fmt: skip
+    huge_path = write_tiny_model(tmp_path / "wide.gguf", wide)
+    oc = ollama.Client(host=server.url, timeout=120)
+    for name, path in (("wide", huge_path), ("small", small[0])):
+        oc.create(name, files={path.name: oc.create_blob(path)})
+    with pytest.raises(ollama.ResponseError) as refused:
+        oc.generate("wide", "hi", options={"num_ctx": 1 << 24, "num_predict": 1})
+    assert refused.value.status_code == 507
+    message = refused.value.error
+    assert "wide:latest cannot be loaded: the model is too large for this machine" in message
+    kv = 4 * (1 << 24) * 16 * 256 * 2 * 2
+    weights = sum(int(t.n_bytes) for t in GGUFReader(huge_path).tensors)
+    need = int(message.split(" bytes) with CPU only")[0].rsplit("(", 1)[1])
+    assert 0 <= need - kv - weights < GiB  # weights + KV cache + the graph's estimate
+    assert "bytes) available" in message
+    assert runner_children(server) == [] and oc.ps().models == []
+    answer = oc.generate("small", "One, two,", options={"num_predict": 3, "temperature": 0})
+    assert answer.done and answer.eval_count
+    assert [m.model for m in oc.ps().models] == ["small:latest"]
+    log = server.log.read_text()
+    assert "layout for small:latest: 0/4 layers on GPU (" in log and "running on the CPU" in log
