@@ -68,6 +68,17 @@ def test_fit_report_counts_each_layer_as_the_file_and_the_kv_formula_do(small, k
     assert total == sum(int(t.n_bytes) for t in GGUFReader(path).tensors)
 
 
+def test_a_sliding_window_model_counts_its_blocks_at_most_at_the_window(tmp_path):
+    """Which blocks slide is the plugin's knowledge, so each is counted at the window: a lower
+    bound that never refuses a long-context model that fits."""
+    spec = TinyTransformer(layers=2, heads=4, kv_heads=2, embd=64)
+    spec.metadata["attention.sliding_window"] = 512
+    layers = read_file_layers(write_tiny_model(tmp_path / "swa.gguf", spec))
+    per_cell = spec.kv_heads * (spec.embd // spec.heads) * 2 * 2  # K and V, F16
+    assert fit_report(layers, 100_000).cpu.cache == (512 * per_cell,) * 2 + (0,)
+    assert fit_report(layers, 300).cpu.cache == (300 * per_cell,) * 2 + (0,)
+
+
 def test_fit_report_refuses_nonsense(small):
     layers = read_file_layers(small[0])
     with pytest.raises(ValueError, match="K/V cache type"):

@@ -7,8 +7,12 @@ for that layout the FIT report is arithmetic on the GGUF, which the service read
   `output_norm.*` for the output layer (index `blocks`), everything else (the token embedding,
   rope factors, ...) as `input_weights`;
 * KV cache per block: cells (`num_ctx x parallel`) x the block's K/V heads x (key length +
-  value length) x the bytes of one element of the K/V type, every block at full context (an
-  upper bound for sliding-window blocks, as the service's estimate);
+  value length) x the bytes of one element of the K/V type. A model with a sliding window
+  (`attention.sliding_window`) has every block counted at most at the window: which blocks
+  slide is the plugin's knowledge (Gemma 3 keeps one in six global), so this is a lower
+  bound there, and a refusal is never wrong (counting all at full context would refuse a
+  long-context Gemma 3 that fits; the runner's load-time reservation still fails with its
+  numbers when a global layer's cache does not fit);
 * the graph (compute buffer): the service's estimate, or what the last runner of the file
   measured when larger (measuring needs the model built, i.e. loaded);
 * a vision projector: its file's weights; its encoder's compute buffer is not estimated (0).
@@ -46,6 +50,7 @@ class FileLayers:
     output: int  # weight bytes of the output layer (output, output_norm)
     inputs: int  # every other tensor: token embedding, rope factors, ...
     kv_elements: tuple[int, ...]  # per block: K + V elements per cache cell
+    window: int = 0  # the sliding window (cells counted per block at most), 0: none
 
 
 def _block_index(name: str, blocks: int) -> int | None:
@@ -80,7 +85,8 @@ def _read(path: Path) -> FileLayers:
         k_len = meta.uint("attention.key_length", head_dim)
         v_len = meta.uint("attention.value_length", head_dim)
         kv = tuple(h * (k_len + v_len) for h in kv_heads)
-    return FileLayers(tuple(weights), output, inputs, kv)
+        window = meta.uint("attention.sliding_window", 0)
+    return FileLayers(tuple(weights), output, inputs, kv, window)
 
 
 _cache: OrderedDict[tuple[str, int, int], FileLayers] = OrderedDict()
@@ -120,7 +126,8 @@ def fit_report(
     if cells <= 0:
         raise ValueError(f"the KV cache needs at least one cell, not {cells}")
     per = KV_TYPE_BYTES[kv_type]
-    cache = tuple(int(n * cells * per) for n in layers.kv_elements) + (0,)
+    block_cells = min(cells, layers.window) if layers.window > 0 else cells
+    cache = tuple(int(n * block_cells * per) for n in layers.kv_elements) + (0,)
     cpu = DeviceMemory(weights=(*layers.blocks, layers.output), cache=cache, graph=graph)
     return MemoryReport(
         cpu=cpu,
