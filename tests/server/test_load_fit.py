@@ -225,3 +225,56 @@ def test_the_service_refuses_a_model_too_large_and_keeps_serving(server, tmp_pat
     assert [m.model for m in oc.ps().models] == ["small:latest"]
     log = server.log.read_text()
     assert "layout for small:latest: 0/4 layers on GPU (" in log and "running on the CPU" in log
+
+
+def test_ps_reports_the_layout_the_placement_chose_per_device(small):
+    """/api/ps: size_vram and the per-device breakdown come from the chosen layout's FIT report,
+    checked against gguf's own tensor sizes and the KV formula."""
+    from hearth.server.api.ollama_models import _ps_entry
+
+    path, spec = small
+    blocks, output, other = gguf_counts(path, spec.layers)
+    kv = 2048 * spec.kv_heads * (spec.embd // spec.heads) * 2 * 2  # K and V per block, f16
+    launcher = FakeLauncher()
+
+    async def go() -> dict:
+        placement = Placement(system=lambda: SystemMemory(GiB, GiB, 0))
+        s = Scheduler(ServerConfig(), launcher, placement=placement)
+        (await s.acquire(load_spec(path, "small:latest", 2048), 60)).release()
+        (entry,) = s.loaded()
+        out = _ps_entry(entry)
+        await s.close()
+        return out
+
+    ps = asyncio.run(go())
+    assert ps["size_vram"] == 0
+    assert ps["hearth"]["layout"] == "CPU only"
+    cpu = {"device": "CPU", "layers": spec.layers + 1, "weights": sum(blocks) + output + other,
+           "cache": spec.layers * kv, "graph": 0}  # fmt: skip
+    assert ps["hearth"]["devices"] == [cpu]
+
+
+def test_device_usage_splits_a_gpu_layout_by_device():
+    """What a layout with layers and the projector on a GPU puts on each device (hand-counted)."""
+    from hearth.server.scheduling.layout import CPU, DeviceId, DeviceMemory, Layout, MemoryReport
+    from hearth.server.scheduling.layout.usage import device_usage, gpu_bytes
+
+    cuda = DeviceId("CUDA", "0")
+    report = MemoryReport(
+        cpu=DeviceMemory(weights=(10, 0, 0), cache=(1, 0, 0), graph=5),
+        gpus={cuda: DeviceMemory(weights=(0, 20, 30), cache=(0, 2, 0), graph=7)},
+        input_weights=100,
+        vision=True,
+        projector=1000,
+        projector_graph=50,
+    )
+    layout = Layout.of([(cuda, (1, 2))], projector=cuda)
+    cpu, gpu = device_usage(report, layout)
+    assert (cpu.device, cpu.layers, cpu.weights, cpu.cache, cpu.graph) == (CPU, 1, 110, 1, 5)
+    assert (gpu.device, gpu.layers, gpu.weights, gpu.cache, gpu.graph) == (cuda, 2, 1050, 2, 57)
+    assert gpu_bytes(report, layout) == 1050 + 2 + 57
+    assert gpu_bytes(report, Layout()) == 0
+    (alone,) = device_usage(report, Layout())
+    assert alone.weights == 10 + 100 + 1000 and alone.graph == 5 + 50 and alone.layers == 3
+    with pytest.raises(ValueError, match="layers the model does not have"):
+        device_usage(report, Layout.of([(cuda, (3,))]))

@@ -16,8 +16,10 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from ..prompting.prompts import FALLBACK_TEMPLATE
+from ..scheduling.layout import Layout
+from ..scheduling.layout.usage import device_usage
 from ..scheduling.scheduler import Loaded
-from ..scheduling.service import Service, Target
+from ..scheduling.service import GenerationSettings, Service, Target
 from ..store.model_store import ModelNotFound, ModelRecord
 from ..store.modelinfo import read_full_metadata
 from ..store.names import ModelName
@@ -126,6 +128,7 @@ async def show(body: ShowRequest, request: Request) -> dict[str, Any]:
         model_info = await asyncio.to_thread(read_full_metadata, target.path)
     settings = svc.settings(target, None)
     memory = svc.memory(target, settings)
+    devices = await asyncio.to_thread(_planned_devices, svc, target, settings)
     out: dict[str, Any] = {}
     if target.license:
         out["license"] = target.license
@@ -149,6 +152,7 @@ async def show(body: ShowRequest, request: Request) -> dict[str, Any]:
         "hearth": {
             "estimated_memory": memory["total"],
             "memory": memory,
+            "devices": devices,
             "num_ctx": settings.runner.num_ctx,
             "context_length": info.context_length,
             "file_size": info.file_size,
@@ -158,6 +162,18 @@ async def show(body: ShowRequest, request: Request) -> dict[str, Any]:
         },
     }
     return out
+
+
+def _planned_devices(
+    svc: Service, target: Target, settings: GenerationSettings
+) -> list[dict[str, Any]] | None:
+    """Per device, what the model takes at `settings` (the scheduler's FIT, for the layout
+    the engine runs: all on the CPU); None when the file cannot be read for it."""
+    try:
+        report = svc.fit(target, settings)
+    except (ValueError, OSError):
+        return None
+    return [u.as_json() for u in device_usage(report, Layout())]
 
 
 def _batch_invariance(svc: Service, name: str) -> dict[str, Any] | None:
@@ -179,7 +195,7 @@ def _ps_entry(entry: Loaded) -> dict[str, Any]:
         "name": spec.name,
         "model": spec.name,
         "size": size,
-        "size_vram": int(memory.get("vram", 0)),
+        "size_vram": entry.placed.vram if entry.placed else int(memory.get("vram", 0)),
         "digest": spec.digest,
         "details": spec.details,
         "expires_at": iso(expires),
@@ -192,6 +208,7 @@ def _ps_entry(entry: Loaded) -> dict[str, Any]:
             "loaded_at": iso(entry.loaded_at),
             "memory": memory,
             "batch_invariance": runner.info.get("batch_invariance"),
+            **(entry.placed.as_json() if entry.placed else {"layout": None, "devices": None}),
         },
     }
 

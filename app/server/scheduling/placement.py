@@ -21,16 +21,17 @@ from dataclasses import dataclass, replace
 from ...engine.ml.devices import system_free_swap
 from .layout import (
     Gpu,
+    Layout,
     LayoutOptions,
     MemoryReport,
-    Negotiated,
     SystemMemory,
     negotiate,
     plan_layout,
 )
 from .layout.fit import FileFitRunner
+from .layout.usage import DeviceUsage, device_usage, gpu_bytes
 
-__all__ = ["Placement", "CachedGpus", "system_memory"]
+__all__ = ["Placement", "Placed", "CachedGpus", "system_memory"]
 
 log = logging.getLogger("hearth.scheduler")
 
@@ -68,6 +69,29 @@ class CachedGpus:
         return self._gpus
 
 
+@dataclass(frozen=True)
+class Placed:
+    """The layout the load protocol chose for a model and its report: what /api/ps shows.
+    `where` is the layout in words ("CPU only", "18/19 layers on CUDA0")."""
+
+    layout: Layout
+    memory: MemoryReport
+    where: str
+
+    @property
+    def devices(self) -> tuple[DeviceUsage, ...]:
+        return device_usage(self.memory, self.layout)
+
+    @property
+    def vram(self) -> int:
+        """Bytes on GPUs (0 for a CPU-only layout)."""
+        return gpu_bytes(self.memory, self.layout)
+
+    def as_json(self) -> dict[str, object]:
+        """The "layout" and "devices" keys of Hearth's extension object."""
+        return {"layout": self.where, "devices": [u.as_json() for u in self.devices]}
+
+
 @dataclass
 class Placement:
     """The service's side of the load protocol. `system` gives system memory now (None:
@@ -87,10 +111,11 @@ class Placement:
 
     async def negotiate(
         self, name: str, report: MemoryReport, others_loaded: bool = False
-    ) -> Negotiated | None:
-        """Plan, 'allocate' and commit the layout of `report` (the model `name`) and log where
-        it runs; None when system memory is unknown. `others_loaded` makes a layout that needs
-        more than is free now raise `LoadRequiresEviction`; a model that does not fit in free
+    ) -> Placed | None:
+        """Plan, 'allocate' and commit the layout of `report` (the model `name`), log where
+        it runs and return the layout with its report; None when system memory is unknown.
+        `others_loaded` makes a layout that needs more than is free now raise
+        `LoadRequiresEviction`; a model that does not fit in free
         memory + swap raises `ModelTooLarge` with the numbers."""
         system = self.system()
         if system is None:
@@ -117,4 +142,4 @@ class Placement:
         count = f"{done.layout.offloaded}/{report.layers} layers on GPU"
         line = f"layout for {name}: {count}" + (f" ({reason}): {where}" if reason else f": {where}")
         log.info("%s", line)
-        return done
+        return Placed(done.layout, done.memory, done.layout.describe(done.memory.layers))

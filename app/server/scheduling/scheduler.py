@@ -58,7 +58,7 @@ from ...engine.ml.devices import system_available_memory
 from ...runner.protocol import CompletionRequest
 from ..config import FOREVER, ServerConfig
 from .layout import LoadRequiresEviction, MemoryReport, ModelTooLarge, human_bytes
-from .placement import Placement
+from .placement import Placed, Placement
 from .runner_process import RunnerOptions, RunnerProcess, RunnerStartError
 
 __all__ = [
@@ -152,6 +152,7 @@ class Loaded:
     retiring: bool = False
     timer: asyncio.TimerHandle | None = None
     idle: asyncio.Event = field(default_factory=asyncio.Event)
+    placed: Placed | None = None  # the layout the load protocol chose (None: not planned)
 
     def serves(self, spec: LoadSpec) -> bool:
         """Whether this runner can take the request as it is (no reload)."""
@@ -287,7 +288,7 @@ class Scheduler:
             await self._refuse_if_too_large(spec)
             await self._make_room(spec)
             spec, fallback = self._choose_parallel(spec)
-            spec, fallback = await self._place(spec, fallback)
+            spec, fallback, placed = await self._place(spec, fallback)
             spec, runner = await self._start(spec, fallback)
             log.info(
                 "%s loaded with %d parallel slot%s (%s)",
@@ -302,7 +303,7 @@ class Scheduler:
                     k: int(v) for k, v in memory.items() if isinstance(v, int)
                 }
             options = spec.options
-            entry = Loaded(spec, runner, asyncio.Semaphore(max(1, options.parallel)))
+            entry = Loaded(spec, runner, asyncio.Semaphore(max(1, options.parallel)), placed=placed)
             self._entries[spec.key] = entry
             return entry
 
@@ -335,16 +336,17 @@ class Scheduler:
 
     async def _place(
         self, spec: LoadSpec, fallback: LoadSpec | None
-    ) -> tuple[LoadSpec, LoadSpec | None]:
+    ) -> tuple[LoadSpec, LoadSpec | None, Placed | None]:
         """The load protocol before the runner starts (see `placement`): a layout that needs
         more memory than is free while other models are loaded first drops automatically
-        chosen slots, then unloads the least recently used idle model, and is planned again."""
+        chosen slots, then unloads the least recently used idle model, and is planned again.
+        Returns the spec, its one-slot fallback and the layout chosen (None: none planned)."""
         while (report := await self._fit(spec)) is not None and self._placement is not None:
             try:
-                await self._placement.negotiate(
+                placed = await self._placement.negotiate(
                     spec.name, report, others_loaded=bool(self._entries)
                 )
-                return spec, fallback
+                return spec, fallback, placed
             except (LoadRequiresEviction, ModelTooLarge) as e:
                 if fallback is not None:
                     reason = f"automatic: {spec.options.parallel} slots do not fit in memory"
@@ -354,7 +356,7 @@ class Scheduler:
                     await self._evict_one()
                 else:
                     raise ModelTooLarge(f"{spec.name} cannot be loaded: {e}") from None
-        return spec, fallback
+        return spec, fallback, None
 
     async def _retire(self, entry: Loaded) -> None:
         """Unload a runner that must be reloaded with other options, once it is idle."""
