@@ -261,3 +261,23 @@ def test_generate_context_tokens_go_before_the_prompt(fake_service):
     req = fake_service.launcher.started[0].requests[-1]
     assert req.prompt is None and req.tokens[:3] == [7, 8, 9] and len(req.tokens) > 3
     assert out["context"]  # and the response carries the new context
+
+
+def test_show_estimates_each_device_at_the_default_settings(fake_service, tiny_llama_path):
+    """/api/show's per-device FIT, against gguf's tensor sizes and the KV formula."""
+    from gguf import GGUFReader
+
+    reader = GGUFReader(tiny_llama_path)
+
+    def meta(key: str) -> int:
+        field = reader.fields[f"llama.{key}"]
+        return int(field.parts[field.data[0]][0])
+
+    blocks, heads = meta("block_count"), meta("attention.head_count")
+    kv_heads, embd = meta("attention.head_count_kv"), meta("embedding_length")
+    extras = fake_service.client.post("/api/show", json={"model": "tiny"}).json()["hearth"]
+    (cpu,) = extras["devices"]
+    kv = extras["num_ctx"] * blocks * kv_heads * (embd // heads) * 2 * 2  # K and V, f16
+    assert cpu["device"] == "CPU" and cpu["layers"] == blocks + 1
+    assert cpu["weights"] == sum(int(t.n_bytes) for t in reader.tensors)
+    assert cpu["cache"] == kv and cpu["graph"] == extras["memory"]["graph"] > 0
