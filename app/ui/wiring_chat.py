@@ -34,6 +34,7 @@ def wire_chat_page(
         page.set_model(open_chat.model)
         page.set_welcome(open_chat.model)
         info = models.info(open_chat.model)
+        page.set_runs_on(info.runs_on if info else "")
         composer.set_think(bool(info and info.thinking), settings.current().think)
         composer.set_vision(chat.images_refused())
         show_images_note()
@@ -56,6 +57,8 @@ def wire_chat_page(
     chat.chat_meta_changed.connect(show_chat)
     models.models_changed.connect(show_chat)  # the model chooser and the think switch
     models.model_updated.connect(lambda _name: show_chat())
+    models.running_changed.connect(show_chat)  # where the model runs, once loaded
+    chat.reply_finished.connect(lambda *_a: models.refresh_running())  # the reply loaded it
     chat.busy_changed.connect(composer.set_busy)
     chat.busy_changed.connect(transcript.set_busy)
     chat.context_changed.connect(page.meter.set_usage)

@@ -41,6 +41,8 @@ class StubServer:
     error_after: int = 0
     token: str = ""
     requests: list[dict[str, Any]] = field(default_factory=list)
+    layout: str = "CPU only"  # /api/ps's hearth.layout for a model a chat has loaded
+    loaded: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         stub = self
@@ -79,7 +81,7 @@ class StubServer:
                 elif self.path == "/api/tags":
                     self._send(200, {"models": [stub._tag(m) for m in stub.models]})
                 elif self.path == "/api/ps":
-                    self._send(200, {"models": []})
+                    self._send(200, {"models": [stub._ps(m) for m in stub.loaded]})
                 else:
                     self._send(404, {"error": "not found"})
 
@@ -135,6 +137,8 @@ class StubServer:
                 if stub.error and stub.error_status:
                     self._send(stub.error_status, {"error": stub.error})
                     return
+                if m.name not in stub.loaded:
+                    stub.loaded.append(m.name)
                 images = any(msg.get("images") for msg in body.get("messages") or [])
                 if images and "vision" not in m.capabilities:  # as the service refuses them
                     self._send(400, {"error": f"{m.name} does not support images"})
@@ -220,6 +224,12 @@ class StubServer:
                 "quantization_level": m.quantization,
             },
         }
+
+    def _ps(self, name: str) -> dict[str, Any]:
+        m = self._find(name)
+        size = m.memory if m else 0
+        return {"name": name, "model": name, "size": size, "size_vram": 0,
+                "hearth": {"layout": self.layout, "devices": []}}  # fmt: skip
 
     def _show(self, m: StubModel) -> dict[str, Any]:
         return {

@@ -111,3 +111,19 @@ def test_a_wrong_key_is_reported(qtbot, stub, make_app, status):
     app = make_app(stub.url, "wrong", ready=False)
     qtbot.waitUntil(lambda: app.service.state == "failed", timeout=10_000)
     assert "401" in app.window.dialogs.failure_box.text()
+
+
+def test_where_a_loaded_model_runs_and_the_gpu_layers_setting_reach_the_user(qtbot, stub, make_app):
+    """The models page and the chat header say where the loaded model runs (/api/ps's
+    hearth.layout); the GPU layers setting travels in each request as options.num_gpu."""
+    stub.layout = "3/4 layers on CUDA0"
+    app = make_app(stub.url)
+    page, header = app.window.models_page, app.window.chat_page
+    page.select_name("gemma3:270m")
+    assert page.d_fields["runs"].text() == "Not loaded" and header.runs_on.isHidden()
+    app.window.settings_page.num_gpu.setValue(2)  # the GPU layers setting
+    send_and_wait(qtbot, app, "hello")
+    qtbot.waitUntil(lambda: header.runs_on.text() == "3/4 layers on CUDA0", timeout=10_000)
+    assert page.d_fields["runs"].text() == "3/4 layers on CUDA0" and not header.runs_on.isHidden()
+    sent = [r for r in stub.requests if r["path"] == "/api/chat"][-1]
+    assert sent["options"]["num_gpu"] == 2

@@ -11,7 +11,20 @@ from PySide6.QtCore import QObject, Signal
 from ..api_client import ApiClient, ApiError
 from ..item_models.model_list import ModelListModel, ModelRow
 
-__all__ = ["ModelsController", "model_name_for"]
+__all__ = ["ModelsController", "model_name_for", "running_on"]
+
+
+def running_on(ps_entry: dict[str, Any]) -> str:
+    """Where a loaded model runs, from its /api/ps entry: Hearth's `hearth.layout` ("CPU only",
+    "18/19 layers on CUDA0"), else from `size_vram` as Ollama reports it."""
+    extra = ps_entry.get("hearth")
+    layout = extra.get("layout") if isinstance(extra, dict) else None
+    if isinstance(layout, str) and layout:
+        return layout
+    size, vram = int(ps_entry.get("size") or 0), int(ps_entry.get("size_vram") or 0)
+    if not vram:
+        return "CPU only"
+    return "GPU" if vram >= size else f"{round(100 * vram / size)}% GPU"
 
 
 def model_name_for(path: Path) -> str:
@@ -28,6 +41,7 @@ class ModelsController(QObject):
     import_progress = Signal(str, int, int)  # status line, completed, total (0: unknown)
     import_finished = Signal(str, bool, str)  # name, ok, message
     deleted = Signal(str)
+    running_changed = Signal()  # /api/ps answered: which models are loaded, and where
     notice = Signal(str, str)  # level, sentence
 
     def __init__(self, client: ApiClient, parent: QObject | None = None) -> None:
@@ -68,6 +82,24 @@ class ModelsController(QObject):
         for info in infos:
             if not info.details_loaded:
                 self.fetch_details(info.name)
+        self.refresh_running()
+
+    def refresh_running(self) -> None:
+        """Ask the service which models are loaded and where they run (/api/ps)."""
+        self._client.get("/api/ps").done.connect(self._on_ps)
+
+    def _on_ps(self, body: Any) -> None:
+        entries = body.get("models", []) if isinstance(body, dict) else []
+        where: dict[str, str] = {}
+        for e in entries:
+            if isinstance(e, dict):
+                where[str(e.get("name") or e.get("model") or "")] = running_on(e)
+        for info in self.model.models():
+            runs_on = where.get(info.name, "")
+            if runs_on != info.runs_on:
+                info.runs_on = runs_on
+                self.model.refresh_row(info.name)
+        self.running_changed.emit()
 
     def fetch_details(self, name: str) -> None:
         call = self._client.post("/api/show", {"model": name})

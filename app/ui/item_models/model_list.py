@@ -118,6 +118,7 @@ class ModelRow:
     memory_estimate: int | None = None
     memory_parts: dict[str, int] = field(default_factory=dict)
     problem: str = ""  # why the service cannot run this model, when it says so
+    runs_on: str = ""  # loaded: where (/api/ps's hearth.layout: "CPU only", "18/19 layers on ...")
     details_loaded: bool = False
 
     @classmethod

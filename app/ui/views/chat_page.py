@@ -55,12 +55,20 @@ class ChatPage(QWidget):
         self.model_box.setAccessibleName(self.tr("Model for this chat"))
         self.model_box.view().setAccessibleName(self.tr("Installed models"))
         self.model_box.setToolTip(self.tr("Model for this chat (Ctrl+M)"))
+        self.runs_on = QLabel()
+        self.runs_on.setObjectName("Muted")
+        self.runs_on.setAccessibleName(self.tr("Where the model runs"))
+        self.runs_on.setToolTip(
+            self.tr("Where the loaded model runs (CPU only, or its GPU layers)")
+        )
+        self.runs_on.hide()
         self.meter = ContextMeter()
         self.settings_btn = QPushButton(self.tr("Chat settings"))
         self.settings_btn.setAccessibleName(self.tr("Chat settings: system prompt and sampling"))
         self.settings_btn.setToolTip(self.tr("System prompt and sampling for this chat (Ctrl+;)"))
         hl.addWidget(self.title, 1)
         hl.addWidget(self.model_box)
+        hl.addWidget(self.runs_on)
         hl.addWidget(self.meter)
         hl.addWidget(self.settings_btn)
         lay.addWidget(header)
@@ -110,6 +118,12 @@ class ChatPage(QWidget):
         self.banner_label.setText(text)
         self.banner_bar.setVisible(busy)
         self.banner.setVisible(bool(text))
+
+    def set_runs_on(self, where: str) -> None:
+        """Where the chat's model runs once loaded ("CPU only", "18/19 layers on CUDA0");
+        hidden while it is not loaded."""
+        self.runs_on.setText(where)
+        self.runs_on.setVisible(bool(where))
 
     def set_model(self, name: str) -> None:
         self.model_box.blockSignals(True)

@@ -133,6 +133,7 @@ class ModelsPage(QWidget):
             ("ctx", self.tr("Context length")),
             ("caps", self.tr("Capabilities")),
             ("memory", self.tr("Memory when loaded")),
+            ("runs", self.tr("Running on")),
         ):
             value = QLabel("—")
             value.setWordWrap(True)
@@ -227,6 +228,7 @@ class ModelsPage(QWidget):
         )
         f["caps"].setText(", ".join(m.capabilities) if m.capabilities else "…")
         f["memory"].setText(human_bytes(m.memory_estimate) if m.memory_estimate else "—")
+        f["runs"].setText(m.runs_on or self.tr("Not loaded"))
         parts = ", ".join(
             f"{k.replace('_', ' ')} {human_bytes(v)}" for k, v in m.memory_parts.items()
         )
