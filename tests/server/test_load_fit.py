@@ -278,3 +278,26 @@ def test_device_usage_splits_a_gpu_layout_by_device():
     assert alone.weights == 10 + 100 + 1000 and alone.graph == 5 + 50 and alone.layers == 3
     with pytest.raises(ValueError, match="layers the model does not have"):
         device_usage(report, Layout.of([(cuda, (3,))]))
+
+
+def test_ps_counts_the_slots_the_runner_started_with(small):
+    """Four automatic slots planned, the start fails, one runs: /api/ps counts one slot's cache."""
+    from hearth.server.api.ollama_models import _ps_entry
+
+    path, spec = small
+    kv = 2048 * spec.kv_heads * (spec.embd // spec.heads) * 2 * 2  # K and V per block, f16
+    launcher = FakeLauncher(fail="out of memory")
+
+    async def go() -> dict:
+        placement = Placement(system=lambda: SystemMemory(GiB, GiB, 0))
+        s = Scheduler(ServerConfig(), launcher, lambda: 100 * GiB, placement)
+        wanted = replace(load_spec(path, "a:latest", 2048), parallel_choices=((4, 1),))
+        (await s.acquire(wanted, 60)).release()
+        out = _ps_entry(s.loaded()[0])
+        await s.close()
+        return out
+
+    ps = asyncio.run(go())
+    assert [r.options.parallel for r in launcher.started] == [1]
+    assert ps["hearth"]["parallel"] == 1
+    assert ps["hearth"]["devices"][0]["cache"] == spec.layers * kv

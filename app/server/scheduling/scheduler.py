@@ -288,8 +288,11 @@ class Scheduler:
             await self._refuse_if_too_large(spec)
             await self._make_room(spec)
             spec, fallback = self._choose_parallel(spec)
-            spec, fallback, placed = await self._place(spec, fallback)
-            spec, runner = await self._start(spec, fallback)
+            planned, fallback, placed = await self._place(spec, fallback)
+            spec, runner = await self._start(planned, fallback)
+            if placed is not None and spec is not planned:  # started with one slot instead
+                report = await self._fit(spec)
+                placed = replace(placed, memory=report) if report is not None else None
             log.info(
                 "%s loaded with %d parallel slot%s (%s)",
                 spec.name,
