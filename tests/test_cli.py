@@ -78,3 +78,19 @@ def test_broken_file_is_a_sentence_not_a_traceback(tiny_llama_path, tmp_path):
     proc = hearth("run", str(cut), "hi", home=tmp_path / "home")
     assert proc.returncode == 1
     assert "truncated" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("size", "vram", "text"),
+    [
+        (1000, 0, "100% CPU"),
+        (1000, 1000, "100% GPU"),
+        (1000, 520, "48%/52% CPU/GPU"),
+        (1000, 1001, "Unknown"),
+    ],
+)
+def test_ps_writes_the_processor_as_ollama_ps_does(size, vram, text):
+    """cmd/cmd.go's ListRunningHandler: CPU share rounded, the GPU share its complement."""
+    from hearth.cli.commands import processor_text
+
+    assert processor_text(size, vram) == text

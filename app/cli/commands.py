@@ -60,11 +60,23 @@ def cmd_list(args: Any, conn: Connection, out: TextIO) -> int:
     return 0
 
 
+def processor_text(size: int, size_vram: int) -> str:
+    """Where a loaded model's bytes are, as `ollama ps` writes it: "100% CPU", "100% GPU",
+    "48%/52% CPU/GPU" (or "Unknown" for sizes that do not add up)."""
+    if size_vram == 0:
+        return "100% CPU"
+    if size_vram == size:
+        return "100% GPU"
+    if size_vram > size or size <= 0:
+        return "Unknown"
+    cpu = round((size - size_vram) / size * 100)
+    return f"{cpu}%/{100 - cpu}% CPU/GPU"
+
+
 def cmd_ps(args: Any, conn: Connection, out: TextIO) -> int:
     rows = [["NAME", "ID", "SIZE", "PROCESSOR", "CONTEXT", "UNTIL"]]
     for m in conn.client.ps():
-        vram = m.get("size_vram", 0) / m["size"] if m.get("size") else 0
-        proc = "100% CPU" if vram == 0 else f"{vram:.0%} GPU"
+        proc = processor_text(int(m.get("size") or 0), int(m.get("size_vram") or 0))
         until = since(m["expires_at"], future=True)
         rows.append(
             [
