@@ -94,34 +94,28 @@ class VisionConfig:
             size, patch = proj.uint("vision.image_size"), proj.uint("vision.patch_size")
             kernel = proj.uint("vision.projector.scale_factor", _DEFAULT_KERNEL) or 1
             side = size // patch // kernel if patch else 0
-            return cls(
-                image_size=size,
-                patch_size=patch,
-                embedding_length=proj.uint("vision.embedding_length"),
-                feed_forward_length=proj.uint("vision.feed_forward_length"),
-                block_count=proj.uint("vision.block_count"),
-                head_count=proj.uint("vision.attention.head_count"),
-                eps=proj.float("vision.attention.layer_norm_epsilon", 1e-6),
-                image_mean=_three(proj.floats("vision.image_mean"), _DEFAULT_MEAN, "image_mean"),
-                image_std=_three(proj.floats("vision.image_std"), _DEFAULT_STD, "image_std"),
-                tokens_per_image=side * side,
-                naming="llama.cpp",
-            )
+            return cls._read(proj, side * side, "llama.cpp")
         if not meta.has("vision.block_count"):
             return None
         tokens = meta.uint("mm.tokens_per_image", meta.uint("mm_tokens_per_image", 0))
+        return cls._read(meta, tokens or _DEFAULT_TOKENS, "ollama")
+
+    @classmethod
+    def _read(cls, view: Metadata, tokens_per_image: int, naming: str) -> VisionConfig:
+        """The encoder's `vision.*` keys, the same in both layouts (under `clip.` in a
+        projector file, under `gemma3.` in Ollama's one file)."""
         return cls(
-            image_size=meta.uint("vision.image_size"),
-            patch_size=meta.uint("vision.patch_size"),
-            embedding_length=meta.uint("vision.embedding_length"),
-            feed_forward_length=meta.uint("vision.feed_forward_length"),
-            block_count=meta.uint("vision.block_count"),
-            head_count=meta.uint("vision.attention.head_count"),
-            eps=meta.float("vision.attention.layer_norm_epsilon", 1e-6),
-            image_mean=_three(meta.floats("vision.image_mean"), _DEFAULT_MEAN, "image_mean"),
-            image_std=_three(meta.floats("vision.image_std"), _DEFAULT_STD, "image_std"),
-            tokens_per_image=tokens or _DEFAULT_TOKENS,
-            naming="ollama",
+            image_size=view.uint("vision.image_size"),
+            patch_size=view.uint("vision.patch_size"),
+            embedding_length=view.uint("vision.embedding_length"),
+            feed_forward_length=view.uint("vision.feed_forward_length"),
+            block_count=view.uint("vision.block_count"),
+            head_count=view.uint("vision.attention.head_count"),
+            eps=view.float("vision.attention.layer_norm_epsilon", 1e-6),
+            image_mean=_three(view.floats("vision.image_mean"), _DEFAULT_MEAN, "image_mean"),
+            image_std=_three(view.floats("vision.image_std"), _DEFAULT_STD, "image_std"),
+            tokens_per_image=tokens_per_image,
+            naming=naming,
         )
 
     @property

@@ -17,7 +17,6 @@ order), which the op tests bound.
 from __future__ import annotations
 
 import ctypes
-import importlib.util
 import logging
 import os
 import struct
@@ -26,6 +25,7 @@ from typing import Any
 import ggml as g
 
 from .api import DType
+from .ggml_lib import load_extension
 
 __all__ = ["AttentionKernel"]
 
@@ -52,21 +52,11 @@ class AttentionKernel:
 
     @classmethod
     def _load(cls) -> AttentionKernel | None:
-        spec = importlib.util.find_spec("hearth.engine.ml._attention")
-        if spec is None or not spec.origin:
-            _log.debug("Hearth's attention kernel is not built; ggml's nodes are used")
-            return None
-        try:
-            lib = ctypes.CDLL(spec.origin)
-        except OSError as exc:
-            _log.warning("could not load Hearth's attention kernel (%s)", exc)
-            return None
-        abi = getattr(lib, "hearth_attention_abi", None)
-        if abi is None or abi() != _ABI:
-            _log.warning(
-                "Hearth's attention kernel was built from other sources (rebuild with "
-                "`python setup.py build_ext --inplace`); ggml's nodes are used"
-            )
+        lib = load_extension(
+            "hearth.engine.ml._attention", "hearth_attention_abi", _ABI,
+            "Hearth's attention kernel", "ggml's nodes are used",
+        )  # fmt: skip
+        if lib is None:
             return None
         lib.hearth_attention_supported.restype = ctypes.c_int
         if not lib.hearth_attention_supported():

@@ -31,7 +31,6 @@ as before; `HEARTH_CPU_KERNELS=avx2` keeps the kernel to its AVX2 code.
 from __future__ import annotations
 
 import ctypes
-import importlib.util
 import logging
 import os
 from typing import TYPE_CHECKING, Any
@@ -40,6 +39,7 @@ import ggml as g
 import numpy as np
 
 from .api import DType
+from .ggml_lib import load_extension
 
 if TYPE_CHECKING:
     from .ggml import GGMLBackend
@@ -108,21 +108,11 @@ def takes(dtype: DType, isa: int, n: int, weight_bytes: int = 0) -> bool:
 
 
 def _load_library() -> ctypes.CDLL | None:
-    spec = importlib.util.find_spec("hearth.engine.ml._kernels")
-    if spec is None or not spec.origin:
-        _log.debug("Hearth's CPU kernels are not built; ggml's mul_mat is used")
-        return None
-    try:
-        lib = ctypes.CDLL(spec.origin)
-    except OSError as exc:
-        _log.warning("could not load Hearth's CPU kernels (%s); ggml's mul_mat is used", exc)
-        return None
-    abi = getattr(lib, "hearth_kernels_abi", None)
-    if abi is None or abi() != _ABI:
-        _log.warning(
-            "Hearth's CPU kernels were built from other sources (rebuild with "
-            "`python setup.py build_ext --inplace`); ggml's mul_mat is used"
-        )
+    lib = load_extension(
+        "hearth.engine.ml._kernels", "hearth_kernels_abi", _ABI, "Hearth's CPU kernels",
+        "ggml's mul_mat is used",
+    )  # fmt: skip
+    if lib is None:
         return None
     lib.hearth_kernels_supported.restype = ctypes.c_int
     lib.hearth_kernels_isa.restype = ctypes.c_int

@@ -6,6 +6,7 @@ ggml's log sink is process-wide, so importing this module routes it to Python lo
 from __future__ import annotations
 
 import ctypes
+import importlib.util
 import logging
 import os
 from typing import Any
@@ -14,7 +15,7 @@ import ggml as g
 
 from .api import OutOfMemoryError
 
-__all__ = ["address", "metadata_context", "physical_cores"]
+__all__ = ["address", "load_extension", "metadata_context", "physical_cores"]
 
 _c_void_p = ctypes.c_void_p
 
@@ -53,6 +54,32 @@ def _ggml_log(level: int, text: bytes, _user: object) -> None:
 
 # ggml's log sink is process-wide; route it to Python logging (one constant callback).
 g.ggml_log_set(_ggml_log, None)
+
+
+def load_extension(module: str, abi_symbol: str, abi: int, what: str, fallback: str) -> Any:
+    """One of Hearth's optional C extensions (`module`, e.g. "hearth.engine.ml._kernels") as a
+    `ctypes.CDLL`, or None, logged with `what` ("Hearth's CPU kernels") and `fallback` ("ggml's
+    mul_mat is used"), when it is not built, cannot be loaded, or was built from other sources
+    (its `abi_symbol` function does not return `abi`)."""
+    log = logging.getLogger("hearth.kernels")
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.origin:
+        log.debug("%s: not built; %s", what, fallback)
+        return None
+    try:
+        lib = ctypes.CDLL(spec.origin)
+    except OSError as exc:
+        log.warning("could not load %s (%s); %s", what, exc, fallback)
+        return None
+    check = getattr(lib, abi_symbol, None)
+    if check is None or check() != abi:
+        log.warning(
+            "%s: built from other sources (rebuild with `python setup.py build_ext --inplace`); %s",
+            what,
+            fallback,
+        )
+        return None
+    return lib
 
 
 def address(p: Any) -> int:
