@@ -21,7 +21,7 @@ from .api.security import install_security
 from .config import ServerConfig
 from .devices import DeviceMonitor, DeviceProbe, layout_devices, probe_in_subprocess
 from .scheduling.layout import Gpu
-from .scheduling.placement import CachedGpus, Placement, system_memory
+from .scheduling.placement import Placement, system_memory
 from .scheduling.scheduler import Launcher, Scheduler, process_launcher, system_available_memory
 from .scheduling.service import Service
 from .store.model_store import ModelStore
@@ -45,8 +45,17 @@ def register_default_model(store: ModelStore) -> None:
         log.info("registered the built-in model %s", DEFAULT_MODEL)
 
 
+GPU_REPORT_MAX_AGE_S = 30.0  # a load plans with a device report up to this old
+
+
 async def _gpus(devices: DeviceMonitor) -> list[Gpu]:
-    return layout_devices(await devices.report())[0]
+    """The GPUs for a load's layout search; a failed probe means planning for the CPU."""
+    try:
+        report = await devices.report(max_age=GPU_REPORT_MAX_AGE_S)
+    except Exception as e:  # any probe failure: plan for the CPU
+        log.warning("could not enumerate devices (%s): planning for the CPU only", e)
+        return []
+    return layout_devices(report)[0]
 
 
 def create_app(
@@ -75,7 +84,7 @@ def create_app(
     devices = DeviceMonitor(device_probe)
     placement = Placement(
         system=lambda: system_memory(available_memory()),
-        gpus=CachedGpus(lambda: _gpus(devices)),
+        gpus=lambda: _gpus(devices),
         overhead=config.gpu_overhead,
     )
     scheduler = Scheduler(config, launcher, available_memory, placement)

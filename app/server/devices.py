@@ -3,10 +3,11 @@ subprocess (`python -m hearth.engine.ml.devices`).
 
 A subprocess, not this process: asking a GPU backend for its memory initialises it (a CUDA
 context on every GPU holds memory and takes seconds), which the service, whose runners do the
-computing, must neither pay at start nor keep. Each `report()` runs a fresh probe (free memory
-is live); concurrent callers share one run. At start, `log_at_start` probes in the background,
-so readiness never waits for it, and logs one line ("devices: CPU (AMD EPYC, 23.5 GiB); no
-NVIDIA GPU (pynvml: driver not found)").
+computing, must neither pay at start nor keep. `report()` runs a fresh probe (free memory
+is live) unless the caller accepts one up to `max_age` seconds old (the layout search before a
+load: the probe made at start then serves the first load); concurrent callers share one run.
+At start, `log_at_start` probes in the background, so readiness never waits for it, and logs
+one line ("devices: CPU (AMD EPYC, 23.5 GiB); no NVIDIA GPU (pynvml: driver not found)").
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable
 
 from ..engine.ml.devices import DeviceReport, probe_command, system_free_swap
@@ -68,12 +70,18 @@ class DeviceMonitor:
         self._probe = probe
         self._running: asyncio.Task[DeviceReport] | None = None
         self._start_task: asyncio.Task[None] | None = None
+        self._last: tuple[float, DeviceReport] | None = None  # (monotonic time, report)
 
-    async def report(self) -> DeviceReport:
-        """A fresh report; callers arriving while a probe runs get that probe's report."""
+    async def report(self, max_age: float = 0.0) -> DeviceReport:
+        """A fresh report, or the last one if it is at most `max_age` seconds old; callers
+        arriving while a probe runs get that probe's report."""
+        if self._last is not None and time.monotonic() - self._last[0] <= max_age:
+            return self._last[1]
         if self._running is None or self._running.done():
             self._running = asyncio.ensure_future(self._probe())
-        return await asyncio.shield(self._running)
+        report = await asyncio.shield(self._running)
+        self._last = (time.monotonic(), report)
+        return report
 
     async def _log(self) -> None:
         try:

@@ -100,6 +100,30 @@ def test_concurrent_requests_share_one_probe(tmp_path: Path) -> None:
     assert calls == 1
 
 
+def test_a_recent_report_serves_callers_that_accept_its_age() -> None:
+    """The start-up probe serves the first load's layout search; the endpoint probes afresh."""
+    calls = 0
+
+    async def probe() -> DeviceReport:
+        nonlocal calls
+        calls += 1
+        return TWO_GPUS
+
+    monitor = server_devices.DeviceMonitor(probe)
+
+    async def run() -> None:
+        await monitor.report()
+        assert await monitor.report(max_age=30.0) == TWO_GPUS
+        assert calls == 1
+        await monitor.report()
+        assert calls == 2
+        await asyncio.sleep(0.05)
+        await monitor.report(max_age=0.01)
+        assert calls == 3
+
+    asyncio.run(run())
+
+
 def test_a_failing_probe_is_a_500_with_a_sentence(tmp_path: Path) -> None:
     async def probe() -> DeviceReport:
         raise DeviceProbeError("the device probe failed (status 3): boom")

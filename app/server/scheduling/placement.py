@@ -5,7 +5,8 @@ a model that fits nowhere (see `hearth.server.scheduling.layout`).
 not fit in system memory (`plan_layout`'s `ModelTooLarge`); `Placement.negotiate` runs the load
 protocol (`negotiate`) on it and logs one line: "layout for NAME: 0/N layers on GPU (no GPU
 found): running on the CPU". System memory is read live; GPUs come from the service's device
-probe (`CachedGpus`: re-used for 30 s; a probe that fails counts as no GPU, with a warning).
+probe (the service passes one that reuses a report up to 30 s old and counts a failed probe as
+no GPU, with a warning).
 The engine runs on the CPU only for now, so GPUs found are named in the log line and left out
 of the search.
 """
@@ -14,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 
@@ -31,7 +31,7 @@ from .layout import (
 from .layout.fit import FileFitRunner
 from .layout.usage import DeviceUsage, device_usage, gpu_bytes
 
-__all__ = ["Placement", "Placed", "CachedGpus", "system_memory"]
+__all__ = ["Placement", "Placed", "system_memory"]
 
 log = logging.getLogger("hearth.scheduler")
 
@@ -48,25 +48,6 @@ def system_memory(free: int | None) -> SystemMemory | None:
         return None
     total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     return SystemMemory(total=total, free=free, free_swap=system_free_swap())
-
-
-class CachedGpus:
-    """The GPUs of `probe`, probed again once the last answer is `ttl` seconds old."""
-
-    def __init__(self, probe: GpuSource, ttl: float = 30.0) -> None:
-        self._probe, self._ttl = probe, ttl
-        self._gpus: Sequence[Gpu] = ()
-        self._at = -float("inf")
-
-    async def __call__(self) -> Sequence[Gpu]:
-        if time.monotonic() - self._at >= self._ttl:
-            try:
-                self._gpus = tuple(await self._probe())
-            except Exception as e:  # any probe failure: plan for the CPU
-                log.warning("could not enumerate devices (%s): planning for the CPU only", e)
-                self._gpus = ()
-            self._at = time.monotonic()
-        return self._gpus
 
 
 @dataclass(frozen=True)
