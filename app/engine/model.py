@@ -21,6 +21,7 @@ from typing import Any
 from .architecture import Architecture, Architectures, ArchitectureSpec
 from .gguf import GGUFError, GGUFFile
 from .ml.ggml import GGMLBackend
+from .ml.placement import DevicePlacement
 from .ml.weights import ProgressFn, WeightStore
 from .tokenizer import Tokenizer, load_tokenizer
 
@@ -72,6 +73,7 @@ def load_model(
     progress: ProgressFn | None = None,
     num_threads: int | None = None,
     flash_attention: bool = False,
+    placement: DevicePlacement | None = None,
 ) -> LoadedModel:
     """Open `path`, build its architecture's model (found in `registry`, which the program
     that assembles Hearth builds from the installed plugins) and load the weights.
@@ -80,6 +82,8 @@ def load_model(
 
     Raises GGUFError for a damaged file and ModelLoadError when the file is valid but cannot
     be run (unknown architecture, missing tensors, unsupported settings).
+    `placement`: which layers go on which devices (GPUs, RPC workers; default: the CPU), for
+    a backend this call creates.
     """
     file = GGUFFile(path)
     owns_backend = backend is None
@@ -98,7 +102,9 @@ def load_model(
         except (ValueError, KeyError, TypeError) as e:
             raise ModelLoadError(f"{file.path.name}: cannot read {spec.name} settings: {e}") from e
         if backend is None:
-            backend = GGMLBackend(num_threads=num_threads, flash_attention=flash_attention)
+            backend = GGMLBackend(
+                num_threads=num_threads, flash_attention=flash_attention, placement=placement
+            )
         try:
             weights = WeightStore(backend, file, proj)
         except GGUFError as e:

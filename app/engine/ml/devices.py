@@ -312,7 +312,14 @@ def attach_nvidia(devices: list[Device], gpus: list[NvidiaGPU]) -> list[Device]:
 
 
 def probe() -> DeviceReport:
-    """ggml's devices and NVML's GPUs, matched, in this process."""
+    """ggml's devices (with the RPC workers of HEARTH_RPC_SERVERS) and NVML's GPUs, matched,
+    in this process."""
+    from .rpc import RpcUnavailableError, add_servers, servers_from_env
+
+    try:
+        add_servers(servers_from_env())
+    except (RpcUnavailableError, ValueError) as e:
+        sys.stderr.write(f"hearth: {e}\n")
     gpus, reason = nvidia_gpus()
     return DeviceReport(attach_nvidia(ggml_devices(), gpus), gpus, reason)
 

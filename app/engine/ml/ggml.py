@@ -1,7 +1,10 @@
 """The ggml implementation of the tensor API (ggml-python ctypes bindings).
 
-Graphs run through one `ggml_backend_sched` per backend object, so a build with GPU support
-places each op on the device holding its weights, the CPU backend being the fallback.
+Graphs run through one `ggml_backend_sched` per backend object over the devices a
+`DevicePlacement` names (GPUs, RPC workers) and the CPU last: each op runs on the device holding
+its weights, the CPU being the fallback. Hearth's own CPU kernels (custom ops) are used only
+where their operands live in host memory; with nothing placed, every op runs on the CPU as
+before.
 """
 
 from __future__ import annotations
@@ -28,8 +31,17 @@ from .invariance import (
     probe_flash_attention,
     probe_kv_padding,
 )
+from .placement import DevicePlacement, PlacementError
 
 __all__ = ["GGMLBackend", "GGMLContext", "GGMLTensor", "metadata_context", "physical_cores"]
+
+
+def _in_host_memory(p: Any) -> bool:
+    """Whether tensor `p` lives in memory the CPU reads directly (or is not allocated yet,
+    in which case the scheduler allocates it on the CPU)."""
+    buf = p.contents.buffer
+    return not buf or bool(g.ggml_backend_buffer_is_host(buf))
+
 
 _c_void_p = ctypes.c_void_p
 _POOL_OPS = {"avg": g.GGML_OP_POOL_AVG, "max": g.GGML_OP_POOL_MAX}
@@ -117,7 +129,9 @@ class GGMLContext(Context):
 
     def _mul_mat(self, a: Tensor, bp: Any, full_precision: bool) -> Any:
         kernel = self._backend.few_rows_kernel
-        if kernel is not None and kernel.applies(a.ptr, bp):  # type: ignore[attr-defined]
+        if (
+            kernel is not None and _in_host_memory(a.ptr) and kernel.applies(a.ptr, bp)  # type: ignore[attr-defined]
+        ):
             return kernel.mul_mat(self._ctx, a.ptr, bp)  # type: ignore[attr-defined]
         p = g.ggml_mul_mat(self._ctx, a.ptr, bp)  # type: ignore[attr-defined]
         if full_precision:
@@ -203,7 +217,8 @@ class GGMLContext(Context):
     def encoder_attention(self, q: Tensor, k: Tensor, v: Tensor, scale: float) -> GGMLTensor | None:
         kernel = self._backend.attention_kernel
         qp, kp, vp = q.ptr, k.ptr, v.ptr  # type: ignore[attr-defined]
-        if kernel is None or not kernel.takes(qp, kp, vp):
+        if kernel is None or self._backend.placement.projector or not kernel.takes(qp, kp, vp):
+            # (an encoder placed on a device computes there: a custom op cannot)
             return None
         return self._t(kernel.attention(self._ctx, qp, kp, vp, scale))
 
@@ -338,8 +353,11 @@ class GGMLBackend(Backend):
         num_threads: int | None = None,
         flash_attention: bool = False,
         graph_nodes: int = 8192,
+        placement: DevicePlacement | None = None,
     ) -> None:
         self.num_threads = num_threads or physical_cores()
+        self.placement = placement or DevicePlacement()
+        self.blocks = 0  # the model's block count (the output layer's index); set by its weights
         self.flash_attention = flash_attention
         self.graph_nodes = graph_nodes
         self._lock = threading.Lock()
@@ -353,7 +371,19 @@ class GGMLBackend(Backend):
         self._threadpool = g.ggml_threadpool_new(ctypes.byref(params))
         if self._threadpool:
             g.ggml_backend_cpu_set_threadpool(self._cpu, self._threadpool)
-        self._backends = [self._cpu]
+        # One backend per device the placement names, in its order; the CPU last (ggml's
+        # scheduler requires it there and falls back to it for ops a device lacks).
+        self.device_backends: dict[str, object] = {}
+        self._backends = []
+        try:
+            for name in self.placement.devices:
+                self.device_backends[name] = self._init_device(name)
+        except BaseException:
+            for b in self.device_backends.values():
+                g.ggml_backend_free(b)
+            g.ggml_backend_free(self._cpu)
+            raise
+        self._backends = [*self.device_backends.values(), self._cpu]
         self._sched: object | None = None
         self._sched_nodes = 0
         self._allocated_graph = 0
@@ -369,6 +399,47 @@ class GGMLBackend(Backend):
         self.product_rules: dict[tuple[int, int], ProductRule] = {}
         self._kv_padding: int | None = None
         self._attention_exact: bool | None = None
+
+    @staticmethod
+    def _init_device(name: str) -> object:
+        dev = g.ggml_backend_dev_by_name(name.encode())
+        if not dev:
+            have = [
+                g.ggml_backend_dev_name(g.ggml_backend_dev_get(i)).decode()
+                for i in range(int(g.ggml_backend_dev_count()))
+            ]
+            raise PlacementError(
+                f"the layout names device {name}, which this process does not have "
+                f"(devices: {', '.join(have)})"
+            )
+        backend = g.ggml_backend_dev_init(dev, None)
+        if not backend:
+            raise RuntimeError(f"ggml could not start device {name}")
+        return backend
+
+    def buffer_type_for(self, name: str, matmul: bool = True) -> object | None:
+        """The buffer type of the device the placement gives tensor `name` (a weight or a
+        cache tensor), or None for the CPU (whose buffer type the caller chooses)."""
+        device = self.placement.device_of_tensor(name, self.blocks, matmul)
+        if device is None:
+            return None
+        dev = g.ggml_backend_get_device(self.device_backends[device])
+        return g.ggml_backend_dev_buffer_type(dev)
+
+    def device_names(self) -> list[str]:
+        """Names of the scheduler's devices, the CPU last."""
+        return [
+            g.ggml_backend_dev_name(g.ggml_backend_get_device(b)).decode() for b in self._backends
+        ]
+
+    def graph_memory_by_device(self) -> dict[str, int]:
+        """Bytes each device's compute buffer holds now (after reserve or compute)."""
+        if self._sched is None:
+            return {}
+        return {
+            name: int(g.ggml_backend_sched_get_buffer_size(self._sched, b))
+            for name, b in zip(self.device_names(), self._backends, strict=True)
+        }
 
     def rows_apart(self, weight: Tensor) -> bool:
         """Whether products with `weight` must take each sequence's rows on their own to stay
@@ -453,11 +524,14 @@ class GGMLBackend(Backend):
         p = g.ggml_new_tensor_4d(ctx, int(dtype), ne[0], ne[1], ne[2], ne[3])
         if name:
             g.ggml_set_name(p, name.encode()[:63])
-        buf = g.ggml_backend_alloc_ctx_tensors_from_buft(ctx, self.cpu_buffer_type)
+        buft = (self.buffer_type_for(name) if name else None) or self.cpu_buffer_type
+        buf = g.ggml_backend_alloc_ctx_tensors_from_buft(ctx, buft)
         if not buf:
             g.ggml_free(ctx)
+            where = g.ggml_backend_buft_name(buft).decode()
             raise OutOfMemoryError(
-                f"could not allocate {g.ggml_nbytes(p)} bytes for {name or 'a cache tensor'}",
+                f"could not allocate {g.ggml_nbytes(p)} bytes on {where} for "
+                f"{name or 'a cache tensor'}",
                 needed=int(g.ggml_nbytes(p)),
             )
         g.ggml_backend_buffer_clear(buf, 0)
@@ -466,6 +540,14 @@ class GGMLBackend(Backend):
 
     def persistent_bytes(self) -> int:
         return sum(int(g.ggml_backend_buffer_get_size(buf)) for _, buf in self._persistent)
+
+    def persistent_bytes_by_buffer_type(self) -> dict[str, int]:
+        """Cache bytes by buffer type name ("CPU", "RPC0[host:port]", "CUDA0")."""
+        out: dict[str, int] = {}
+        for _, buf in self._persistent:
+            name = g.ggml_backend_buft_name(g.ggml_backend_buffer_get_type(buf)).decode()
+            out[name] = out.get(name, 0) + int(g.ggml_backend_buffer_get_size(buf))
+        return out
 
     @property
     def cache_config(self) -> CacheConfig:

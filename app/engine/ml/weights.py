@@ -110,9 +110,12 @@ class WeightStore:
         self.bytes_by_buffer_type: dict[str, int] = {}
         self.product_rules: dict[str, ProductRule] = {}  # "Q4_K (CPU)" -> probed rule
         self.rejected_layouts: dict[str, ProductRule] = {}  # probed, not invariant, not used
+        self.unprobed: set[str] = set()  # "Q4_K (CUDA0)": products on devices, not probed
         self._raw: list[np.ndarray] = []  # views of the file maps, while weights point in
         # Graphs need room for every op of every layer: scale the scheduler's node budget.
         backend.graph_nodes = max(backend.graph_nodes, 16 * n_tensors + 1024)
+        # The output layer's index for the backend's placement (block tensors are blk.N.*).
+        backend.blocks = file.metadata.uint("block_count", 0)
 
     def has(self, name: str) -> bool:
         return name in self._owner
@@ -215,6 +218,11 @@ class WeightStore:
         for slot in sorted(self._slots.values(), key=lambda s: s.info.nbytes):
             if not slot.matmul or len(slot.info.shape) != 2:
                 continue
+            if not g.ggml_backend_buft_is_host(slot.buft):
+                # On a GPU or an RPC worker: its kernels are the device's, not probed here.
+                name = g.ggml_backend_buft_name(slot.buft).decode()
+                self.unprobed.add(f"{slot.info.type_name} ({name})")
+                continue
             key = layout_key(slot.tensor.ptr)
             rule = self.backend.product_rules.get(key)
             if rule is None:
@@ -277,6 +285,9 @@ class WeightStore:
         self.bytes_by_buffer_type[name] = self.bytes_by_buffer_type.get(name, 0) + nbytes
 
     def _choose_buffer_type(self, slot: _Slot, extra: list[object]) -> object:
+        placed = self.backend.buffer_type_for(slot.info.name, slot.matmul)
+        if placed is not None:  # on the device the layout gives its layer
+            return placed
         if slot.matmul and extra and len(slot.info.shape) == 2:
             for buft in extra:
                 if _supports_matmul(buft, slot.tensor) and self._batch_invariant(buft, slot):
