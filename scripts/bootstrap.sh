@@ -28,13 +28,14 @@ target="."
 # ggml-python is built first, with llama.cpp's llamafile sgemm kernels on (stock ggml has them
 # off; on, both engines run the same CPU matrix kernels) and ggml's own thread pool instead of
 # OpenMP (with OpenMP, computing from the runner's worker thread is a third slower).
+# GGML_RPC=ON adds ggml's RPC backend: other machines' devices (`hearth worker`, HEARTH_RPC_SERVERS).
 # llama.cpp is built next, with its defaults, its multimodal library (libmtmd) included: the
 # tests compare text models with llama.cpp and Gemma 3's image encoder with libmtmd
 # (llama_cpp.mtmd_cpp), and bench/vision_encode.py times it. No wheel cache: pip's cache
 # ignores CMAKE_ARGS, so a cached CPU build would hide a later GPU build.
 ggml_pin="$(grep -o '"ggml-python==[^"]*"' pyproject.toml | tr -d '"')"
 if ! { .venv/bin/python -m pip install --upgrade pip setuptools wheel &&
-       CMAKE_ARGS="-DGGML_LLAMAFILE=ON -DGGML_OPENMP=OFF ${CMAKE_ARGS:-}" \
+       CMAKE_ARGS="-DGGML_LLAMAFILE=ON -DGGML_OPENMP=OFF -DGGML_RPC=ON ${CMAKE_ARGS:-}" \
            .venv/bin/python -m pip install --no-cache-dir "$ggml_pin" &&
        .venv/bin/python -m pip install --no-cache-dir --editable "$target"; } >"$log" 2>&1; then
     tail -n 40 "$log" >&2

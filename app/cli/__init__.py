@@ -1,6 +1,7 @@
-"""The `hearth` command: serve, run, list, show, ps, rm, cp, create, stop, pull, import-ollama
-(and the internal `runner`). Everything but `serve`, `runner` and `import-ollama` is a client
-of the service; `hearth run` starts a private one when none is running."""
+"""The `hearth` command: serve, run, list, show, ps, rm, cp, create, stop, pull, import-ollama,
+install-desktop (and the internal `runner`). Everything but `serve`, `runner`, `import-ollama`
+and `install-desktop` is a client of the service; `hearth run` starts a private one when none
+is running."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ import importlib.util
 import os
 import sys
 
+from .. import __version__
 from ..default_model import DEFAULT_MODEL
-from ..runner.protocol import RunnerOptions
+from ..runner.protocol import ENGINES, RunnerOptions
+from .desktop import add_install_desktop, display_libraries_sentence, install_desktop_command
 
 __all__ = ["main", "build_parser"]
 
@@ -51,6 +54,10 @@ def _add_runner(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     runner.add_argument("--kv-type", default=d.kv_type, choices=["f16", "q8_0", "q4_0"])
     runner.add_argument("--memory-limit", type=int, default=d.memory_limit, help="bytes at most")
     runner.add_argument("--projector", default=d.projector, help="vision projector .gguf")
+    runner.add_argument(
+        "--engine", default=d.engine, choices=list(ENGINES), help="forward engine: hearth or llama.cpp"
+    )
+    runner.add_argument("--layout", default=d.layout, help="layers per device (JSON)")
 
 
 def _add_models(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -76,6 +83,14 @@ def _add_models(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     for flag in ("modelfile", "template", "parameters", "system", "license"):
         show.add_argument(f"--{flag}", action="store_true", help=f"print only the {flag}")
     sub.add_parser("ps", help="list loaded models")
+    worker = sub.add_parser(
+        "worker",
+        help="serve this machine's devices to another Hearth over ggml RPC (no authentication)",
+    )
+    worker.add_argument("--host", default="127.0.0.1", help="address to listen on (loopback)")
+    worker.add_argument("--port", type=int, default=50052, help="TCP port (llama.cpp's default)")
+    worker.add_argument("--threads", type=int, default=None, help="CPU threads (physical cores)")
+    worker.add_argument("--cache-dir", default=None, help="keep received tensors here by hash")
     devices = sub.add_parser("devices", help="list the devices models can run on (CPU, GPUs)")
     devices.add_argument("--json", action="store_true", help="print the service's JSON report")
     rm = sub.add_parser("rm", help="delete models")
@@ -129,10 +144,12 @@ def _add_models(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="hearth", description="Local LLMs, on your machine.")
+    p.add_argument("--version", action="version", version=f"hearth {__version__}")
     sub = p.add_subparsers(dest="command")
     _add_run(sub)
     _add_models(sub)
     _add_runner(sub)
+    add_install_desktop(sub)
     return p
 
 
@@ -147,9 +164,14 @@ def _gui_available() -> bool:
 
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
-    gui_args = not argv or argv[0].split("=")[0] in ("--server", "--api-key")
+    gui_args = not argv or argv[0].split("=")[0] in ("--server", "--api-key", "--smoke-test")
     if gui_args and _gui_available():
-        # The bare command (or only the window's own options) opens the desktop app.
+        # The bare command (or only the window's own options) opens the desktop app, unless a
+        # system library Qt needs is missing: then a sentence naming the package, not Qt's abort.
+        missing = display_libraries_sentence()
+        if missing:
+            print(f"hearth: {missing}", file=sys.stderr)
+            sys.exit(1)
         from ..ui.app import main as gui_main
 
         sys.exit(gui_main(argv))
@@ -165,10 +187,16 @@ def main(argv: list[str] | None = None) -> None:
         from ..runner.main import main as runner_main
 
         sys.exit(runner_main(args))
+    if args.command == "install-desktop":
+        sys.exit(install_desktop_command(args))
     if args.command == "serve":
         from ..server.serve import serve
 
         sys.exit(serve(args))
+    if args.command == "worker":
+        from .worker import run_worker
+
+        sys.exit(run_worker(args))
     from .commands import run_command
 
     sys.exit(run_command(args))

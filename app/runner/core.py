@@ -11,15 +11,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..engine.architecture import Architectures
-from ..engine.forward import ForwardEngine
+from typing import TYPE_CHECKING
+
 from ..engine.ml.api import DType
-from ..engine.model import LoadedModel, load_model
-from ..plugins.registry import default_registry
-from .loop import BatchLoop
+from ..engine.tokenizer import Tokenizer
+from .loop import BatchLoop, PassEngine
 from .prompt_inputs import build_prompt
-from .protocol import CompletionRequest, RunnerOptions
+from .protocol import ENGINES, CompletionRequest, RunnerOptions
 from .sequence import PromptTooLongError, Sequence, SequenceSettings, settings_from_request
+
+if TYPE_CHECKING:
+    from ..engine.architecture import Architectures
+    from ..engine.model import LoadedModel
 
 __all__ = ["RunnerConfig", "Runner", "RequestError"]
 
@@ -50,15 +53,58 @@ class Runner:
         progress: Callable[[float], None] | None = None,
         registry: Architectures | None = None,
     ):
-        """`registry`: the architectures to load with; None means the installed plugins'."""
+        """`registry`: the architectures to load with; None means the installed plugins'.
+        `config.engine` picks Hearth's engine or llama.cpp's (the latter never loads
+        Hearth's ggml in this process)."""
+        if config.engine not in ENGINES:
+            raise ValueError(f"unknown engine {config.engine!r}; use one of {', '.join(ENGINES)}")
+        self.config = config
+        self.loaded: LoadedModel | None = None
+        self.invariance: Any = None
+        self.engine: PassEngine
+        pipelined = config.pipelined
+        if config.engine == "llamacpp":
+            from ..engine.llamacpp import LlamaCppEngine
+
+            compat = LlamaCppEngine(
+                config.model,
+                num_ctx=config.num_ctx,
+                num_batch=config.num_batch,
+                parallel=config.parallel,
+                threads=config.threads,
+                flash_attention=config.flash_attention,
+                kv_type=config.kv_type,
+                memory_limit=config.memory_limit,
+                progress=progress,
+            )
+            self.engine, self.memory = compat, compat.memory
+            self.tokenizer: Tokenizer = compat.tokenizer
+            self.architecture, self.context_length = compat.architecture, compat.context_length
+            pipelined = False  # its cache must not change while llama_decode runs
+        else:
+            self._load_native(config, progress, registry)
+        self.loop = BatchLoop(self.engine, multi_user=config.multi_user_cache, pipelined=pipelined)
+        self.loop.start()
+        self.constraints: Any = None  # grammar TokenTable, built on first structured request
+        self._constraints_lock = threading.Lock()
+
+    def _load_native(
+        self,
+        config: RunnerConfig,
+        progress: Callable[[float], None] | None,
+        registry: Architectures | None,
+    ) -> None:
+        from ..engine.forward import ForwardEngine
+        from ..engine.model import load_model
+        from ..plugins.registry import default_registry
+
         kv = _KV_TYPES[config.kv_type]
         if kv != DType.F16 and not config.flash_attention:
             raise ValueError(
                 f"a {config.kv_type} KV cache needs flash attention (--flash-attention); "
                 "without it the cache is f16"
             )
-        self.config = config
-        self.loaded: LoadedModel = load_model(
+        loaded = load_model(
             config.model,
             registry=registry if registry is not None else default_registry(),
             projector=config.projector or None,
@@ -67,8 +113,8 @@ class Runner:
             flash_attention=config.flash_attention,
         )
         try:
-            self.engine = ForwardEngine(
-                self.loaded,
+            engine = ForwardEngine(
+                loaded,
                 num_ctx=config.num_ctx,
                 num_batch=config.num_batch,
                 parallel=config.parallel,
@@ -76,19 +122,16 @@ class Runner:
                 memory_limit=config.memory_limit,
             )
         except BaseException:
-            self.loaded.close()
+            loaded.close()
             raise
+        self.loaded, self.engine, self.memory = loaded, engine, engine.memory
         # Probed while loading (ml/invariance.py): whether "same tokens under any load" holds.
-        self.invariance = self.loaded.weights.invariance_report()
+        self.invariance = loaded.weights.invariance_report()
         log = _log.info if self.invariance.holds else _log.warning
-        log("%s: %s", self.loaded.file.path.name, self.invariance.summary())
-        self.tokenizer = self.loaded.tokenizer
-        self.loop = BatchLoop(
-            self.engine, multi_user=config.multi_user_cache, pipelined=config.pipelined
-        )
-        self.loop.start()
-        self.constraints: Any = None  # grammar TokenTable, built on first structured request
-        self._constraints_lock = threading.Lock()
+        log("%s: %s", loaded.file.path.name, self.invariance.summary())
+        self.tokenizer = loaded.tokenizer
+        self.architecture = loaded.architecture
+        self.context_length = loaded.file.metadata.uint("context_length", 0)
 
     # -- requests ---------------------------------------------------------------------------
     def encode(self, text: str, add_special: bool = True) -> list[int]:
@@ -133,10 +176,16 @@ class Runner:
         return seq
 
     def _prompt_with_images(self, text: str, images: list[str]) -> tuple[list[int], list[int]]:
-        model = self.loaded.model
-        if not model.handles_multimodal() or not self.engine.vision:
+        if self.loaded is None:
             raise RequestError(
-                f"this model ({self.loaded.architecture}) cannot see images; "
+                f"images are not supported on the llama.cpp engine yet ({self.architecture}); "
+                "send text only"
+            )
+        model = self.loaded.model
+        engine = self.engine
+        if not model.handles_multimodal() or not getattr(engine, "vision", None):
+            raise RequestError(
+                f"this model ({self.architecture}) cannot see images; "
                 "use a vision model or send text only"
             )
         data = []
@@ -146,7 +195,7 @@ class Runner:
             except (binascii.Error, ValueError):
                 raise RequestError(f"image {i} is not valid base64") from None
         try:
-            return build_prompt(text, data, model, self.engine, self.encode)
+            return build_prompt(text, data, model, engine, self.encode)  # type: ignore[arg-type]
         except ValueError as e:
             raise RequestError(str(e)) from None
 
@@ -184,11 +233,11 @@ class Runner:
         return self.tokenizer.decode(tokens)
 
     def info(self) -> dict[str, Any]:
-        meta = self.loaded.file.metadata
-        mem = self.engine.memory
+        mem = self.memory
         return {
-            "architecture": self.loaded.architecture,
-            "context_length": meta.uint("context_length", 0),
+            "architecture": self.architecture,
+            "engine": self.config.engine,
+            "context_length": self.context_length,
             "num_ctx": self.engine.num_ctx,
             "parallel": self.engine.parallel,
             "vocab_size": self.tokenizer.vocab_size,
@@ -198,10 +247,11 @@ class Runner:
                 "graph": mem.graph,
                 "total": mem.total,
             },
-            "batch_invariance": self.invariance.to_json(),
+            "batch_invariance": self.invariance.to_json() if self.invariance else None,
         }
 
     def close(self) -> None:
         self.loop.stop()
         self.engine.close()
-        self.loaded.close()
+        if self.loaded is not None:
+            self.loaded.close()

@@ -9,6 +9,12 @@ The service starts::
 
     python -m hearth runner --model PATH [--num-ctx N] [--parallel P] [--num-batch B]
         [--threads T] [--flash-attention] [--kv-type f16|q8_0|q4_0] [--memory-limit BYTES]
+        [--engine hearth|llamacpp]
+
+`--engine` picks the forward engine under the same protocol: Hearth's own (default) or
+llama.cpp's (llama-cpp-python; for architectures no Hearth plugin registers). The service
+decides which (see hearth.server.store.engines); `ready`'s `info.engine` says which runs.
+        [--projector PATH] [--layout JSON]
 
 with the environment variable ``HEARTH_RUNNER_TOKEN`` set to a random secret. The runner binds
 127.0.0.1 on a free port and writes JSON lines to its stdout (and nothing else there):
@@ -32,7 +38,9 @@ Closing a streaming response early cancels the request; the runner frees its seq
 ``GET /health`` -> ``{"status": "loading"|"ready"|"error", "progress": float, "error": str|null}``
 
 ``GET /info`` -> ``{"architecture", "context_length", "num_ctx", "parallel", "vocab_size",
-"memory": {"weights", "cache", "graph", "total"}, "capabilities": [...] }``
+"memory": {"weights", "cache", "graph", "total"}, "devices": {"CPU": {"weights", "cache",
+"graph"}, "RPC0": {...}}, "capabilities": [...] }`` (`devices`: bytes per device of the
+layout the runner was started with, `--layout`).
 
 ``POST /completion`` with a `CompletionRequest` body streams `CompletionChunk` lines, then one
 `CompletionDone` line; if the request fails at any point the last line is
@@ -57,6 +65,7 @@ from typing import Any
 
 __all__ = [
     "TOKEN_ENV",
+    "ENGINES",
     "CompletionRequest",
     "CompletionChunk",
     "CompletionDone",
@@ -66,6 +75,7 @@ __all__ = [
 ]
 
 TOKEN_ENV = "HEARTH_RUNNER_TOKEN"
+ENGINES = ("hearth", "llamacpp")  # the runner's forward engines (`--engine`)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -80,6 +90,11 @@ class RunnerOptions:
     kv_type: str = "f16"  # f16 | q8_0 | q4_0 (the last two need flash attention)
     memory_limit: int | None = None  # bytes; a model needing more fails at load
     projector: str | None = None  # a vision projector GGUF beside the model (mmproj-*.gguf)
+    engine: str = "hearth"  # hearth | llamacpp (ENGINES)
+    # Where layers go: the service's layout as JSON, {"gpus": [{"device": "CUDA0" | "RPC0",
+    # "layers": [0, 1, ...]}], "projector": device | null} (layer `blocks` is the output
+    # layer); None: everything on the CPU. RPC devices come from HEARTH_RPC_SERVERS.
+    layout: str | None = None
 
     def args(self) -> list[str]:
         """These options as `hearth runner` arguments."""
@@ -93,6 +108,10 @@ class RunnerOptions:
             out += ["--memory-limit", str(self.memory_limit)]
         if self.projector:
             out += ["--projector", self.projector]
+        if self.engine != "hearth":
+            out += ["--engine", self.engine]
+        if self.layout:
+            out += ["--layout", self.layout]
         return out
 
 

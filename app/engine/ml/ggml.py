@@ -33,7 +33,23 @@ from .invariance import (
 )
 from .placement import DevicePlacement, PlacementError
 
-__all__ = ["GGMLBackend", "GGMLContext", "GGMLTensor", "metadata_context", "physical_cores"]
+__all__ = [
+    "GGMLBackend",
+    "GGMLContext",
+    "GGMLTensor",
+    "device_of_buffer_type",
+    "metadata_context",
+    "physical_cores",
+]
+
+
+def device_of_buffer_type(buft: object) -> str:
+    """The name of the device a buffer type's memory is on ("CPU" for host memory, the CPU's
+    repacked layouts included; "CUDA0", "RPC1")."""
+    if g.ggml_backend_buft_is_host(buft):
+        return "CPU"
+    dev = g.ggml_backend_buft_get_device(buft)
+    return g.ggml_backend_dev_name(dev).decode() if dev else "CPU"
 
 
 def _in_host_memory(p: Any) -> bool:
@@ -541,11 +557,11 @@ class GGMLBackend(Backend):
     def persistent_bytes(self) -> int:
         return sum(int(g.ggml_backend_buffer_get_size(buf)) for _, buf in self._persistent)
 
-    def persistent_bytes_by_buffer_type(self) -> dict[str, int]:
-        """Cache bytes by buffer type name ("CPU", "RPC0[host:port]", "CUDA0")."""
+    def persistent_bytes_by_device(self) -> dict[str, int]:
+        """Cache bytes by device name ("CPU", "CUDA0", "RPC1")."""
         out: dict[str, int] = {}
         for _, buf in self._persistent:
-            name = g.ggml_backend_buft_name(g.ggml_backend_buffer_get_type(buf)).decode()
+            name = device_of_buffer_type(g.ggml_backend_buffer_get_type(buf))
             out[name] = out.get(name, 0) + int(g.ggml_backend_buffer_get_size(buf))
         return out
 

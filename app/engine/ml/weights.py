@@ -36,7 +36,7 @@ import numpy as np
 
 from ..gguf import GGUFError, GGUFFile, TensorInfo
 from .api import DType, OutOfMemoryError
-from .ggml import GGMLBackend, GGMLTensor, metadata_context
+from .ggml import GGMLBackend, GGMLTensor, device_of_buffer_type, metadata_context
 from .ggml_lib import address, layout_key
 from .invariance import InvarianceReport, ProductRule, probe_product
 
@@ -108,6 +108,7 @@ class WeightStore:
         self._contexts: list[object] = []
         self.loaded = False
         self.bytes_by_buffer_type: dict[str, int] = {}
+        self.bytes_by_device: dict[str, int] = {}  # "CPU", "CUDA0", "RPC1": weight bytes
         self.product_rules: dict[str, ProductRule] = {}  # "Q4_K (CPU)" -> probed rule
         self.rejected_layouts: dict[str, ProductRule] = {}  # probed, not invariant, not used
         self.unprobed: set[str] = set()  # "Q4_K (CUDA0)": products on devices, not probed
@@ -265,7 +266,7 @@ class WeightStore:
             if status != g.GGML_STATUS_SUCCESS:
                 raise GGUFError(f"{file.path.name}: tensor '{slot.info.name}' is misaligned")
         unique = {s.info.name: s.info.nbytes for s in slots}
-        self._count("CPU (mapped)", sum(unique.values()))
+        self._count("CPU (mapped)", sum(unique.values()), "CPU")
 
     def _allocate(self, slots: list[_Slot], buft: object) -> None:
         ctx = self._rehome(slots)
@@ -278,11 +279,14 @@ class WeightStore:
         g.ggml_backend_buffer_set_usage(buf, g.GGML_BACKEND_BUFFER_USAGE_WEIGHTS)
         self._buffers.append(buf)
         self._count(
-            g.ggml_backend_buft_name(buft).decode(), int(g.ggml_backend_buffer_get_size(buf))
+            g.ggml_backend_buft_name(buft).decode(),
+            int(g.ggml_backend_buffer_get_size(buf)),
+            device_of_buffer_type(buft),
         )
 
-    def _count(self, name: str, nbytes: int) -> None:
+    def _count(self, name: str, nbytes: int, device: str) -> None:
         self.bytes_by_buffer_type[name] = self.bytes_by_buffer_type.get(name, 0) + nbytes
+        self.bytes_by_device[device] = self.bytes_by_device.get(device, 0) + nbytes
 
     def _choose_buffer_type(self, slot: _Slot, extra: list[object]) -> object:
         placed = self.backend.buffer_type_for(slot.info.name, slot.matmul)
