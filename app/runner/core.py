@@ -9,14 +9,11 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
-
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..engine.ml.api import DType
 from ..engine.tokenizer import Tokenizer
 from .loop import BatchLoop, PassEngine
-from .prompt_inputs import build_prompt
 from .protocol import ENGINES, CompletionRequest, RunnerOptions
 from .sequence import PromptTooLongError, Sequence, SequenceSettings, settings_from_request
 
@@ -97,6 +94,7 @@ class Runner:
         from ..engine.forward import ForwardEngine
         from ..engine.model import load_model
         from ..plugins.registry import default_registry
+        from .placement import runner_placement
 
         kv = _KV_TYPES[config.kv_type]
         if kv != DType.F16 and not config.flash_attention:
@@ -111,6 +109,7 @@ class Runner:
             progress=progress,
             num_threads=config.threads,
             flash_attention=config.flash_attention,
+            placement=runner_placement(config.layout),
         )
         try:
             engine = ForwardEngine(
@@ -194,6 +193,8 @@ class Runner:
                 data.append(base64.b64decode(item, validate=True))
             except (binascii.Error, ValueError):
                 raise RequestError(f"image {i} is not valid base64") from None
+        from .prompt_inputs import build_prompt  # Hearth's engine only (it loads ggml)
+
         try:
             return build_prompt(text, data, model, engine, self.encode)  # type: ignore[arg-type]
         except ValueError as e:
@@ -247,8 +248,18 @@ class Runner:
                 "graph": mem.graph,
                 "total": mem.total,
             },
+            "devices": self._device_memory(),
             "batch_invariance": self.invariance.to_json() if self.invariance else None,
         }
+
+    def _device_memory(self) -> dict[str, dict[str, int]]:
+        """Bytes per device (the llama.cpp engine: its totals, as the CPU's)."""
+        if self.loaded is None:
+            mem = self.memory
+            return {"CPU": {"weights": mem.weights, "cache": mem.cache, "graph": mem.graph}}
+        from .placement import device_memory
+
+        return device_memory(self.loaded, self.engine)  # type: ignore[arg-type]
 
     def close(self) -> None:
         self.loop.stop()
