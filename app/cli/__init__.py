@@ -55,7 +55,10 @@ def _add_runner(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     runner.add_argument("--memory-limit", type=int, default=d.memory_limit, help="bytes at most")
     runner.add_argument("--projector", default=d.projector, help="vision projector .gguf")
     runner.add_argument(
-        "--engine", default=d.engine, choices=list(ENGINES), help="forward engine: hearth or llama.cpp"
+        "--engine",
+        default=d.engine,
+        choices=list(ENGINES),
+        help="forward engine: hearth or llama.cpp",
     )
     runner.add_argument("--layout", default=d.layout, help="layers per device (JSON)")
 

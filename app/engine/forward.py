@@ -22,6 +22,7 @@ import numpy as np
 from .architecture import MultimodalNotSupportedError
 from .input import Batch, Multimodal, sequence_runs
 from .kvcache import Cache
+from .memory_report import MemoryReport
 from .ml.api import Context, DType, OutOfMemoryError, Tensor
 from .model import LoadedModel
 from .multimodal_store import MultimodalStore, is_placeholder, split_placeholder
@@ -29,17 +30,6 @@ from .multimodal_store import MultimodalStore, is_placeholder, split_placeholder
 __all__ = ["ForwardEngine", "MemoryReport", "Pass"]
 
 _GRAPH_CACHE_SIZE = 4  # graphs kept for reuse (decode shapes, a prompt chunk shape, ...)
-
-
-@dataclass(frozen=True)
-class MemoryReport:
-    weights: int
-    cache: int
-    graph: int
-
-    @property
-    def total(self) -> int:
-        return self.weights + self.cache + self.graph
 
 
 @dataclass

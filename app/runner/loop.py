@@ -28,16 +28,58 @@ import os
 import queue
 import threading
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import numpy as np
 
-from ..engine.forward import ForwardEngine, Pass
 from ..engine.kvcache import CacheFullError
 from ..engine.prompt_cache import InputCache, NoFreeSlotError, ReprocessInputs, group_start
 from .sequence import Sequence
 
-__all__ = ["BatchLoop"]
+__all__ = ["BatchLoop", "PassEngine"]
+
+
+class PassEngine(Protocol):
+    """What the loop uses of an engine: `hearth.engine.forward.ForwardEngine` (Hearth's own)
+    or `hearth.engine.llamacpp.LlamaCppEngine`. `plan()` returns a pass whose `tokens` array
+    may still change before `run()` (tokens being sampled); `cache` is the per-sequence cache
+    the prompt cache (`InputCache`) edits; `pooling` ("mean", "first", "last") is how the
+    loop pools `hidden=True` rows into an embedding."""
+
+    num_ctx: int
+    num_batch: int
+    parallel: int
+    pooling: str
+
+    @property
+    def cache(self) -> Any: ...
+
+    def plan(
+        self,
+        tokens: np.ndarray,
+        positions: np.ndarray,
+        sequences: np.ndarray,
+        outputs: np.ndarray,
+        hidden: bool = False,
+    ) -> Any: ...
+
+    def run(self, p: Any, on_started: Callable[[], None] | None = None) -> np.ndarray: ...
+
+    def forward(
+        self,
+        tokens: np.ndarray,
+        positions: np.ndarray,
+        sequences: np.ndarray,
+        outputs: np.ndarray,
+        hidden: bool = False,
+    ) -> np.ndarray: ...
+
+    def replaces_state(self, token: int) -> bool: ...
+
+    def close(self) -> None: ...
+
 
 _log = logging.getLogger("hearth.runner")
 
@@ -53,7 +95,7 @@ class _Entry:
 
 @dataclass
 class _Flight:
-    plan: Pass
+    plan: Any  # the engine's planned pass (its `tokens` may still change)
     entries: list[_Entry]
     rows: dict[int, int]  # entry index -> output row
     started: threading.Event = field(default_factory=threading.Event)
@@ -67,15 +109,19 @@ class BatchLoop:
 
     def __init__(
         self,
-        engine: ForwardEngine,
+        engine: PassEngine,
         multi_user: bool = False,
         pipelined: bool | None = None,
     ) -> None:
+        """`pipelined` None: when a core is spare (the engine's `backend.num_threads`); an
+        engine without such a backend (llama.cpp, whose cache must not change while it
+        computes) is never pipelined."""
         self.engine = engine
         if pipelined is None:
             # Building the next batch while one computes only pays when a core is free for
             # it; otherwise the Python work slows the compute threads down more than it saves.
-            pipelined = (os.cpu_count() or 1) > engine.backend.num_threads
+            backend = getattr(engine, "backend", None)
+            pipelined = backend is not None and (os.cpu_count() or 1) > backend.num_threads
         self.num_batch = engine.num_batch
         self.num_ctx = engine.num_ctx
         self.slots = InputCache(engine.cache, engine.parallel, engine.num_ctx, multi_user)

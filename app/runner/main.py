@@ -15,7 +15,6 @@ from typing import Any
 
 from ..engine.gguf import GGUFError
 from ..engine.ml.api import OutOfMemoryError
-from ..engine.model import ModelLoadError
 from .core import Runner, RunnerConfig
 from .http import RunnerState, make_server
 from .protocol import TOKEN_ENV, RunnerOptions
@@ -37,6 +36,18 @@ def _watch_parent(stop: threading.Event) -> None:
         if os.getppid() != parent:
             os.kill(os.getpid(), signal.SIGTERM)
             return
+
+
+def _load_errors(engine: str) -> tuple[type[Exception], ...]:
+    """The engine's "this file cannot be run" errors, imported only for that engine (one
+    process holds either Hearth's ggml or llama.cpp's)."""
+    if engine == "llamacpp":
+        from ..engine.llamacpp import LlamaCppLoadError
+
+        return (LlamaCppLoadError,)
+    from ..engine.model import ModelLoadError
+
+    return (ModelLoadError,)
 
 
 def main(args: Any) -> int:
@@ -72,7 +83,7 @@ def main(args: Any) -> int:
     )
     try:
         runner = Runner(config, progress)
-    except (GGUFError, ModelLoadError, OutOfMemoryError, ValueError, OSError) as e:
+    except (GGUFError, *_load_errors(config.engine), OutOfMemoryError, ValueError, OSError) as e:
         state.status, state.error = "error", str(e)
         _emit({"event": "error", "message": str(e)})
         server.shutdown()

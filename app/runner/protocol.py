@@ -9,12 +9,11 @@ The service starts::
 
     python -m hearth runner --model PATH [--num-ctx N] [--parallel P] [--num-batch B]
         [--threads T] [--flash-attention] [--kv-type f16|q8_0|q4_0] [--memory-limit BYTES]
-        [--engine hearth|llamacpp]
+        [--projector PATH] [--layout JSON] [--engine hearth|llamacpp]
 
 `--engine` picks the forward engine under the same protocol: Hearth's own (default) or
 llama.cpp's (llama-cpp-python; for architectures no Hearth plugin registers). The service
 decides which (see hearth.server.store.engines); `ready`'s `info.engine` says which runs.
-        [--projector PATH] [--layout JSON]
 
 with the environment variable ``HEARTH_RUNNER_TOKEN`` set to a random secret. The runner binds
 127.0.0.1 on a free port and writes JSON lines to its stdout (and nothing else there):

@@ -1,0 +1,33 @@
+"""llama.cpp as an alternative forward engine (through llama-cpp-python's low-level API).
+
+For files whose architecture no Hearth plugin registers: `LlamaCppEngine` has the interface the
+runner's batching loop uses from `ForwardEngine` (plan/run passes over a batch with per-sequence
+ids, a per-sequence cache for the prompt cache, hidden states for embeddings), so Hearth's
+sampler, grammars, stop strings and prompt-cache logic run on llama.cpp's logits.
+
+Never import this package in a process that uses Hearth's own ggml engine (`hearth.engine.ml`):
+both ship a libggml, and one process must hold only one of them. Importing the package itself is
+cheap and loads nothing; `LlamaCppEngine` loads llama.cpp.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+__all__ = ["LlamaCppEngine", "LlamaCppLoadError", "LlamaCppTokenizer"]
+
+if TYPE_CHECKING:
+    from .engine import LlamaCppEngine, LlamaCppLoadError
+    from .tokenizer import LlamaCppTokenizer
+
+
+def __getattr__(name: str) -> object:
+    if name in ("LlamaCppEngine", "LlamaCppLoadError"):
+        from . import engine
+
+        return getattr(engine, name)
+    if name == "LlamaCppTokenizer":
+        from .tokenizer import LlamaCppTokenizer
+
+        return LlamaCppTokenizer
+    raise AttributeError(name)

@@ -1,0 +1,387 @@
+"""`LlamaCppEngine`: one llama.cpp model and context behind the interface the runner's batching
+loop uses from `ForwardEngine` (see `hearth.runner.loop.PassEngine`).
+
+* One context holds every sequence: `n_seq_max = parallel`, a unified KV cache of
+  `num_ctx * parallel` cells, so `llama_memory_seq_cp` shares a prefix between sequences
+  without copying (as Hearth's own cache does). Slot id == llama.cpp sequence id.
+* `plan()` only records the batch (llama.cpp builds and reuses its graphs itself); `run()`
+  fills a `llama_batch` with per-row sequence ids and output flags, calls `llama_decode` and
+  returns the wanted rows of logits, or of the final normed hidden states (`hidden=True`: the
+  context runs with pooling NONE, and the loop pools per the file, as with Hearth's engine).
+* The memory report is llama.cpp's own: the model size (`llama_model_size`) and the KV and
+  compute buffers it logs while creating the context (the KV formula when the log lacks it).
+* Weights stay on the CPU (`n_gpu_layers = 0`): the service plans every model for the CPU
+  until its layout search places layers on GPUs.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import re
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..kvcache import CacheFullError, ShiftNotSupportedError
+from ..memory_report import MemoryReport
+from ..ml.api import OutOfMemoryError
+from .tokenizer import LlamaCppTokenizer
+
+__all__ = ["LlamaCppEngine", "LlamaCppLoadError", "LlamaCppPass"]
+
+_log = logging.getLogger("hearth.llamacpp")
+
+_MAX_POS = 2**31 - 1  # hearth.engine.kvcache's MAX_POS: "to the end"
+_KV_TYPES = {"f16": 1, "q8_0": 8, "q4_0": 2}  # ggml_type numbers
+_KV_BYTES = {"f16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32}
+_POOLING = {1: "mean", 2: "first"}  # the file's pooling_type, as Hearth's engine reads it
+_BUFFER = re.compile(r"(KV|compute|output) buffer size\s*=\s*([\d.]+) MiB")
+
+
+class LlamaCppLoadError(RuntimeError):
+    """llama.cpp cannot load the file; the message is one sentence for the user."""
+
+
+class _Log:
+    """llama.cpp's log, captured (its callback is process-wide): recent lines for error
+    messages, and the buffer sizes it reports. Forwarded to Python logging at debug level."""
+
+    def __init__(self, lib: Any) -> None:
+        self.lines: list[str] = []
+        self._partial = ""
+        self._lock = threading.Lock()
+
+        @lib.llama_log_callback  # type: ignore[untyped-decorator]
+        def callback(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
+            self._add(text.decode("utf-8", "replace"))
+
+        self._callback = callback  # llama.cpp keeps calling it: keep it alive
+        lib.llama_log_set(callback, ctypes.c_void_p(0))
+
+    def _add(self, text: str) -> None:
+        with self._lock:
+            text = self._partial + text
+            *done, self._partial = text.split("\n")
+            for line in done:
+                _log.debug("%s", line)
+            self.lines = (self.lines + done)[-400:]
+
+    def mark(self) -> int:
+        with self._lock:
+            return len(self.lines)
+
+    def since(self, mark: int) -> list[str]:
+        with self._lock:
+            return self.lines[mark:] if mark <= len(self.lines) else list(self.lines)
+
+
+_LIB: tuple[Any, _Log] | None = None
+_LIB_LOCK = threading.Lock()
+
+
+def _library() -> tuple[Any, _Log]:
+    """llama_cpp, its backend initialised and its log captured (once per process)."""
+    global _LIB
+    with _LIB_LOCK:
+        if _LIB is None:
+            try:
+                import llama_cpp
+            except ImportError as e:
+                raise LlamaCppLoadError(
+                    f"the llama.cpp engine needs llama-cpp-python, which is not installed ({e})"
+                ) from None
+            log = _Log(llama_cpp)
+            llama_cpp.llama_backend_init()
+            _LIB = (llama_cpp, log)
+        return _LIB
+
+
+@dataclass
+class LlamaCppPass:
+    """A planned pass (see `ForwardEngine.plan`): `tokens` may change until `run()`."""
+
+    tokens: np.ndarray
+    positions: np.ndarray
+    sequences: np.ndarray
+    outputs: np.ndarray
+    hidden: bool
+
+
+class _SequenceCache:
+    """The slot-cache operations `hearth.engine.prompt_cache.InputCache` needs, on llama.cpp's
+    per-sequence memory (`llama_memory_seq_*`)."""
+
+    def __init__(self, lib: Any, ctx: int, model: int) -> None:
+        self._lib = lib
+        self._mem = lib.llama_get_memory(ctx)  # None for models without a cache
+        self._swa = int(lib.llama_model_n_swa(model))
+
+    def remove(self, seq: int, begin: int, end: int = _MAX_POS) -> None:
+        """Drop positions [begin, end); later positions move down (a context shift)."""
+        lib, mem = self._lib, self._mem
+        if not mem:
+            return
+        if end == _MAX_POS:
+            lib.llama_memory_seq_rm(mem, seq, begin, -1)
+            return
+        if not lib.llama_memory_can_shift(mem):
+            raise ShiftNotSupportedError()
+        lib.llama_memory_seq_rm(mem, seq, begin, end)
+        lib.llama_memory_seq_add(mem, seq, end, -1, begin - end)
+
+    def copy_prefix(self, src: int, dst: int, length: int) -> None:
+        lib, mem = self._lib, self._mem
+        if not mem:
+            return
+        lib.llama_memory_seq_rm(mem, dst, 0, -1)
+        lib.llama_memory_seq_cp(mem, src, dst, 0, length)
+
+    def can_resume(self, seq: int, pos: int) -> bool:
+        """False when a sliding window already dropped positions the rest still needs."""
+        if not self._mem or not self._swa:
+            return True
+        first = int(self._lib.llama_memory_seq_pos_min(self._mem, seq))
+        if first < 0:
+            return pos == 0
+        return first <= max(0, pos - self._swa)
+
+
+class LlamaCppEngine:
+    """See the module docstring. Not thread-safe: one thread plans and runs passes."""
+
+    vision = None  # images through llama.cpp (mtmd) are not wired yet
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        num_ctx: int = 4096,
+        num_batch: int = 512,
+        parallel: int = 1,
+        threads: int | None = None,
+        flash_attention: bool = False,
+        kv_type: str = "f16",
+        memory_limit: int | None = None,
+        progress: Callable[[float], None] | None = None,
+    ) -> None:
+        lib, log = _library()
+        self._lib = lib
+        self.num_ctx = num_ctx
+        self.num_batch = min(num_batch, num_ctx)
+        self.parallel = parallel
+        self.threads = threads or _default_threads()
+        self.model, self.ctx = 0, 0
+        self._batch: Any = None
+        start = log.mark()
+        self.model = self._load_model(path, progress, log, start)
+        try:
+            self._init_context(flash_attention, kv_type)
+            self.memory = self._memory(log.since(start), kv_type)
+            if memory_limit is not None and self.memory.total > memory_limit:
+                raise OutOfMemoryError(
+                    f"this model needs {_mib(self.memory.total)} (weights "
+                    f"{_mib(self.memory.weights)}, KV cache {_mib(self.memory.cache)}, compute "
+                    f"{_mib(self.memory.graph)}) but only {_mib(memory_limit)} is available; "
+                    "try a smaller context length",
+                    needed=self.memory.total,
+                    available=memory_limit,
+                )
+            self.tokenizer = LlamaCppTokenizer(lib, lib.llama_model_get_vocab(self.model))
+            self.vocab_size = self.tokenizer.vocab_size
+            self.n_embd = int(lib.llama_model_n_embd(self.model))
+            self.cache = _SequenceCache(lib, self.ctx, self.model)
+            self.architecture = self.meta("general.architecture") or "unknown"
+            self.context_length = int(self.meta(f"{self.architecture}.context_length") or 0)
+            self.pooling = _POOLING.get(int(self.meta(f"{self.architecture}.pooling_type") or 0))
+            self.pooling = self.pooling or "last"
+            self._batch = lib.llama_batch_init(self.num_batch, 0, 1)
+        except BaseException:
+            self.close()
+            raise
+
+    # -- loading --------------------------------------------------------------------------
+    def _load_model(
+        self, path: str, progress: Callable[[float], None] | None, log: _Log, start: int
+    ) -> int:
+        lib = self._lib
+        params = lib.llama_model_default_params()
+        params.n_gpu_layers = 0
+        if progress is not None:
+
+            @lib.llama_progress_callback  # type: ignore[untyped-decorator]
+            def report(fraction: float, user_data: ctypes.c_void_p) -> bool:
+                progress(float(fraction))
+                return True
+
+            self._progress = report  # alive while llama.cpp may call it
+            params.progress_callback = report
+        model = lib.llama_model_load_from_file(path.encode(), params)
+        if not model:
+            raise LlamaCppLoadError(_load_failure(path, log.since(start)))
+        return int(model)
+
+    def _init_context(self, flash_attention: bool, kv_type: str) -> None:
+        lib = self._lib
+        params = lib.llama_context_default_params()
+        params.n_ctx = self.num_ctx * self.parallel
+        params.n_batch = params.n_ubatch = self.num_batch
+        params.n_seq_max = self.parallel
+        params.kv_unified = True
+        params.n_threads = params.n_threads_batch = self.threads
+        params.pooling_type = lib.LLAMA_POOLING_TYPE_NONE  # per-row hidden states; see run()
+        params.flash_attn_type = (
+            lib.LLAMA_FLASH_ATTN_TYPE_ENABLED
+            if flash_attention
+            else lib.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        )
+        params.type_k = params.type_v = _KV_TYPES[kv_type]
+        params.no_perf = True
+        ctx = lib.llama_init_from_model(self.model, params)
+        if not ctx:
+            raise LlamaCppLoadError(
+                f"llama.cpp could not create a context of {self.num_ctx} tokens x "
+                f"{self.parallel} sequences for this model (out of memory?)"
+            )
+        self.ctx = int(ctx)
+
+    def _memory(self, lines: list[str], kv_type: str) -> MemoryReport:
+        """llama.cpp's own figures: model size, and the buffers its log reports."""
+        lib = self._lib
+        sizes = {"KV": 0.0, "compute": 0.0, "output": 0.0}
+        for line in lines:
+            if (m := _BUFFER.search(line)) is not None:
+                sizes[m.group(1)] += float(m.group(2))
+        cache = int(sizes["KV"] * 2**20)
+        if not cache:  # the formula: cells x layers x (K + V per token) x bytes per element
+            n_head = max(1, int(lib.llama_model_n_head(self.model)))
+            head_dim = int(lib.llama_model_n_embd(self.model)) // n_head
+            gqa = int(lib.llama_model_n_head_kv(self.model)) * head_dim
+            cells = self.num_ctx * self.parallel
+            layers = int(lib.llama_model_n_layer(self.model))
+            cache = int(cells * layers * 2 * gqa * _KV_BYTES[kv_type])
+        return MemoryReport(
+            weights=int(lib.llama_model_size(self.model)),
+            cache=cache,
+            graph=int((sizes["compute"] + sizes["output"]) * 2**20),
+        )
+
+    def meta(self, key: str) -> str | None:
+        """A GGUF metadata value of the model, as text (None when absent)."""
+        buf = ctypes.create_string_buffer(256)
+        n = self._lib.llama_model_meta_val_str(self.model, key.encode(), buf, 256)
+        return buf.value.decode("utf-8", "replace") if n >= 0 else None
+
+    # -- passes ---------------------------------------------------------------------------
+    def replaces_state(self, token: int) -> bool:
+        """No multimodal state here (see `ForwardEngine.replaces_state`)."""
+        return False
+
+    def plan(
+        self,
+        tokens: np.ndarray,
+        positions: np.ndarray,
+        sequences: np.ndarray,
+        outputs: np.ndarray,
+        hidden: bool = False,
+    ) -> LlamaCppPass:
+        """Record one pass; llama.cpp assigns cache cells and builds the graph in `run()`."""
+        if len(tokens) > self.num_batch:
+            raise ValueError(f"a batch of {len(tokens)} inputs; at most {self.num_batch}")
+        return LlamaCppPass(
+            np.array(tokens, dtype=np.int32),
+            np.asarray(positions, dtype=np.int32),
+            np.asarray(sequences, dtype=np.int32),
+            np.asarray(outputs, dtype=np.int32),
+            hidden,
+        )
+
+    def run(self, p: LlamaCppPass, on_started: Callable[[], None] | None = None) -> np.ndarray:
+        """Decode a planned pass; `[n_outputs, vocab]` logits (or `[n_outputs, embd]` hidden
+        states). Raises CacheFullError when llama.cpp finds no room in its cache."""
+        lib, b, n = self._lib, self._batch, len(p.tokens)
+        flags = np.zeros(n, dtype=np.int8)
+        flags[p.outputs] = 1
+        ctypes.memmove(b.token, p.tokens.ctypes.data, 4 * n)
+        ctypes.memmove(b.pos, p.positions.ctypes.data, 4 * n)
+        ctypes.memmove(b.logits, flags.ctypes.data, n)
+        seqs = p.sequences.tolist()
+        for i in range(n):
+            b.n_seq_id[i] = 1
+            b.seq_id[i][0] = seqs[i]
+        b.n_tokens = n
+        if p.hidden:
+            lib.llama_set_embeddings(self.ctx, True)
+        if on_started is not None:
+            on_started()
+        try:
+            status = int(lib.llama_decode(self.ctx, b))
+            if status == 1:
+                raise CacheFullError()
+            if status != 0:
+                raise RuntimeError(f"llama_decode failed (status {status})")
+            return self._outputs(p)
+        finally:
+            if p.hidden:
+                lib.llama_set_embeddings(self.ctx, False)
+
+    def _outputs(self, p: LlamaCppPass) -> np.ndarray:
+        lib, rows = self._lib, p.outputs.tolist()
+        width = self.n_embd if p.hidden else self.vocab_size
+        if not p.hidden and rows == sorted(set(rows)):  # llama.cpp's order: one copy
+            ptr = lib.llama_get_logits(self.ctx)
+            return np.ctypeslib.as_array(ptr, shape=(len(rows), width)).copy()
+        get = lib.llama_get_embeddings_ith if p.hidden else lib.llama_get_logits_ith
+        out = np.empty((len(rows), width), dtype=np.float32)
+        for k, row in enumerate(rows):
+            out[k] = np.ctypeslib.as_array(get(self.ctx, row), shape=(width,))
+        return out
+
+    def forward(
+        self,
+        tokens: np.ndarray,
+        positions: np.ndarray,
+        sequences: np.ndarray,
+        outputs: np.ndarray,
+        hidden: bool = False,
+    ) -> np.ndarray:
+        """plan() and run() in one go; `outputs` are row indices into this batch."""
+        return self.run(self.plan(tokens, positions, sequences, outputs, hidden))
+
+    def close(self) -> None:
+        lib = self._lib
+        if self._batch is not None:
+            lib.llama_batch_free(self._batch)
+            self._batch = None
+        if self.ctx:
+            lib.llama_free(self.ctx)
+            self.ctx = 0
+        if self.model:
+            lib.llama_model_free(self.model)
+            self.model = 0
+
+
+def _load_failure(path: str, lines: list[str]) -> str:
+    """A sentence for a file llama.cpp refused, from what its log said."""
+    name = path.rsplit("/", 1)[-1]
+    for line in reversed(lines):
+        if "unknown model architecture" in line:
+            arch = line.split("unknown model architecture", 1)[1].strip(" :'\"")
+            return f"{name}: neither Hearth nor llama.cpp knows the architecture '{arch}'"
+    errors = [ln.strip() for ln in lines if "error" in ln.lower() or "failed" in ln.lower()]
+    detail = f": {errors[-1]}" if errors else ""
+    return f"{name}: llama.cpp could not load the model{detail}"
+
+
+def _default_threads() -> int:
+    """llama.cpp's own default for CPU work: the physical cores (`cpu_get_num_math`)."""
+    from ..cpu import physical_cores
+
+    return physical_cores()
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:,.0f} MiB"
