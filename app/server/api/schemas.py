@@ -88,6 +88,7 @@ class Options(_Body):
     use_mmap: bool | None = None
     numa: bool | None = None
     flash_attention: bool | None = None  # Hearth extension
+    engine: Literal["auto", "hearth", "llamacpp"] | None = None  # Hearth: store/engines.py
     # sampling (passed to the runner)
     num_keep: int | None = Field(None, ge=-1, le=1 << 24)
     seed: int | None = Field(None, ge=-1, le=_I64)
@@ -119,6 +120,7 @@ RUNTIME_OPTIONS = frozenset(
         "use_mmap",
         "numa",
         "flash_attention",
+        "engine",
     }
 )
 
