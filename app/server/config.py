@@ -94,6 +94,7 @@ class ServerConfig:
     load_timeout: float = 300.0
     flash_attention: bool = False
     kv_cache_type: str = "f16"
+    engine: str = "auto"  # HEARTH_ENGINE: auto | hearth | llamacpp (store/engines.py)
     max_body_bytes: int = 64 * 1024 * 1024  # JSON bodies; blob uploads are streamed to disk
     max_image_bytes: int = 20 * 1024 * 1024  # one decoded image
     max_image_pixels: int = 50_000_000  # width x height of one image
@@ -130,6 +131,9 @@ class ServerConfig:
         kv = env.get("HEARTH_KV_CACHE_TYPE", "").strip() or "f16"
         if kv not in ("f16", "q8_0", "q4_0"):
             raise ConfigError(f"HEARTH_KV_CACHE_TYPE={kv!r} must be f16, q8_0 or q4_0")
+        engine = env.get("HEARTH_ENGINE", "").strip().lower() or "auto"
+        if engine not in ("auto", "hearth", "llamacpp"):
+            raise ConfigError(f"HEARTH_ENGINE={engine!r} must be auto, hearth or llamacpp")
         keep_alive = parse_duration(env.get("HEARTH_KEEP_ALIVE", "") or "5m", "HEARTH_KEEP_ALIVE")
         load_timeout = parse_duration(
             env.get("HEARTH_LOAD_TIMEOUT", "") or "5m", "HEARTH_LOAD_TIMEOUT"
@@ -149,6 +153,7 @@ class ServerConfig:
             load_timeout=300.0 if load_timeout == FOREVER else load_timeout,
             flash_attention=_bool(env, "HEARTH_FLASH_ATTENTION"),
             kv_cache_type=kv,
+            engine=engine,
             max_body_bytes=_int(env, "HEARTH_MAX_BODY_BYTES", 64 * 1024 * 1024, minimum=1024),
             max_image_bytes=_int(env, "HEARTH_MAX_IMAGE_BYTES", 20 * 1024 * 1024, minimum=1024),
             max_image_pixels=_int(env, "HEARTH_MAX_IMAGE_PIXELS", 50_000_000, minimum=1),

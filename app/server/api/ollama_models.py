@@ -128,6 +128,7 @@ async def show(body: ShowRequest, request: Request) -> dict[str, Any]:
         model_info = await asyncio.to_thread(read_full_metadata, target.path)
     settings = svc.settings(target, None)
     memory = svc.memory(target, settings)
+    engine = svc.engine(target) if info.supported else None
     devices = await asyncio.to_thread(_planned_devices, svc, target, settings)
     out: dict[str, Any] = {}
     if target.license:
@@ -158,6 +159,8 @@ async def show(body: ShowRequest, request: Request) -> dict[str, Any]:
             "file_size": info.file_size,
             "supported": info.supported,
             "problem": info.problem,
+            "engine": engine.engine if engine else None,
+            "engine_reason": engine.reason if engine else None,
             "batch_invariance": _batch_invariance(svc, target.name),
         },
     }

@@ -23,6 +23,7 @@ from ..api.schemas import RUNTIME_OPTIONS, ChatMessage, Options
 from ..config import ConfigError, ServerConfig, parse_duration
 from ..prompting.images import check_image
 from ..prompting.outputs import OutputParser, ParsedCall
+from ..store.engines import EngineChoice, EngineUnavailableError, choose_engine
 from ..store.model_store import ModelRecord, ModelStore
 from ..store.modelinfo import ModelInfo, ModelInfoCache, capabilities
 from .layout import MemoryReport
@@ -161,9 +162,24 @@ class Service:
         except ConfigError as e:
             raise APIError(400, str(e)) from None
 
+    def engine(self, target: Target, options: Options | None = None) -> EngineChoice:
+        """Which engine runs the model and why (see store/engines.py); 400 when the one asked
+        for cannot run it."""
+        given = options.engine if options is not None else None
+        try:
+            return choose_engine(
+                target.info.architecture,
+                target.info.has_plugin,
+                given or target.params.get("engine"),
+                self.config.engine,
+            )
+        except EngineUnavailableError as e:
+            raise APIError(400, f"{target.name}: {e}") from None
+
     def settings(self, target: Target, options: Options | None) -> GenerationSettings:
         given = options.model_dump(exclude_none=True) if options is not None else {}
         merged = {**target.params, **given}
+        engine = self.engine(target, options).engine if target.info.supported else "hearth"
         trained = target.info.context_length or 1 << 24
         num_ctx = max(4, min(int(merged.get("num_ctx") or self.config.context_length), trained))
         flash = bool(merged.get("flash_attention", self.config.flash_attention))
@@ -175,6 +191,7 @@ class Service:
             flash_attention=flash,
             kv_type=self.config.kv_cache_type if flash else "f16",  # quantized K/V needs FA
             projector=str(target.projector) if target.projector is not None else None,
+            engine=engine,
         )
         sampling = {k: merged[k] for k in _SAMPLING if k in merged}
         if sampling.get("num_predict", -1) < 0:

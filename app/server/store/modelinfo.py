@@ -18,6 +18,7 @@ import numpy as np
 
 from ...engine.gguf import GGUFFile, Metadata
 from ...plugins import Architecture, Architectures
+from .engines import llamacpp_installed
 
 __all__ = ["ModelInfo", "ModelInfoCache", "capabilities", "human_number", "quantization_name"]
 
@@ -67,8 +68,10 @@ def _jsonable(value: Any) -> Any:
 
 @dataclass(frozen=True)
 class ModelInfo:
-    """Facts about one GGUF file. `supported` is False (with `problem` saying why) when no
-    installed plugin runs its architecture."""
+    """Facts about one GGUF file. `has_plugin`: an installed Hearth plugin runs its
+    architecture; without one the llama.cpp engine runs it (`engines.choose_engine`), and
+    `supported` is False (with `problem` saying why) only when llama.cpp is not installed
+    either."""
 
     architecture: str
     parameter_count: int
@@ -89,6 +92,7 @@ class ModelInfo:
     head_count: int
     model_info: dict[str, Any] = field(default_factory=dict)  # short metadata, JSON-ready
     sees_images: bool = False  # the architecture's plugin has an image encoder
+    has_plugin: bool = True
 
     def details(self) -> dict[str, Any]:
         return {
@@ -175,7 +179,8 @@ def read_model_info(path: Path, registry: Architectures) -> ModelInfo:
         try:
             model_cls = registry.get(arch).model
         except LookupError as e:
-            problem = str(e)
+            if not llamacpp_installed():
+                problem = f"{e}, and the llama.cpp engine (llama-cpp-python) is not installed"
         template = meta.string("tokenizer.chat_template") or None
         if template is None and model_cls is not None:
             template = model_cls.default_chat_template
@@ -208,7 +213,7 @@ def read_model_info(path: Path, registry: Architectures) -> ModelInfo:
             bos_text=_token_text(meta, "tokenizer.ggml.bos_token_id"),
             eos_text=_token_text(meta, "tokenizer.ggml.eos_token_id"),
             capabilities=tuple(_file_capabilities(meta, model_cls, tensors)),
-            supported=model_cls is not None,
+            supported=problem is None,
             problem=problem,
             kv_bytes_per_token=sum(2 * h * (k_len + v_len) for h in kv_heads),
             vocab_size=len(vocab) if vocab is not None else 0,
@@ -217,6 +222,7 @@ def read_model_info(path: Path, registry: Architectures) -> ModelInfo:
             head_count=heads[0] if heads else 1,
             model_info=info,
             sees_images=model_cls is not None and model_cls.handles_multimodal(),
+            has_plugin=model_cls is not None,
         )
 
 
