@@ -10,7 +10,7 @@ import sys
 import time
 from collections.abc import Iterator
 
-__all__ = ["start_workers", "free_port", "wait_for_port"]
+__all__ = ["Workers", "start_workers", "free_port", "wait_for_port"]
 
 
 def free_port() -> int:
@@ -30,12 +30,19 @@ def wait_for_port(port: int, proc: subprocess.Popen, timeout: float = 30.0) -> N
     raise TimeoutError(f"hearth worker did not listen on port {port} in {timeout:.0f} s")
 
 
+class Workers(list):
+    """Endpoints ("127.0.0.1:PORT") of running workers, with their processes in `procs`."""
+
+    procs: list[subprocess.Popen]
+
+
 @contextlib.contextmanager
-def start_workers(count: int, threads: int = 1) -> Iterator[list[str]]:
-    """Start `count` workers; yields their endpoints ("127.0.0.1:PORT")."""
+def start_workers(count: int, threads: int = 1) -> Iterator[Workers]:
+    """Start `count` workers; yields their endpoints."""
     procs: list[subprocess.Popen] = []
     try:
-        endpoints = []
+        endpoints = Workers()
+        endpoints.procs = procs
         for _ in range(count):
             port = free_port()
             cmd = [sys.executable, "-m", "hearth", "worker", "--port", str(port)]

@@ -51,6 +51,9 @@ def _load_errors(engine: str) -> tuple[type[Exception], ...]:
 
 
 def main(args: Any) -> int:
+    # A native abort (an RPC worker gone, a device out of memory) ends this process with
+    # ggml's message; its backtrace would attach gdb first, slowly. The service reports it.
+    os.environ.setdefault("GGML_NO_BACKTRACE", "1")
     logging.basicConfig(
         level=os.environ.get("HEARTH_LOG_LEVEL", "WARNING"),
         stream=sys.stderr,

@@ -14,15 +14,15 @@ the answer. The ones that are not plainly honoured:
 | messages[].role                         | system, user, assistant or tool; others refused     |
 | options.typical_p                       | refused unless 1 (off): the sampler has no typical  |
 |                                         | sampling (also in /api/create `parameters`)         |
-| options.num_gpu, main_gpu, use_mmap,    | ignored: placement and loading hints, Hearth places |
-| numa                                    | the model itself and the answer is the same         |
+| options.num_gpu, main_gpu               | the layout search's: layers on GPUs / GPU first     |
+| options.use_mmap, numa                  | ignored: loading hints; the answer is the same      |
 | think: "low" / "medium" / "high" / "max"| thinking on, and the level reaches the template as  |
 |                                         | `reasoning_effort` (templates that read it use it)  |
 | tool_calls[].type, tools[].type,        | ignored: "function" is the only kind there is; the  |
 | tool_calls[].function.index             | list's order is the calls' order                    |
 | options on /api/embed(dings)            | only the runtime ones (num_ctx, ...) apply: there   |
 |                                         | is no sampling in an embedding, as in Ollama        |
-| pull `insecure`                         | ignored: Hearth has no registry to pull from        |
+| pull `insecure`                         | honoured: allows a registry on plain http           |
 | create `quantize`, `adapters`,          | refused by /api/create (create.py)                  |
 | `modelfile`                             |                                                     |
 | unknown fields, unknown option names    | ignored, as Ollama does (mirostat, tfs_z, ...)      |

@@ -4,15 +4,16 @@ a model that fits nowhere (see `hearth.server.scheduling.layout`).
 `Placement.check` refuses a model whose FIT report (computed from its file, `layout.fit`) does
 not fit in system memory (`plan_layout`'s `ModelTooLarge`); `Placement.negotiate` runs the load
 protocol (`negotiate`) on it and logs one line: "layout for NAME: 0/N layers on GPU (no GPU
-found): running on the CPU". System memory is read live; GPUs come from the service's device
-probe (the service passes one that reuses a report up to 30 s old and counts a failed probe as
-no GPU, with a warning).
-The engine runs on the CPU only for now, so GPUs found are named in the log line and left out
-of the search.
+found): running on the CPU". System memory is read live; GPUs (local ones and the RPC
+workers of HEARTH_RPC_SERVERS) come from the service's device probe (the service passes one
+that reuses a report up to 30 s old and counts a failed probe as no GPU, with a warning).
+The layout chosen reaches the runner as its `--layout` (`layout_json`), where the engine
+places each layer on its device.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from collections.abc import Awaitable, Callable, Sequence
@@ -31,7 +32,7 @@ from .layout import (
 from .layout.fit import FileFitRunner
 from .layout.usage import DeviceUsage, device_usage, gpu_bytes
 
-__all__ = ["Placement", "Placed", "system_memory"]
+__all__ = ["Placement", "Placed", "layout_json", "system_memory"]
 
 log = logging.getLogger("hearth.scheduler")
 
@@ -48,6 +49,16 @@ def system_memory(free: int | None) -> SystemMemory | None:
         return None
     total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     return SystemMemory(total=total, free=free, free_swap=system_free_swap())
+
+
+def layout_json(layout: Layout) -> str | None:
+    """`layout` as the runner's `--layout` (device names as ggml's: "CUDA0", "RPC1"); None
+    for the all-CPU layout."""
+    if not layout.devices:
+        return None
+    gpus = [{"device": str(g.device), "layers": list(g.layers)} for g in layout.gpus]
+    projector = str(layout.projector) if layout.projector is not None else None
+    return json.dumps({"gpus": gpus, "projector": projector}, separators=(",", ":"))
 
 
 @dataclass(frozen=True)
@@ -91,22 +102,33 @@ class Placement:
             plan_layout((), system, report, LayoutOptions(overhead=self.overhead))
 
     async def negotiate(
-        self, name: str, report: MemoryReport, others_loaded: bool = False
+        self,
+        name: str,
+        report: MemoryReport,
+        others_loaded: bool = False,
+        num_gpu: int = -1,
+        main_gpu: int | None = None,
     ) -> Placed | None:
         """Plan, 'allocate' and commit the layout of `report` (the model `name`), log where
         it runs and return the layout with its report; None when system memory is unknown.
         `others_loaded` makes a layout that needs more than is free now raise
         `LoadRequiresEviction`; a model that does not fit in free
-        memory + swap raises `ModelTooLarge` with the numbers."""
+        memory + swap raises `ModelTooLarge` with the numbers. `num_gpu` (layers on GPUs,
+        -1: as many as fit) and `main_gpu` are the request's options."""
         system = self.system()
         if system is None:
             return None
         found = await self.gpus()
-        options = LayoutOptions(overhead=self.overhead, require_full=others_loaded)
+        options = LayoutOptions(
+            num_gpu=num_gpu,
+            main_gpu=main_gpu,
+            overhead=self.overhead,
+            require_full=others_loaded,
+        )
         sentences: list[str] = []
         done = await negotiate(
             FileFitRunner(report),
-            (),
+            found,
             system,
             report.layers,
             options,
@@ -114,11 +136,6 @@ class Placement:
             sentences.append,
         )
         sentence = sentences[-1] if sentences else "running on the CPU"
-        if found:
-            names = ", ".join(g.label for g in found)
-            sentence = (
-                f"the engine does not place layers on GPUs yet, found {names}: running on the CPU"
-            )
         reason, _, where = sentence.rpartition(": ")
         count = f"{done.layout.offloaded}/{report.layers} layers on GPU"
         line = f"layout for {name}: {count}" + (f" ({reason}): {where}" if reason else f": {where}")

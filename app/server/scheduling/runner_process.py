@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import secrets
 import sys
 from collections.abc import AsyncIterator, Callable
@@ -123,11 +124,21 @@ class RunnerProcess:
 
     def _died(self) -> RunnerError:
         tail = "".join(self._stderr_tail[-5:]).strip()
-        last = tail.splitlines()[-1] if tail else ""
+        last = _last_words(tail)
         return RunnerError(
             f"the model's runner process stopped (status {self.proc.returncode})"
             + (f": {last}" if last else "")
         )
+
+    async def _ended_early(self) -> RunnerError:
+        """A stream that ended without its last line: the runner crashed (a native abort:
+        an RPC worker gone, a device out of memory) or closed it; the exit status, when it
+        comes within a second, says which."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.proc.wait(), 1.0)
+        if not self.alive:
+            return self._died()
+        return RunnerError("the runner ended the reply without finishing it")
 
     async def completion(self, request: CompletionRequest) -> AsyncIterator[dict[str, Any]]:
         """Yield the runner's NDJSON objects: chunks, then the final `done` object.
@@ -152,9 +163,7 @@ class RunnerProcess:
                         done = True
                         break
                 if not done:
-                    raise (
-                        self._died() if not self.alive else RunnerError("the runner stopped early")
-                    )
+                    raise await self._ended_early()
         except (httpx.TransportError, httpx.StreamError):
             await asyncio.sleep(0.05)  # let the process exit status arrive
             raise self._died() from None
@@ -196,6 +205,21 @@ class RunnerProcess:
                 self.proc.kill()
                 await self.proc.wait()
         await self._http.aclose()
+
+
+_NATIVE_ABORT = re.compile(r"\.(?:c|cc|cpp|cu|m):\d+: (.+)$")
+
+
+def _last_words(tail: str) -> str:
+    """What a runner said last before it stopped: a native abort's message ("Remote RPC
+    server crashed or returned malformed response", from "ggml-rpc.cpp:498: ...") when there
+    is one, else the last line."""
+    lines = tail.splitlines()
+    for line in reversed(lines):
+        m = _NATIVE_ABORT.search(line.strip())
+        if m:
+            return m.group(1)
+    return lines[-1] if lines else ""
 
 
 def _error_text(body: bytes, status: int) -> str:

@@ -52,13 +52,13 @@ import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Any, Protocol, overload
 
 from ...engine.ml.devices import system_available_memory
 from ...runner.protocol import CompletionRequest
 from ..config import FOREVER, ServerConfig
-from .layout import LoadRequiresEviction, MemoryReport, ModelTooLarge, human_bytes
-from .placement import Placed, Placement
+from .layout import Layout, LoadRequiresEviction, MemoryReport, ModelTooLarge, human_bytes
+from .placement import Placed, Placement, layout_json
 from .runner_process import RunnerOptions, RunnerProcess, RunnerStartError
 
 __all__ = [
@@ -137,6 +137,8 @@ class LoadSpec:
     # The load protocol's FIT for these runner options, computed without loading (blocking:
     # called in a thread); None: the model is not planned or refused before it starts.
     fit: Callable[[RunnerOptions], MemoryReport] | None = field(default=None, compare=False)
+    num_gpu: int = -1  # the request's layers on GPUs (-1: as many as fit)
+    main_gpu: int | None = None  # the request's GPU to try first (index in discovery order)
 
 
 @dataclass(eq=False)
@@ -165,7 +167,23 @@ class Loaded:
             return False
         if "num_batch" in spec.explicit and want.num_batch != have.num_batch:
             return False
+        if "num_gpu" in spec.explicit and spec.num_gpu != self.spec.num_gpu:
+            return False
+        if "main_gpu" in spec.explicit and spec.main_gpu != self.spec.main_gpu:
+            return False
         return not ("num_thread" in spec.explicit and want.threads != have.threads)
+
+
+@overload
+def _with_layout(spec: LoadSpec, placed: Placed | None) -> LoadSpec: ...
+@overload
+def _with_layout(spec: None, placed: Placed | None) -> None: ...
+def _with_layout(spec: LoadSpec | None, placed: Placed | None) -> LoadSpec | None:
+    """`spec` whose runner is started with `placed`'s layout (None: everything on the CPU)."""
+    if spec is None:
+        return None
+    layout = layout_json(placed.layout) if placed is not None else None
+    return replace(spec, options=replace(spec.options, layout=layout))
 
 
 class Lease:
@@ -290,9 +308,11 @@ class Scheduler:
             spec, fallback = self._choose_parallel(spec)
             planned, fallback, placed = await self._place(spec, fallback)
             spec, runner = await self._start(planned, fallback)
-            if placed is not None and spec is not planned:  # started with one slot instead
+            if placed is not None and spec is not planned:  # one slot, or the CPU, instead
                 report = await self._fit(spec)
                 placed = replace(placed, memory=report) if report is not None else None
+                if placed is not None and spec.options.layout is None and placed.layout.devices:
+                    placed = Placed(Layout(), placed.memory, "CPU only")
             log.info(
                 "%s loaded with %d parallel slot%s (%s)",
                 spec.name,
@@ -347,8 +367,14 @@ class Scheduler:
         while (report := await self._fit(spec)) is not None and self._placement is not None:
             try:
                 placed = await self._placement.negotiate(
-                    spec.name, report, others_loaded=bool(self._entries)
+                    spec.name,
+                    report,
+                    others_loaded=bool(self._entries),
+                    num_gpu=spec.num_gpu,
+                    main_gpu=spec.main_gpu,
                 )
+                if placed is not None:
+                    spec, fallback = _with_layout(spec, placed), _with_layout(fallback, placed)
                 return spec, fallback, placed
             except (LoadRequiresEviction, ModelTooLarge) as e:
                 if fallback is not None:
@@ -422,6 +448,18 @@ class Scheduler:
             try:
                 return spec, await self._launcher(spec.path, spec.options, self.config.load_timeout)
             except RunnerStartError as e:
+                if spec.options.layout is not None:
+                    # Hearth's layout search counts what a device needs from the file; when the
+                    # device still runs out (or is gone: an RPC worker), run on the CPU.
+                    log.warning(
+                        "%s did not start with its layout on %s (%s); starting it on the CPU",
+                        spec.name,
+                        spec.options.layout,
+                        e,
+                    )
+                    spec = _with_layout(spec, None)
+                    fallback = _with_layout(fallback, None)
+                    continue
                 if fallback is not None:
                     log.warning(
                         "%s did not start with %d parallel slots (%s); trying one",

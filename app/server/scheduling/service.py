@@ -92,6 +92,8 @@ class GenerationSettings:
     runner: RunnerOptions
     explicit: frozenset[str]
     sampling: dict[str, Any]
+    num_gpu: int = -1  # layers on GPUs (Ollama's option; -1: as many as fit)
+    main_gpu: int | None = None
 
 
 class Service:
@@ -196,8 +198,13 @@ class Service:
         sampling = {k: merged[k] for k in _SAMPLING if k in merged}
         if sampling.get("num_predict", -1) < 0:
             sampling["num_predict"] = 10 * num_ctx  # Ollama's cap on runaway generation
+        main_gpu = merged.get("main_gpu")
         return GenerationSettings(
-            runner, frozenset(k for k in given if k in RUNTIME_OPTIONS), sampling
+            runner,
+            frozenset(k for k in given if k in RUNTIME_OPTIONS),
+            sampling,
+            num_gpu=int(merged.get("num_gpu", -1)),
+            main_gpu=int(main_gpu) if main_gpu is not None else None,
         )
 
     def memory(self, target: Target, settings: GenerationSettings) -> dict[str, int]:
@@ -239,6 +246,8 @@ class Service:
             parallel_choices=choices,
             parallel_reason=reason,
             fit=lambda options: self.fit(target, replace(settings, runner=options)),
+            num_gpu=settings.num_gpu,
+            main_gpu=settings.main_gpu,
         )
 
     def fit(self, target: Target, settings: GenerationSettings) -> MemoryReport:

@@ -17,9 +17,15 @@ for that layout the FIT report is arithmetic on the GGUF, which the service read
   measured when larger (measuring needs the model built, i.e. loaded);
 * a vision projector: its file's weights; its encoder's compute buffer is not estimated (0).
 
-`FileFitRunner` answers the load protocol with that report: FIT and ALLOC give it (on the CPU
-the runner allocates while it starts, and a start that runs out of memory fails as before),
-COMMIT and CLOSE succeed (the scheduler starts the runner, today's load, after the commit).
+`placed_report` moves that all-CPU report onto a layout: each layer's weights and cache go to
+the device holding the layer, and every GPU given layers gets a graph buffer of the same
+estimate (ggml's scheduler reserves a worst-case compute buffer on each device it splits the
+graph over, as Ollama counts it); a projector placed on a GPU takes its weights and graph there.
+
+`FileFitRunner` answers the load protocol with these reports: FIT and ALLOC give the report
+of the layout asked for (the runner allocates while it starts, with `--layout`; a start that
+runs out of memory on a device fails with the device named, and the scheduler retries on the
+CPU), COMMIT and CLOSE succeed (the scheduler starts the runner after the commit).
 """
 
 from __future__ import annotations
@@ -32,9 +38,16 @@ from pathlib import Path
 
 from ....engine.gguf import GGUFFile
 from ...store.modelinfo import _KV_BYTES, _per_layer
-from .memory import DeviceMemory, Layout, LoadOperation, LoadReply, MemoryReport
+from .memory import DeviceId, DeviceMemory, Layout, LoadOperation, LoadReply, MemoryReport
 
-__all__ = ["KV_TYPE_BYTES", "FileLayers", "FileFitRunner", "fit_report", "read_file_layers"]
+__all__ = [
+    "KV_TYPE_BYTES",
+    "FileLayers",
+    "FileFitRunner",
+    "fit_report",
+    "placed_report",
+    "read_file_layers",
+]
 
 # Bytes of one K/V element per cache type (q8_0: 34 bytes per 32 values, q4_0: 18 per 32).
 KV_TYPE_BYTES = _KV_BYTES
@@ -138,9 +151,33 @@ def fit_report(
     )
 
 
+def placed_report(report: MemoryReport, layout: Layout) -> MemoryReport:
+    """The all-CPU `report` with each layer's bytes moved to the device `layout` gives it (see
+    the module docstring). GPUs the layout does not use are absent."""
+    layers = report.layers
+    cpu_weights, cpu_cache = list(report.cpu.weights), list(report.cpu.cache)
+    moved: dict[DeviceId, tuple[list[int], list[int]]] = {}
+    for part in layout.gpus:
+        weights, cache = moved.setdefault(part.device, ([0] * layers, [0] * layers))
+        for i in part.layers:
+            if not 0 <= i < layers:
+                raise ValueError(f"the layout names layer {i}; the model has {layers}")
+            weights[i], cache[i] = cpu_weights[i], cpu_cache[i]
+            cpu_weights[i] = cpu_cache[i] = 0
+    graph = report.cpu.graph
+    gpus = {device: DeviceMemory(tuple(w), tuple(c), graph) for device, (w, c) in moved.items()}
+    return MemoryReport(  # the projector's bytes stay apart: the search counts them by device
+        cpu=DeviceMemory(tuple(cpu_weights), tuple(cpu_cache), graph),
+        gpus=gpus,
+        input_weights=report.input_weights,
+        vision=report.vision,
+        projector=report.projector,
+        projector_graph=report.projector_graph,
+    )
+
+
 class FileFitRunner:
-    """The load protocol for an engine that runs on the CPU only (see the module docstring):
-    a layout that puts layers or the projector on a GPU is a ValueError."""
+    """The load protocol answered from the model file (see the module docstring)."""
 
     def __init__(self, report: MemoryReport) -> None:
         self.report = report
@@ -148,6 +185,4 @@ class FileFitRunner:
 
     async def load(self, operation: LoadOperation, layout: Layout) -> LoadReply:
         self.operations.append(operation)
-        if layout.devices:
-            raise ValueError("the engine does not place layers on GPUs yet")
-        return LoadReply(self.report)
+        return LoadReply(placed_report(self.report, layout))
