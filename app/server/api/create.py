@@ -35,6 +35,7 @@ from ...engine.gguf import GGUFError, GGUFFile
 from ...plugins.registry import default_converters
 from ..prompting.prompts import check_template
 from ..scheduling.service import Service
+from ..store.engines import llamacpp_installed
 from ..store.model_store import BlobError, BlobWriter, Layer, ModelStore, normalize_digest
 from ..store.names import ModelName
 from .errors import APIError, validation_message
@@ -96,7 +97,7 @@ class _Plan:
 
 def _check_gguf(path: Path, registry_check: Any) -> str:
     """The file's role, "model" or "projector"; a 400 with a sentence for a damaged or
-    unsupported file."""
+    unsupported file (an architecture without a Hearth plugin is run by llama.cpp)."""
     try:
         with GGUFFile(path) as f:
             arch = f.architecture
@@ -112,7 +113,8 @@ def _check_gguf(path: Path, registry_check: Any) -> str:
     try:
         registry_check(arch)
     except LookupError as e:
-        raise APIError(400, f"{path.name}: {e}") from None
+        if not llamacpp_installed():  # without a plugin, the llama.cpp engine runs it
+            raise APIError(400, f"{path.name}: {e}") from None
     return "model"
 
 
