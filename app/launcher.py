@@ -19,7 +19,6 @@ import contextlib
 import os
 import secrets
 import subprocess
-import sys
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -28,6 +27,7 @@ import httpx
 
 from .hostport import client_url, env_host, parse_host
 from .paths import logs_dir
+from .program import hearth_command
 
 __all__ = [
     "READY_PREFIX",
@@ -89,12 +89,11 @@ def serve_command(
     host: str = "127.0.0.1", port: int = 0, log_level: str | None = None
 ) -> list[str]:
     """The command line of `hearth serve`: from this interpreter, or from a frozen app's
-    executable (PyInstaller sets `sys.frozen`; the executable itself is the `hearth` command)."""
-    hearth = [sys.executable] if getattr(sys, "frozen", False) else [sys.executable, "-m", "hearth"]
+    executable (`hearth.program.hearth_command`)."""
     args = ["serve", "--host", host, "--port", str(port), "--exit-on-stdin-close"]
     if log_level:
         args += ["--log-level", log_level]
-    return [*hearth, *args]
+    return [*hearth_command(), *args]
 
 
 def service_env(token: str, extra: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -10,7 +10,9 @@ Libraries:
   + plugins.
 * history, app_settings: the desktop app's chat history and settings (Qt-free).
 * launcher: starts or finds a `hearth serve` (for the CLI and the desktop app); no server code.
-* hearth.paths, hearth.default_model, hearth.hostport: leaf modules anyone may use.
+* hearth.paths, hearth.default_model, hearth.hostport, hearth.program (the desktop id, the
+  command that runs `hearth` again, frozen or not), hearth.desktop (the menu entry and icons):
+  leaf modules anyone may use.
 
 Programs (each a process, or the command that starts one):
 * runner: the runner process (one model); engine + plugins.
@@ -26,7 +28,7 @@ import ast
 from pathlib import Path
 
 APP = Path(__file__).resolve().parents[1] / "app"
-LEAVES = {"paths", "default_model", "hostport"}
+LEAVES = {"paths", "default_model", "hostport", "program", "desktop"}
 PACKAGES = {
     "engine",
     "plugins",
@@ -53,6 +55,8 @@ ALLOWED: dict[str, set[str]] = {
     "paths": set(),
     "default_model": {"paths"},
     "hostport": set(),
+    "program": set(),
+    "desktop": {"program"},
 }
 
 

@@ -20,10 +20,13 @@ import sys
 from collections.abc import Sequence
 
 from PySide6.QtCore import QByteArray, QTimer
+from PySide6.QtGui import QIcon
 from PySide6.QtWidgets import QApplication
 
 from ..app_settings import AppSettings, load_settings, save_settings
+from ..desktop import ASSETS
 from ..history import ChatStore
+from ..program import APP_ID
 from .api_client import ApiClient
 from .controllers.chat import ChatController
 from .controllers.drops import DropController
@@ -50,6 +53,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "starting one",
     )
     p.add_argument("--api-key", default="", help="bearer token for --server")
+    p.add_argument(
+        "--smoke-test",
+        action="store_true",
+        help="exit (status 0) as soon as the window is shown: installers' checks",
+    )
     return p.parse_args(list(argv or []))
 
 
@@ -146,7 +154,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     assert isinstance(app, QApplication)
     app.setApplicationName("Hearth")
     app.setApplicationDisplayName("Hearth")
-    app.setDesktopFileName("hearth")
+    # The .desktop file's id: Wayland compositors find the window's icon and name through it.
+    app.setDesktopFileName(APP_ID)
+    app.setWindowIcon(QIcon(str(ASSETS / f"{APP_ID}.png")))
     hearth = HearthApp(argv)
     # SIGTERM/SIGINT end the event loop normally, so the service child is stopped too; the
     # timer gives Python a moment to run its signal handlers while Qt waits.
@@ -157,7 +167,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     tick.start()
     app.aboutToQuit.connect(hearth.shutdown)
     hearth.start()
+    if parse_args(argv).smoke_test:
+        QTimer.singleShot(0, lambda: _end_smoke_test(app, hearth))
     return int(app.exec())
+
+
+def _end_smoke_test(app: QApplication, hearth: HearthApp) -> None:
+    """--smoke-test: say whether the window is on screen, and quit (status 0 when it is)."""
+    shown = hearth.window.isVisible()
+    print("Hearth: the window is shown" if shown else "Hearth: the window did not show", flush=True)
+    app.exit(0 if shown else 1)
 
 
 if __name__ == "__main__":

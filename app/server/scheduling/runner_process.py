@@ -18,6 +18,7 @@ from typing import Any
 
 import httpx
 
+from ...program import hearth_command
 from ...runner.protocol import TOKEN_ENV, CompletionRequest, RunnerOptions, to_dict
 
 __all__ = ["RunnerError", "RunnerStartError", "RunnerOptions", "RunnerProcess"]
@@ -73,9 +74,7 @@ class RunnerProcess:
         token = secrets.token_hex(16)
         env = dict(os.environ, **{TOKEN_ENV: token})
         proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "hearth",
+            *hearth_command(),
             "runner",
             "--model",
             str(model_path),
