@@ -163,6 +163,8 @@ class Loaded:
             return False
         if (want.flash_attention, want.kv_type) != (have.flash_attention, have.kv_type):
             return False
+        if want.engine != have.engine:  # two models may share a file, each on its engine
+            return False
         if want.projector is not None and want.projector != have.projector:
             return False
         if "num_batch" in spec.explicit and want.num_batch != have.num_batch:
