@@ -31,8 +31,10 @@ _RESERVED = set(" \t\n\"'\\><~|&;$*?#()`=%")
 
 
 def exec_line(argv: Sequence[str]) -> str:
-    """`argv` as a .desktop Exec value: arguments with reserved characters double-quoted
-    (with `"`, `` ` ``, `$` and `\\` escaped), `%` doubled."""
+    """`argv` as a .desktop Exec value, by the Desktop Entry spec: arguments with reserved
+    characters double-quoted (with `"`, `` ` ``, `$` and `\\` backslash-escaped), `%` doubled,
+    and then, as in every string value, each backslash written twice (newline and tab as
+    `\\n`, `\\t`)."""
     out = []
     for arg in argv:
         arg = arg.replace("%", "%%")
@@ -41,7 +43,8 @@ def exec_line(argv: Sequence[str]) -> str:
             continue
         escaped = "".join("\\" + c if c in '"`$\\' else c for c in arg)
         out.append(f'"{escaped}"')
-    return " ".join(out)
+    value = " ".join(out).replace("\\", "\\\\")
+    return value.replace("\n", "\\n").replace("\t", "\\t")
 
 
 def desktop_entry(command: Sequence[str] | None = None) -> str:

@@ -149,10 +149,12 @@ def library_loads(soname: str) -> bool:
 def missing_libraries(
     lib_dir: Path,
     plugin_dir: Path,
-    loads: Callable[[str], bool] = library_loads,
+    loads: Callable[[str], bool] | None = None,
 ) -> list[str]:
     """The system libraries the xcb plugin (and the Qt libraries it uses) need that do not
-    load, in the order first named. Libraries Qt ships in `lib_dir` are not checked."""
+    load (`loads`, default `library_loads`), in the order first named. Libraries Qt ships in
+    `lib_dir` are not checked."""
+    loads = loads or library_loads
     shipped = {p.name for p in lib_dir.glob("*.so*")} if lib_dir.is_dir() else set()
     files = [plugin_dir / "libqxcb.so", *(lib_dir / name for name in _QT_LIBS)]
     missing: list[str] = []
@@ -198,7 +200,7 @@ def uses_xcb(env: Mapping[str, str]) -> bool:
 
 def check_display_libraries(
     env: Mapping[str, str] | None = None,
-    loads: Callable[[str], bool] = library_loads,
+    loads: Callable[[str], bool] | None = None,
 ) -> str | None:
     """None when the window can start; else the sentence to print (install what is missing)."""
     if not uses_xcb(os.environ if env is None else env):
