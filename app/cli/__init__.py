@@ -132,8 +132,11 @@ def _add_models(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     )
     stop = sub.add_parser("stop", help="unload a model")
     stop.add_argument("model")
-    pull = sub.add_parser("pull", help="(offline: only checks the model is here)")
+    pull = sub.add_parser(
+        "pull", help="download a model: hf.co/OWNER/REPO[:QUANT] or NAME[:TAG] (Ollama's library)"
+    )
     pull.add_argument("model")
+    pull.add_argument("--insecure", action="store_true", help="allow a registry on plain http")
     imp = sub.add_parser("import-ollama", help="import the models of an Ollama installation")
     imp.add_argument(
         "--source",

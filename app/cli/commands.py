@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime
 import json
 import sys
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -223,25 +224,34 @@ def cmd_create(args: Any, conn: Connection, out: TextIO, err: TextIO = sys.stder
             err.write(f"uploading {source.name}\n")
             body["files"][source.name] = conn.client.upload_blob(source)
     body.update(model=args.model, link=bool(args.link))
+    show_progress(conn.client.create(body), err, lambda text: text.startswith("converting"))
+    return 0
+
+
+def show_progress(
+    statuses: Iterable[dict[str, Any]], err: TextIO, every_percent: Callable[[str], bool]
+) -> None:
+    """Progress lines (`status`, `total`, `completed`) on stderr: one updated line on a
+    terminal; otherwise a line per new status (and per percent where `every_percent`)."""
     last = ""
-    for status in conn.client.create(body):
+    for status in statuses:
         text = status.get("status", "")
         if status.get("total"):
             pct = 100 * status.get("completed", 0) // max(1, status["total"])
             text = f"{text} {pct}%"
         if err.isatty():
             err.write("\r\033[K" + text)
-        elif text != last and ("%" not in text or text.startswith("converting")):
-            err.write(text + "\n")  # conversion progress: a line per step of the percentage
+        elif text != last and ("%" not in text or every_percent(text)):
+            err.write(text + "\n")
         last = text
     if err.isatty():
         err.write("\n")
-    return 0
 
 
-def cmd_pull(args: Any, conn: Connection, out: TextIO) -> int:
-    conn.client.pull(args.model)
-    out.write(f"{args.model} is already here\n")
+def cmd_pull(args: Any, conn: Connection, out: TextIO, err: TextIO = sys.stderr) -> int:
+    body = {"model": args.model, "insecure": bool(getattr(args, "insecure", False))}
+    show_progress(conn.client.stream("/api/pull", body), err, lambda t: t.endswith(" 100%"))
+    out.write(f"pulled {args.model}\n")
     return 0
 
 

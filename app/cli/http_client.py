@@ -123,9 +123,6 @@ class HearthClient:
     def stop(self, model: str) -> None:
         self._json("POST", "/api/generate", {"model": model, "keep_alive": 0})
 
-    def pull(self, model: str) -> None:
-        self._json("POST", "/api/pull", {"model": model, "stream": False})
-
     def upload_blob(self, path: Path) -> str:
         """Send a file as a blob (when the service runs elsewhere); returns its digest."""
         h = hashlib.sha256()

@@ -72,6 +72,9 @@ def live_server(
     tmp_path_factory: pytest.TempPathFactory, gemma3_path: Path
 ) -> Iterator[LiveServer]:
     home = tmp_path_factory.mktemp("live-home")
-    server = start_server(home, gemma3_path, {"HEARTH_CONTEXT_LENGTH": "1024"})
+    # Offline: no test's service reaches the internet (pull tests start their own).
+    server = start_server(
+        home, gemma3_path, {"HEARTH_CONTEXT_LENGTH": "1024", "HEARTH_OFFLINE": "1"}
+    )
     yield server
     stop_server(server)

@@ -84,7 +84,8 @@ def test_create_refuses_what_it_cannot_do(fake_service, tiny_llama_path, tmp_pat
     assert missing.status_code == 404
 
 
-def test_copy_delete_pull_and_tags(fake_service):
+def test_copy_delete_pull_and_tags(fake_service, monkeypatch):
+    monkeypatch.setenv("HEARTH_OFFLINE", "1")  # pull: a model here succeeds, others are refused
     c = fake_service.client
     assert (
         c.post("/api/copy", json={"source": "tiny", "destination": "tiny2:v2"}).status_code == 200
@@ -98,7 +99,7 @@ def test_copy_delete_pull_and_tags(fake_service):
     assert c.request("DELETE", "/api/delete", json={"model": "tiny2:v2"}).status_code == 404
     assert c.post("/api/pull", json={"model": "tiny"}).json() == {"status": "success"}
     pull = c.post("/api/pull", json={"model": "llama3.2"})
-    assert pull.status_code == 404 and "offline" in pull.json()["error"]
+    assert pull.status_code == 403 and "offline" in pull.json()["error"]
     assert c.request("DELETE", "/api/delete", json={"model": "tiny"}).status_code == 200
     assert c.get("/api/ps").json()["models"] == []  # its file went away: unloaded
     assert c.get("/api/version").json()["version"]

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 from pydantic import ValidationError
 from starlette.requests import ClientDisconnect
 
@@ -40,7 +40,7 @@ from ..store.model_store import BlobError, BlobWriter, Layer, ModelStore, normal
 from ..store.names import ModelName
 from .errors import APIError, validation_message
 from .ollama import service_of
-from .responses import ndjson
+from .responses import ndjson_or_last
 from .schemas import CreateRequest, Options
 
 __all__ = ["router"]
@@ -373,9 +373,4 @@ async def create(body: CreateRequest, request: Request) -> Response:
     svc = service_of(request)
     plan = await _plan(svc, body)
     events = _run(svc, plan)
-    if body.stream:
-        return ndjson(events)
-    last: dict[str, Any] = {}
-    async for event in events:
-        last = event
-    return JSONResponse(last, status_code=500 if "error" in last else 200)
+    return await ndjson_or_last(events, body.stream)

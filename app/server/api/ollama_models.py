@@ -1,5 +1,5 @@
 """Ollama's model-management endpoints: /, /api/version, /api/tags, /api/show, /api/ps,
-/api/copy, /api/delete, /api/pull and /api/push (there is no registry: Hearth is offline).
+/api/copy, /api/delete and /api/push (Hearth pushes nowhere); /api/pull is in `pull.py`.
 
 Ollama's keys are kept exactly; Hearth's additions live under a `"hearth"` key.
 """
@@ -13,7 +13,7 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from fastapi.responses import PlainTextResponse, Response
 
 from ..prompting.prompts import FALLBACK_TEMPLATE
 from ..scheduling.layout import Layout
@@ -26,7 +26,7 @@ from ..store.names import ModelName
 from .errors import APIError
 from .ollama import service_of
 from .responses import iso
-from .schemas import CopyRequest, DeleteRequest, PullRequest, ShowRequest
+from .schemas import CopyRequest, DeleteRequest, ShowRequest
 
 __all__ = ["router", "OLLAMA_API_VERSION", "hearth_version", "model_entry", "modelfile"]
 
@@ -241,21 +241,6 @@ async def delete(body: DeleteRequest, request: Request) -> Response:
         await svc.scheduler.unload(str(svc.store.blob_path(layer.digest)))
     await asyncio.to_thread(svc.store.delete, body.model)
     return Response(status_code=200)
-
-
-@router.post("/api/pull", summary="Hearth has no registry: succeeds only for local models")
-async def pull(body: PullRequest, request: Request) -> Response:
-    svc = service_of(request)
-    try:
-        svc.store.resolve(body.model)
-    except ModelNotFound:
-        raise APIError(
-            404,
-            f"Hearth works offline and has no model registry, so '{body.model}' cannot be "
-            "pulled; import a GGUF file with `hearth create NAME -f FILE.gguf` (or POST "
-            "/api/create) or bring your Ollama models over with `hearth import-ollama`",
-        ) from None
-    return JSONResponse({"status": "success"})
 
 
 @router.post("/api/push", summary="Hearth has no registry to push to")

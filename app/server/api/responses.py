@@ -8,10 +8,10 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from fastapi.responses import StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.background import BackgroundTask
 
-__all__ = ["ndjson", "sse", "now_iso", "iso", "dumps"]
+__all__ = ["ndjson", "ndjson_or_last", "sse", "now_iso", "iso", "dumps"]
 
 log = logging.getLogger("hearth.server")
 
@@ -70,6 +70,17 @@ def ndjson(
         media_type="application/x-ndjson",
         background=BackgroundTask(close) if close else None,
     )
+
+
+async def ndjson_or_last(items: AsyncIterator[dict[str, Any]], stream: bool) -> Response:
+    """A progress stream (`stream`), or only its last object (500 when it is an error), as
+    Ollama's create and pull answer with `"stream": false`."""
+    if stream:
+        return ndjson(items)
+    last: dict[str, Any] = {}
+    async for item in items:
+        last = item
+    return JSONResponse(last, status_code=500 if "error" in last else 200)
 
 
 def sse(

@@ -22,7 +22,13 @@ from ..prompting.templates import TemplateError
 from .model_store import MEDIA_TYPES, BlobError, Layer, ModelNotFound, ModelStore, normalize_digest
 from .names import DEFAULT_NAMESPACE, InvalidName, ModelName
 
-__all__ = ["ImportResult", "find_ollama_models", "import_ollama"]
+__all__ = [
+    "ImportResult",
+    "find_ollama_models",
+    "import_ollama",
+    "keeps_template",
+    "TEMPLATE_DROPPED",
+]
 
 _OLLAMA_REGISTRY = "registry.ollama.ai"
 
@@ -49,6 +55,20 @@ def _hearth_name(parts: tuple[str, ...]) -> ModelName:
     if host == _OLLAMA_REGISTRY and namespace == "library":
         namespace = DEFAULT_NAMESPACE
     return ModelName.parse(f"{namespace}/{model}:{tag}")
+
+
+TEMPLATE_DROPPED = "its Go template was replaced by the file's chat template"
+
+
+def keeps_template(text: str) -> bool:
+    """Whether an Ollama template layer is kept: Ollama's templates are Go templates, which
+    Hearth does not run, so one that is not also a valid Jinja template is dropped (the
+    GGUF's own `tokenizer.chat_template` is used instead)."""
+    try:
+        check_template(text)
+    except TemplateError:
+        return False
+    return True
 
 
 def _import_one(
@@ -97,12 +117,9 @@ def _import_one(
     out: list[Layer] = []
     note = ""
     for (media, digest), kind in zip(layers, kinds, strict=True):
-        if kind == "template":
-            try:
-                check_template(blob[digest].read_text(errors="replace"))
-            except TemplateError:
-                note = "its Go template was replaced by the file's chat template"
-                continue
+        if kind == "template" and not keeps_template(blob[digest].read_text(errors="replace")):
+            note = TEMPLATE_DROPPED
+            continue
         if kind not in MEDIA_TYPES:
             continue  # e.g. Ollama's config blob
         size = store.adopt(blob[digest], digest, copy=copy)

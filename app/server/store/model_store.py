@@ -135,6 +135,19 @@ class BlobWriter:
         self._tmp.unlink(missing_ok=True)
 
 
+def _atomic_write(target: Path, data: bytes) -> None:
+    """Write through a temporary file of its own, so two writers at once (two pulls of one
+    model) each replace the file whole and never share a half-written one."""
+    fd, name = tempfile.mkstemp(prefix="." + target.name + ".", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(name, target)
+    except BaseException:
+        Path(name).unlink(missing_ok=True)
+        raise
+
+
 class ModelStore:
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
@@ -156,9 +169,7 @@ class ModelStore:
         digest = "sha256:" + hashlib.sha256(data).hexdigest()
         path = self.blob_path(digest)
         if not path.is_file():
-            tmp = path.with_name(path.name + ".tmp")
-            tmp.write_bytes(data)
-            os.replace(tmp, path)
+            _atomic_write(path, data)
         return Layer(MEDIA_TYPES[kind], digest, len(data))
 
     def read_text(self, layer: Layer | None) -> str | None:
@@ -294,11 +305,15 @@ class ModelStore:
         return None
 
     def _manifest_files(self) -> Iterable[Path]:
-        return (p for p in self.manifests.glob("*/*/*") if p.is_file() and "." not in p.name[:1])
+        for pattern in ("*/*/*", "*/*/*/*"):  # namespace/model/tag, host/namespace/model/tag
+            yield from (
+                p for p in self.manifests.glob(pattern) if p.is_file() and "." not in p.name[:1]
+            )
 
     def _name_of(self, path: Path) -> ModelName:
         rel = path.relative_to(self.manifests).parts
-        return ModelName(rel[0], rel[1], rel[2])
+        host = rel[0].replace("+", ":") if len(rel) == 4 else ""
+        return ModelName(rel[-3], rel[-2], rel[-1], host)
 
     def _load(self, path: Path) -> ModelRecord | None:
         try:
@@ -342,9 +357,7 @@ class ModelStore:
             "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
             "layers": [x.to_json() for x in layers],
         }
-        tmp = target.with_name("." + target.name + ".tmp")
-        tmp.write_text(json.dumps(data, indent=1))
-        os.replace(tmp, target)
+        _atomic_write(target, json.dumps(data, indent=1).encode())
         if old is not None and old != target:
             old.unlink(missing_ok=True)
             self._prune_dirs(old.parent)
