@@ -35,6 +35,10 @@ class AppSettings:
     last_model: str = ""
     think: bool = True
     window_geometry: str = ""
+    # "Get models": no downloads or searches while on (the service's own switch is
+    # HEARTH_OFFLINE); the first-run offer of a chat model is made once.
+    work_offline: bool = False
+    offered_models: bool = False
 
     def request_options(self) -> dict[str, int]:
         """The runtime options every chat request carries (below any per-chat override)."""

@@ -29,6 +29,7 @@ from ..history import ChatStore
 from ..program import APP_ID
 from .api_client import ApiClient
 from .controllers.chat import ChatController
+from .controllers.downloads import DownloadsController
 from .controllers.drops import DropController
 from .controllers.history import HistoryController
 from .controllers.models import ModelsController
@@ -36,6 +37,7 @@ from .controllers.settings import SettingsController
 from .service_manager import ServiceManager
 from .views.main_window import MainWindow
 from .wiring_chat import wire_chat_page
+from .wiring_downloads import wire_get_models
 from .wiring_models import wire_models_page
 from .wiring_service import wire_service
 from .wiring_settings import wire_settings_page
@@ -74,6 +76,9 @@ class HearthApp:
         self.settings_ctrl = SettingsController(self.settings, self.service)
         palette = self.settings_ctrl.apply_theme()
         self.models = ModelsController(self.client)
+        self.downloads = DownloadsController(
+            self.client, lambda: self.settings.work_offline, self.models
+        )
         self.history = HistoryController(self.store)
         self.chat = ChatController(self.store, self.client, self.models, lambda: self.settings)
         self.drops = DropController(self.chat, self.models)
@@ -94,6 +99,7 @@ class HearthApp:
         wire_chat_page(w, self.chat, self.models, self.settings_ctrl, self.drops)
         wire_sidebar(w.sidebar, self.history, self.chat, w.dialogs)
         wire_models_page(w, self.models, self.chat)
+        wire_get_models(w, self.models, self.downloads, self.settings_ctrl)
         wire_settings_page(
             w.settings_page,
             self.settings_ctrl,

@@ -36,6 +36,16 @@ class SettingsController(QObject):
         if restart:
             self._restart.start()
 
+    def set_work_offline(self, on: bool) -> None:
+        if on != self.settings.work_offline:
+            self.settings.work_offline = on
+            self._save()
+
+    def mark_models_offered(self) -> None:
+        """The first-run offer of a chat model was made: it is not made again."""
+        self.settings.offered_models = True
+        self._save()
+
     def apply_theme(self) -> Palette:
         app = QApplication.instance()
         assert isinstance(app, QApplication)

@@ -29,6 +29,7 @@ __all__ = ["ModelsPage"]
 
 
 class ModelsPage(QWidget):
+    get_models_requested = Signal()
     import_requested = Signal()
     refresh_requested = Signal()
     delete_requested = Signal(str)
@@ -57,7 +58,10 @@ class ModelsPage(QWidget):
         self.import_btn.setProperty("kind", "primary")
         self.import_btn.setAccessibleName(self.tr("Import a GGUF model file"))
         self.import_btn.setToolTip(self.tr("Import a .gguf file (Ctrl+I)"))
+        self.get_btn = QPushButton(self.tr("Get models…"))
+        self.get_btn.setAccessibleName(self.tr("Download models from the internet"))
         top.addWidget(self.refresh_btn, 0, Qt.AlignmentFlag.AlignTop)
+        top.addWidget(self.get_btn, 0, Qt.AlignmentFlag.AlignTop)
         top.addWidget(self.import_btn, 0, Qt.AlignmentFlag.AlignTop)
         lay.addLayout(top)
 
@@ -100,6 +104,7 @@ class ModelsPage(QWidget):
 
         self.refresh_btn.clicked.connect(self.refresh_requested)
         self.import_btn.clicked.connect(self.import_requested)
+        self.get_btn.clicked.connect(self.get_models_requested)
         self.delete_btn.clicked.connect(self._ask_delete)
         self.chat_btn.clicked.connect(lambda: self.chat_requested.emit(self.selected_name()))
         self._show_details(None)
