@@ -84,9 +84,16 @@ def main(args: Any) -> int:
         multi_user_cache=os.environ.get("HEARTH_MULTIUSER_CACHE", "") in ("1", "true"),
         **{f.name: getattr(args, f.name) for f in fields(RunnerOptions)},
     )
+    errors: tuple[type[Exception], ...] = (
+        GGUFError,
+        *_load_errors(config.engine),
+        OutOfMemoryError,
+        ValueError,
+        OSError,
+    )
     try:
         runner = Runner(config, progress)
-    except (GGUFError, *_load_errors(config.engine), OutOfMemoryError, ValueError, OSError) as e:
+    except errors as e:
         state.status, state.error = "error", str(e)
         _emit({"event": "error", "message": str(e)})
         server.shutdown()

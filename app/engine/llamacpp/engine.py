@@ -196,8 +196,8 @@ class LlamaCppEngine:
             self.cache = _SequenceCache(lib, self.ctx, self.model)
             self.architecture = self.meta("general.architecture") or "unknown"
             self.context_length = int(self.meta(f"{self.architecture}.context_length") or 0)
-            self.pooling = _POOLING.get(int(self.meta(f"{self.architecture}.pooling_type") or 0))
-            self.pooling = self.pooling or "last"
+            pooling = int(self.meta(f"{self.architecture}.pooling_type") or 0)
+            self.pooling: str = _POOLING.get(pooling, "last")
             self._batch = lib.llama_batch_init(self.num_batch, 0, 1)
         except BaseException:
             self.close()
