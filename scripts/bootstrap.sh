@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Create .venv in the repository root and install Hearth into it (editable), idempotently.
 # Usage: scripts/bootstrap.sh [extras]      e.g. scripts/bootstrap.sh test
-# The first run compiles ggml (ggml-python) and, for tests, llama.cpp (llama-cpp-python): a few
-# minutes on two cores. Later runs return at once unless pyproject.toml, setup.py or the C
+# The first run compiles ggml (ggml-python) and llama.cpp (llama-cpp-python, the compatibility
+# engine, a runtime dependency): about 8-10 minutes on two cores. Later runs return at once unless pyproject.toml, setup.py or the C
 # kernel (app/engine/ml/_kernels.c) changed.
 # GPU builds: export CMAKE_ARGS="-DGGML_CUDA=on" before the first run.
 set -euo pipefail
