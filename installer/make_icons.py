@@ -1,7 +1,7 @@
 """Draws Hearth's icon (a flame on a warm rounded square) as SVG and as PNGs, from one set of
 shapes, so the vector and the bitmaps agree.
 
-    python installer/make_icons.py app/assets            # the SVG and a 256 px PNG (committed)
+    python installer/make_icons.py app/assets    # the SVG, a 256 px PNG, a .ico (committed)
     python installer/make_icons.py --hicolor DIR         # DIR/hicolor/<n>x<n>/apps/<id>.png ...
 
 Needs Pillow (a dependency of Hearth).
@@ -94,6 +94,8 @@ def main() -> None:
     args.folder.mkdir(parents=True, exist_ok=True)
     (args.folder / f"{APP_ID}.svg").write_text(svg())
     png(256).save(args.folder / f"{APP_ID}.png")
+    # Windows: the installer's icon (Inno Setup's SetupIconFile), several sizes in one file.
+    png(256).save(args.folder / f"{APP_ID}.ico", sizes=[(n, n) for n in (16, 32, 48, 256)])
 
 
 if __name__ == "__main__":
