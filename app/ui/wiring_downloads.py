@@ -5,13 +5,13 @@ shown once (the setting remembers it was made)."""
 
 from __future__ import annotations
 
-from PySide6.QtWidgets import QAbstractButton, QMessageBox
+from PySide6.QtWidgets import QBoxLayout
 
 from .catalog import FIRST_RUN_CHOICE
 from .controllers.downloads import DownloadsController
 from .controllers.models import ModelsController
 from .controllers.settings import SettingsController
-from .views.get_models import GetModelsDialog, first_model_offer
+from .views.get_models import FirstModelOffer, GetModelsDialog
 from .views.main_window import MainWindow
 
 __all__ = ["wire_get_models"]
@@ -54,20 +54,19 @@ def wire_get_models(
         settings.mark_models_offered()
         if any(n != settings.settings.default_model for n in models.names()):
             return  # a real model is here already
-        box = first_model_offer(window)
+        offer = FirstModelOffer(window.chat_page)
+        layout = window.chat_page.layout()
+        if isinstance(layout, QBoxLayout):
+            layout.insertWidget(0, offer)
 
-        def clicked(button: QAbstractButton) -> None:
-            role = box.buttonRole(button)
-            if role == QMessageBox.ButtonRole.AcceptRole:
-                get_dialog()  # its rows show the progress
-                open_dialog()
-                downloads.pull(FIRST_RUN_CHOICE.name)
-            elif role == QMessageBox.ButtonRole.ActionRole:
-                open_dialog()
+        def download() -> None:
+            open_dialog()  # its rows show the progress
+            downloads.pull(FIRST_RUN_CHOICE.name)
 
-        box.buttonClicked.connect(clicked)
-        box.show()
-        window.first_model_offer = box  # type: ignore[attr-defined]  # for tests
+        offer.download.connect(download)
+        offer.choose.connect(open_dialog)
+        offer.show()
+        window.first_model_offer = offer  # type: ignore[attr-defined]  # for tests
 
     downloads.notice.connect(window.notify)
     downloads.finished.connect(on_finished)

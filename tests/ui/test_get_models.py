@@ -34,7 +34,8 @@ def test_get_models_searches_downloads_and_cancels(qtbot, make_app, hub):
     # First run: a real chat model is offered once, and the settings remember it.
     qtbot.waitUntil(lambda: getattr(window, "first_model_offer", None) is not None)
     assert window.first_model_offer.isVisible() and app.settings.offered_models
-    window.first_model_offer.close()
+    window.first_model_offer.later_btn.click()
+    assert not window.first_model_offer.isVisible()
 
     window.models_page.get_btn.click()
     dialog = window.get_models_dialog()

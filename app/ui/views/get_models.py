@@ -9,12 +9,12 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QCheckBox,
     QDialog,
+    QFrame,
     QHBoxLayout,
     QLabel,
     QLineEdit,
     QListWidget,
     QListWidgetItem,
-    QMessageBox,
     QProgressBar,
     QPushButton,
     QVBoxLayout,
@@ -23,7 +23,7 @@ from PySide6.QtWidgets import (
 
 from ..catalog import CATALOG, FIRST_RUN_CHOICE, CatalogEntry
 
-__all__ = ["GetModelsDialog", "DownloadRow", "first_model_offer"]
+__all__ = ["GetModelsDialog", "DownloadRow", "FirstModelOffer"]
 
 _NAME_ROLE = Qt.ItemDataRole.UserRole
 
@@ -166,25 +166,35 @@ class GetModelsDialog(QDialog):
             row.deleteLater()
 
 
-def first_model_offer(parent: QWidget) -> QMessageBox:
-    """The first-run offer of a real chat model, shown without blocking the window; its
-    buttons' roles: AcceptRole (download the suggested model), ActionRole (open "Get
-    models"), RejectRole (not now)."""
-    e = FIRST_RUN_CHOICE
-    box = QMessageBox(parent)
-    box.setObjectName("FirstModelOffer")
-    box.setModal(False)
-    box.setWindowTitle(box.tr("Get a chat model"))
-    box.setText(
-        box.tr(
-            "Hearth comes with a tiny base model that can continue text but not follow "
-            "instructions. Download %1 (about %2 GB, needs about %3 GB of memory) to chat?"
+class FirstModelOffer(QFrame):
+    """The first-run offer of a real chat model, a banner inside the window (no pop-up):
+    Download (the suggested model), Choose another… (opens "Get models"), Not now."""
+
+    download = Signal()
+    choose = Signal()
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("FirstModelOffer")
+        e = FIRST_RUN_CHOICE
+        lay = QHBoxLayout(self)
+        text = QLabel(
+            self.tr(
+                "Hearth comes with a tiny base model that can continue text but not follow "
+                "instructions. Download %1 (about %2 GB, needs about %3 GB of memory) to chat?"
+            )
+            .replace("%1", e.title)
+            .replace("%2", f"{e.download_gb:.1f}")
+            .replace("%3", f"{e.memory_gb:.1f}")
         )
-        .replace("%1", e.title)
-        .replace("%2", f"{e.download_gb:.1f}")
-        .replace("%3", f"{e.memory_gb:.1f}")
-    )
-    box.addButton(box.tr("Download"), QMessageBox.ButtonRole.AcceptRole)
-    box.addButton(box.tr("Choose another…"), QMessageBox.ButtonRole.ActionRole)
-    box.addButton(box.tr("Not now"), QMessageBox.ButtonRole.RejectRole)
-    return box
+        text.setWordWrap(True)
+        lay.addWidget(text, 1)
+        self.download_btn = QPushButton(self.tr("Download"))
+        self.download_btn.setProperty("kind", "primary")
+        self.choose_btn = QPushButton(self.tr("Choose another…"))
+        self.later_btn = QPushButton(self.tr("Not now"))
+        for b in (self.download_btn, self.choose_btn, self.later_btn):
+            lay.addWidget(b)
+            b.clicked.connect(self.hide)
+        self.download_btn.clicked.connect(self.download)
+        self.choose_btn.clicked.connect(self.choose)
