@@ -44,7 +44,8 @@ def test_run_raw_greedy_prints_what_llama_cpp_generates(gemma3_path, tmp_path):
     )
     n = len(oracle["greedy_0"])
     expected = bytes(oracle["greedy_text_0"]).decode("utf-8", "replace") if n else ""
-    args = ["run", "gemma3:270m", prompt, "--raw", "--num-predict", "24", "--temperature", "0"]
+    # The README's order: options between the model and the prompt.
+    args = ["run", "gemma3:270m", "--raw", prompt, "--num-predict", "24", "--temperature", "0"]
     args += ["--repeat-penalty", "1"]  # plain greedy, as the oracle does
     proc = hearth(*args, home=tmp_path / "home")
     assert proc.returncode == 0, proc.stderr

@@ -159,6 +159,17 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """Parse `argv`; `run`'s own arguments may come in any order (`run MODEL --raw "PROMPT"`:
+    argparse alone stops at the first option when positionals are optional)."""
+    if argv and argv[0] == "run":
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                run = action.choices["run"]
+                return run.parse_intermixed_args(argv[1:], argparse.Namespace(command="run"))
+    return parser.parse_args(argv)
+
+
 def _gui_available() -> bool:
     if sys.platform.startswith("linux") and not (
         os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")
@@ -184,7 +195,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = build_parser()
     if not argv:  # no display: chat with the default model in the terminal instead
         argv = ["run"]
-    args = parser.parse_args(argv)
+    args = _parse(parser, argv)
     if args.command == "run":
         from .terminal_chat import run
 
