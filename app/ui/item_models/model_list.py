@@ -119,6 +119,7 @@ class ModelRow:
     memory_parts: dict[str, int] = field(default_factory=dict)
     problem: str = ""  # why the service cannot run this model, when it says so
     runs_on: str = ""  # loaded: where (/api/ps's hearth.layout: "CPU only", "18/19 layers on ...")
+    engine: str = ""  # /api/show's hearth.engine and engine_reason: "llama.cpp (why)"
     details_loaded: bool = False
 
     @classmethod
@@ -167,6 +168,8 @@ class ModelRow:
             }
         if extra.get("supported") is False:
             self.problem = str(extra.get("problem") or "not supported")
+        name = {"llamacpp": "llama.cpp", "hearth": "Hearth"}.get(str(extra.get("engine")), "")
+        self.engine = f"{name} ({extra.get('engine_reason')})" if name else ""
         self.details_loaded = True
 
     @property

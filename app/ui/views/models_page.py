@@ -227,7 +227,7 @@ class ModelsPage(QWidget):
         f["size"].setText(human_bytes(m.size))
         f["params"].setText(m.parameter_size or "—")
         f["quant"].setText(m.quantization or "—")
-        f["arch"].setText(m.architecture or "—")
+        f["arch"].setText(" — ".join(filter(None, [m.architecture, m.engine])) or "—")
         f["ctx"].setText(
             self.tr("%1 tokens").replace("%1", f"{m.context_length:,}") if m.context_length else "—"
         )
