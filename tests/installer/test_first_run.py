@@ -123,3 +123,9 @@ def test_the_window_opens_and_smoke_test_exits_0(tmp_path: Path):
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "the window is shown" in proc.stdout
+
+
+def test_the_readme_says_what_hearth_says():
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    sentence = install_hint(["libxcb-cursor.so.0"])
+    assert " ".join(sentence.split()) in " ".join(readme.split())
