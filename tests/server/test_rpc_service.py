@@ -71,7 +71,11 @@ def test_layers_on_workers_generate_the_cpu_text(cluster) -> None:
     ps = httpx.get(server.url + "/api/ps").json()["models"][0]
     print(f"\n/api/ps: {ps['hearth']['layout']}, size_vram {ps['size_vram']}")
     assert ps["hearth"]["layout"].startswith("5/5 layers on RPC"), ps["hearth"]
-    assert ps["size_vram"] > 0
+    # measured by the runner: the workers' bytes are part of the model's size
+    assert 0 < ps["size_vram"] < ps["size"]
+    devices = {d["device"]: d for d in ps["hearth"]["devices"]}
+    total = sum(d["weights"] + d["cache"] + d["graph"] for d in devices.values())
+    assert total == ps["hearth"]["memory"]["total"] == ps["size"]
     assert {d["device"] for d in ps["hearth"]["devices"]} & {"RPC0", "RPC1"}
     httpx.post(server.url + "/api/generate", json={"model": MODEL, "keep_alive": 0})
     assert placed["response"] == cpu["response"] and placed["eval_count"] == cpu["eval_count"]

@@ -16,11 +16,12 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from ...engine.ml.devices import system_free_swap
 from .layout import (
+    CPU,
     Gpu,
     Layout,
     LayoutOptions,
@@ -64,19 +65,50 @@ def layout_json(layout: Layout) -> str | None:
 @dataclass(frozen=True)
 class Placed:
     """The layout the load protocol chose for a model and its report: what /api/ps shows.
-    `where` is the layout in words ("CPU only", "18/19 layers on CUDA0")."""
+    `where` is the layout in words ("CPU only", "18/19 layers on CUDA0"). `measured`: once the
+    runner has loaded, the bytes it holds per device (its `/info` "devices"), which replace the
+    plan's figures."""
 
     layout: Layout
     memory: MemoryReport
     where: str
+    measured: Mapping[str, Mapping[str, int]] | None = None
+
+    def with_measured(self, devices: object) -> Placed:
+        """This placement with the runner's per-device report (ignored unless well-formed)."""
+        if not isinstance(devices, dict) or not devices:
+            return self
+        clean = {
+            str(name): {k: int(v) for k, v in row.items() if isinstance(v, int)}
+            for name, row in devices.items()
+            if isinstance(row, dict)
+        }
+        return replace(self, measured=clean)
 
     @property
     def devices(self) -> tuple[DeviceUsage, ...]:
-        return device_usage(self.memory, self.layout)
+        planned = device_usage(self.memory, self.layout)
+        if self.measured is None:
+            return planned
+        rows = []
+        for usage in planned:
+            got = self.measured.get(str(usage.device), {})
+            rows.append(
+                DeviceUsage(
+                    usage.device,
+                    usage.layers,
+                    got.get("weights", 0),
+                    got.get("cache", 0),
+                    got.get("graph", 0),
+                )
+            )
+        return tuple(rows)
 
     @property
     def vram(self) -> int:
         """Bytes on GPUs (0 for a CPU-only layout)."""
+        if self.measured is not None:
+            return sum(u.total for u in self.devices if u.device != CPU)
         return gpu_bytes(self.memory, self.layout)
 
     def as_json(self) -> dict[str, object]:

@@ -315,6 +315,8 @@ class Scheduler:
                 placed = replace(placed, memory=report) if report is not None else None
                 if placed is not None and spec.options.layout is None and placed.layout.devices:
                     placed = Placed(Layout(), placed.memory, "CPU only")
+            if placed is not None:
+                placed = placed.with_measured(runner.info.get("devices"))
             log.info(
                 "%s loaded with %d parallel slot%s (%s)",
                 spec.name,

@@ -21,14 +21,17 @@ The contract with the runner (the engine's fit/alloc/commit plugs in here):
    shrinking, then the same with alloc, setting aside 10% more of the failing GPU's free memory
    per failed allocation (giving up once all of it is set aside), and commits the layout it
    converged on. `explain` says in one sentence where a layout puts the model and why.
-4. Who answers FIT today: the engine places nothing on GPUs yet, so the only layout it runs is
-   "all on the CPU", and the service computes that FIT from the model file without a runner
-   (`layout.fit`: weights per layer from the GGUF's tensors, KV cache from the cache settings
-   and head sizes, the graph from the service's estimate or the last runner's measurement).
-   `fit.FileFitRunner` answers ALLOC/COMMIT with the same report; the runner's start (today's
-   load) allocates and reads the weights afterwards. The scheduler (`placement.py`) refuses a
-   model too large before starting a runner (HTTP 507 with the numbers) and logs where the
-   model runs. When the engine places layers on GPUs, the runner answers these operations.
+4. Who answers FIT: the service, from the model file, without a runner (`layout.fit`:
+   weights per layer from the GGUF's tensors, KV cache from the cache settings and head sizes,
+   the graph from the service's estimate or the last runner's measurement; `placed_report`
+   moves each layer's bytes to the device the layout gives it). `fit.FileFitRunner` answers
+   ALLOC/COMMIT with the same report. The runner then starts with the committed layout
+   (`--layout`): its start is the real allocation and commit, every buffer on the device the
+   layout names; a start that fails there is retried on the CPU (`scheduler.py`), and the bytes
+   it reports per device replace the plan's in /api/ps. The scheduler (`placement.py`) refuses
+   a model too large before starting a runner (HTTP 507 with the numbers) and logs where the
+   model runs. (Ollama's runner answers FIT itself with the graph it reserved; here the graph
+   of a device is the service's estimate until a runner of the file has measured it.)
 5. Refusals: `ModelTooLarge` (a ValueError: the model exceeds GPUs + RAM + swap; the sentence
    gives bytes needed and available per device), `LayoutRequestError` (a ValueError: options
    that cannot be honoured), `LoadRequiresEviction` (other models are loaded and this one does not
