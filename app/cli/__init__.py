@@ -165,8 +165,10 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespa
     if argv and argv[0] == "run":
         for action in parser._actions:
             if isinstance(action, argparse._SubParsersAction):
-                run = action.choices["run"]
-                return run.parse_intermixed_args(argv[1:], argparse.Namespace(command="run"))
+                run: argparse.ArgumentParser = action.choices["run"]
+                args = argparse.Namespace(command="run")
+                run.parse_intermixed_args(argv[1:], args)
+                return args
     return parser.parse_args(argv)
 
 
