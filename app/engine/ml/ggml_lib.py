@@ -8,11 +8,11 @@ from __future__ import annotations
 import ctypes
 import importlib.util
 import logging
-import os
 from typing import Any
 
 import ggml as g
 
+from ..cpu import physical_cores
 from .api import OutOfMemoryError
 
 __all__ = ["address", "load_extension", "metadata_context", "physical_cores"]
@@ -85,30 +85,6 @@ def load_extension(module: str, abi_symbol: str, abi: int, what: str, fallback: 
 def address(p: Any) -> int:
     """The address a ctypes pointer holds (0 for NULL)."""
     return ctypes.cast(p, _c_void_p).value or 0
-
-
-def physical_cores() -> int:
-    """Physical cores (hyper-threads not counted); the default thread count."""
-    try:
-        seen: set[tuple[str, str]] = set()
-        phys = core = ""
-        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
-            for line in f:
-                if line.startswith("physical id"):
-                    phys = line.split(":", 1)[1].strip()
-                elif line.startswith("core id"):
-                    core = line.split(":", 1)[1].strip()
-                elif not line.strip() and core:
-                    seen.add((phys, core))
-                    core = ""
-        if core:
-            seen.add((phys, core))
-        if seen:
-            return len(seen)
-    except OSError:
-        pass
-    logical = os.cpu_count() or 1
-    return max(1, logical // 2 if logical > 4 else logical)
 
 
 def metadata_context(n_tensors: int) -> Any:
