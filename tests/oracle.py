@@ -20,3 +20,22 @@ def run_oracle(
     hearth.plugins.testing.parity for `tiled`."""
     path = LLAMACPP_LOGITS if script == LLAMACPP_LOGITS.stem else ORACLES / f"{script}.py"
     return run_script(path, request, tmp_path, timeout, tiled)
+
+
+def llamacpp_greedy_text(model: Path, prompt: str, n: int, tmp_path: Path) -> str:
+    """What llama.cpp generates greedily (raw prompt, BOS per the file, no repeat penalty)
+    for up to `n` tokens, stopping at end of generation."""
+    oracle = run_oracle(
+        "llamacpp_logits",
+        {
+            "model": str(model),
+            "n_ctx": 256,
+            "prompts": [{"text": prompt}],
+            "greedy": n,
+            "stop_at_eog": True,
+        },
+        tmp_path,
+    )
+    if not len(oracle["greedy_0"]):
+        return ""
+    return bytes(oracle["greedy_text_0"]).decode("utf-8", "replace")

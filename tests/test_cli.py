@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from oracle import run_oracle
+from oracle import llamacpp_greedy_text
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -31,19 +31,7 @@ def hearth(*args: str, home: Path, stdin: str | None = None) -> subprocess.Compl
 @pytest.mark.slow
 def test_run_raw_greedy_prints_what_llama_cpp_generates(gemma3_path, tmp_path):
     prompt = "The capital of France is"
-    oracle = run_oracle(
-        "llamacpp_logits",
-        {
-            "model": str(gemma3_path),
-            "n_ctx": 256,
-            "prompts": [{"text": prompt}],
-            "greedy": 24,
-            "stop_at_eog": True,
-        },
-        tmp_path,
-    )
-    n = len(oracle["greedy_0"])
-    expected = bytes(oracle["greedy_text_0"]).decode("utf-8", "replace") if n else ""
+    expected = llamacpp_greedy_text(gemma3_path, prompt, 24, tmp_path)
     # The README's order: options between the model and the prompt.
     args = ["run", "gemma3:270m", "--raw", prompt, "--num-predict", "24", "--temperature", "0"]
     args += ["--repeat-penalty", "1"]  # plain greedy, as the oracle does

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from oracle import run_oracle
+from oracle import llamacpp_greedy_text
 
 REPO = Path(__file__).resolve().parents[2]
 APP_ID = "io.github.hearth.Hearth"
@@ -85,18 +85,7 @@ def test_the_frozen_window_opens_offscreen(built: Path, tmp_path: Path):
 
 def test_the_frozen_engine_answers_as_llama_cpp_does(built: Path, gemma3_path, tmp_path):
     prompt = "The capital of France is"
-    oracle = run_oracle(
-        "llamacpp_logits",
-        {
-            "model": str(gemma3_path),
-            "n_ctx": 256,
-            "prompts": [{"text": prompt}],
-            "greedy": 8,
-            "stop_at_eog": True,
-        },
-        tmp_path,
-    )
-    expected = bytes(oracle["greedy_text_0"]).decode("utf-8", "replace")
+    expected = llamacpp_greedy_text(gemma3_path, prompt, 8, tmp_path)
     assert expected.strip()
     # `run` starts the frozen service, which starts a frozen runner for the built-in model.
     args = ["run", "gemma3:270m", prompt, "--raw", "--num-predict", "8", "--temperature", "0"]
