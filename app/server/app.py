@@ -86,6 +86,7 @@ def create_app(
         system=lambda: system_memory(available_memory()),
         gpus=lambda: _gpus(devices),
         overhead=config.gpu_overhead,
+        forget=devices.forget,
     )
     scheduler = Scheduler(config, launcher, available_memory, placement)
     service = Service(config, store, scheduler, ModelInfoCache(registry))

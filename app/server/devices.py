@@ -83,6 +83,10 @@ class DeviceMonitor:
         self._last = (time.monotonic(), report)
         return report
 
+    def forget(self) -> None:
+        """Drop the last report: the next `report()` probes whatever its `max_age`."""
+        self._last = None
+
     async def _log(self) -> None:
         try:
             report = await self.report()

@@ -6,6 +6,7 @@ a simulated 1 GiB machine, and through a live `hearth serve` with the Ollama cli
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 from dataclasses import replace
@@ -301,3 +302,46 @@ def test_ps_counts_the_slots_the_runner_started_with(small):
     assert [r.options.parallel for r in launcher.started] == [1]
     assert ps["hearth"]["parallel"] == 1
     assert ps["hearth"]["devices"][0]["cache"] == spec.layers * kv
+
+
+def test_a_gpu_layout_reaches_the_runner_and_a_failed_start_runs_on_the_cpu(small):
+    """Simulated GPUs: the scheduler starts the runner with the layout the search chose (its
+    `--layout`, with ggml's device names), falls back to the CPU when that start fails, honours
+    num_gpu, and has the device report probed afresh after every start and stop."""
+    from hearth.engine.ml.placement import DevicePlacement
+    from hearth.server.scheduling.layout import DeviceId, Gpu
+
+    path, spec = small
+    gpus = [Gpu(DeviceId("CUDA", "0"), free=8 * GiB, total=8 * GiB, name="sim")]
+    forgotten = []
+
+    async def found() -> list[Gpu]:
+        return gpus
+
+    async def go(fail: str | None, num_gpu: int = -1) -> tuple[FakeLauncher, list, str]:
+        launcher = FakeLauncher(fail=fail)
+        placement = Placement(
+            system=lambda: SystemMemory(GiB, GiB, 0), gpus=found, forget=lambda: forgotten.append(1)
+        )
+        s = Scheduler(ServerConfig(), launcher, lambda: 100 * GiB, placement)
+        wanted = replace(load_spec(path, "a:latest", 2048), num_gpu=num_gpu)
+        (await s.acquire(wanted, 60)).release()
+        where = s.loaded()[0].placed.where  # type: ignore[union-attr]
+        await s.close()
+        return launcher, forgotten, where
+
+    launcher, _, where = asyncio.run(go(None))
+    layout = launcher.started[0].options.layout
+    placement = DevicePlacement.from_json(json.loads(layout))
+    assert placement.layers == {"CUDA0": tuple(range(spec.layers + 1))}  # blocks and output
+    assert where == f"{spec.layers + 1}/{spec.layers + 1} layers on CUDA0"
+    assert forgotten  # a start changes the GPUs' free memory
+
+    launcher, _, where = asyncio.run(go("out of memory on CUDA0"))
+    assert [r.options.layout for r in launcher.started] == [None]  # the retry: CPU only
+    assert where == "CPU only"
+
+    launcher, _, _ = asyncio.run(go(None, num_gpu=2))
+    two = DevicePlacement.from_json(json.loads(launcher.started[0].options.layout))
+    # the last two blocks; the output layer stays on the CPU (llama.cpp's n_gpu_layers rule)
+    assert two.layers == {"CUDA0": (spec.layers - 2, spec.layers - 1)}

@@ -124,6 +124,12 @@ class Placement:
     system: Callable[[], SystemMemory | None]
     gpus: GpuSource = no_gpus
     overhead: int = 0  # HEARTH_GPU_OVERHEAD
+    # Called when a runner started or stopped: the GPUs' free memory changed, so a report
+    # the source keeps (the device monitor's) must not serve the next plan.
+    forget: Callable[[], None] = lambda: None
+
+    def devices_changed(self) -> None:
+        self.forget()
 
     def check(self, report: MemoryReport, reclaimable: int = 0) -> None:
         """Raise `ModelTooLarge` when `report` does not fit in system memory (GPUs unused, see

@@ -317,6 +317,8 @@ class Scheduler:
                     placed = Placed(Layout(), placed.memory, "CPU only")
             if placed is not None:
                 placed = placed.with_measured(runner.info.get("devices"))
+            if self._placement is not None:
+                self._placement.devices_changed()  # the next plan sees what this one holds
             log.info(
                 "%s loaded with %d parallel slot%s (%s)",
                 spec.name,
@@ -530,6 +532,8 @@ class Scheduler:
         self._changed.set()
         with contextlib.suppress(Exception):
             await entry.runner.stop()
+        if self._placement is not None:
+            self._placement.devices_changed()  # its memory is free again: probe afresh
 
     def _spawn(self, coro: Awaitable[None]) -> None:
         async def run() -> None:
