@@ -210,3 +210,29 @@ def check_display_libraries(
         return None
     missing = missing_libraries(*dirs, loads=loads)
     return install_hint(missing) if missing else None
+
+
+def main() -> int:
+    """`python -m hearth.ui.preflight` (in the frozen app: `hearth -m hearth.ui.preflight`):
+    the check, whatever the session: the sentence and status 1, or how many libraries were
+    checked and status 0."""
+    dirs = qt_dirs()
+    if dirs is None or not (dirs[1] / "libqxcb.so").is_file():
+        print("Qt's xcb platform plugin is not installed here")
+        return 1
+    checked: list[str] = []
+
+    def loads(name: str) -> bool:
+        checked.append(name)
+        return library_loads(name)
+
+    missing = missing_libraries(*dirs, loads=loads)
+    if missing:
+        print(install_hint(missing))
+        return 1
+    print(f"all {len(checked)} system libraries Qt's xcb plugin needs load")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -6,6 +6,7 @@ model as llama.cpp does, and the AppDir's .desktop file and metainfo validate.""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -81,6 +82,15 @@ def test_the_frozen_window_opens_offscreen(built: Path, tmp_path: Path):
     proc = _frozen(built, "--smoke-test", home=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "the window is shown" in proc.stdout
+
+
+def test_the_frozen_app_checks_the_x11_libraries_before_qt_starts(built: Path, tmp_path: Path):
+    # The same check the window runs first, inside the bundle: it finds the bundled Qt and
+    # loads each system library its xcb plugin needs (bundled ones through the bundle's path).
+    proc = _frozen(built, "-m", "hearth.ui.preflight", home=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    count = int(re.search(r"all (\d+) system libraries", proc.stdout).group(1))
+    assert count >= 10
 
 
 def test_the_frozen_engine_answers_as_llama_cpp_does(built: Path, gemma3_path, tmp_path):

@@ -110,6 +110,16 @@ def test_hearth_prints_the_sentence_and_exits_1_before_qt_starts(monkeypatch, ca
     assert "sudo apt install libxcb-cursor0" in err and "sudo dnf install xcb-util-cursor" in err
 
 
+@linux_only
+def test_the_check_on_its_own_says_what_is_missing(monkeypatch, capsys):
+    monkeypatch.setattr(preflight, "library_loads", _without("libxkbcommon-x11.so.0"))
+    assert preflight.main() == 1
+    assert "sudo apt install libxkbcommon-x11-0" in capsys.readouterr().out
+    monkeypatch.setattr(preflight, "library_loads", lambda name: True)
+    assert preflight.main() == 0
+    assert "system libraries Qt's xcb plugin needs load" in capsys.readouterr().out
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="offscreen Qt on Linux")
 def test_the_window_opens_and_smoke_test_exits_0(tmp_path: Path):
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen", HEARTH_HOME=str(tmp_path))
