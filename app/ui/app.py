@@ -179,9 +179,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _end_smoke_test(app: QApplication, hearth: HearthApp) -> None:
-    """--smoke-test: say whether the window is on screen, and quit (status 0 when it is)."""
+    """--smoke-test: say whether the window is on screen (and the desktop id it gives the
+    window system), and quit (status 0 when it is)."""
     shown = hearth.window.isVisible()
-    print("Hearth: the window is shown" if shown else "Hearth: the window did not show", flush=True)
+    said = "the window is shown" if shown else "the window did not show"
+    print(f"Hearth: {said} (desktop file {app.desktopFileName()})", flush=True)
     app.exit(0 if shown else 1)
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from hearth import cli
+from hearth.program import APP_ID
 from hearth.ui import preflight
 from hearth.ui.preflight import (
     check_display_libraries,
@@ -133,6 +134,8 @@ def test_the_window_opens_and_smoke_test_exits_0(tmp_path: Path):
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "the window is shown" in proc.stdout
+    # Wayland finds the icon through the desktop file's id, the .desktop file's name.
+    assert f"(desktop file {APP_ID})" in proc.stdout
 
 
 def test_the_readme_says_what_hearth_says():
