@@ -5,6 +5,7 @@ model as llama.cpp does, and the AppDir's .desktop file and metainfo validate.""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -81,7 +82,7 @@ def test_the_bundle_is_self_contained_and_lean(built: Path):
 def test_the_frozen_window_opens_offscreen(built: Path, tmp_path: Path):
     proc = _frozen(built, "--smoke-test", home=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "the window is shown" in proc.stdout
+    assert f"the window is shown (desktop file {APP_ID})" in proc.stdout
 
 
 def test_the_frozen_app_checks_the_x11_libraries_before_qt_starts(built: Path, tmp_path: Path):
@@ -102,6 +103,35 @@ def test_the_frozen_engine_answers_as_llama_cpp_does(built: Path, gemma3_path, t
     proc = _frozen(built, *args, "--repeat-penalty", "1", home=tmp_path / "home")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.rstrip("\n") == expected.rstrip("\n")
+
+
+def test_the_frozen_runner_loads_a_model_with_llama_cpp_too(built: Path, gemma3_path, tmp_path):
+    # llama.cpp's libraries (llama_cpp/lib) beside ggml's own (ggml/lib): both load in a frozen
+    # runner, each its own copy of libggml.
+    env = dict(os.environ, HEARTH_HOME=str(tmp_path), HEARTH_RUNNER_TOKEN="test")
+    exe = built / "dist" / "Hearth" / "hearth"
+    args = ["runner", "--model", str(gemma3_path), "--engine", "llamacpp", "--num-ctx", "512"]
+    runner = subprocess.Popen(
+        [str(exe), *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        events = [json.loads(line) for line in _lines_until_ready(runner)]
+    finally:
+        runner.kill()
+        _, err = runner.communicate(timeout=30)
+    assert events and events[-1]["event"] == "ready", err[-2000:]
+    assert events[-1]["info"]["engine"] == "llamacpp"
+    assert events[-1]["info"]["architecture"] == "gemma3"
+
+
+def _lines_until_ready(proc: subprocess.Popen[str]) -> list[str]:
+    lines: list[str] = []
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        lines.append(line)
+        if '"ready"' in line or '"error"' in line:
+            break
+    return lines
 
 
 def test_the_appdir_desktop_file_and_metainfo_validate(built: Path):
