@@ -5,7 +5,9 @@ missing library is simulated by patching the loader check (`library_loads`)."""
 
 from __future__ import annotations
 
+import ctypes
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -142,3 +144,46 @@ def test_the_readme_says_what_hearth_says():
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     sentence = install_hint(["libxcb-cursor.so.0"])
     assert " ".join(sentence.split()) in " ".join(readme.split())
+
+
+def _loaded_path(soname: str) -> str | None:
+    """Where the dynamic loader finds `soname` (None when it does not)."""
+    try:
+        ctypes.CDLL(soname)
+    except OSError:
+        return None
+    for line in Path("/proc/self/maps").read_text().splitlines():
+        path = line.split()[-1]
+        if Path(path).name.startswith(soname.split(".so")[0] + ".so"):
+            return path
+    return None
+
+
+def _can_mask_files() -> bool:
+    if shutil.which("unshare") is None or not sys.platform.startswith("linux"):
+        return False
+    probe = subprocess.run(["unshare", "-m", "true"], capture_output=True)
+    return probe.returncode == 0
+
+
+@pytest.mark.skipif(not _can_mask_files(), reason="needs `unshare -m` (root) to hide a library")
+def test_a_really_missing_xcb_cursor_library_is_named_where_qt_would_abort(tmp_path: Path):
+    # libxcb-cursor.so.0 hidden for real (a private mount namespace binds /dev/null over it):
+    # Qt itself aborts there; `hearth` names the package instead.
+    lib = _loaded_path("libxcb-cursor.so.0")
+    if lib is None:
+        pytest.skip("libxcb-cursor.so.0 is not installed here")
+    env = {k: v for k, v in os.environ.items() if k not in ("QT_QPA_PLATFORM", "WAYLAND_DISPLAY")}
+    env.update(DISPLAY=":99", HEARTH_HOME=str(tmp_path), XDG_SESSION_TYPE="x11")
+    qt = f"{sys.executable} -c 'from PySide6.QtWidgets import QApplication; QApplication([])'"
+    script = (
+        f"mount --bind /dev/null {lib} || exit 99; "
+        f"QT_QPA_PLATFORM=xcb {qt}; echo qt-status=$?; {sys.executable} -m hearth"
+    )
+    proc = subprocess.run(
+        ["unshare", "-m", "sh", "-c", script], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert "qt-status=0" not in proc.stdout and "qt-status=" in proc.stdout, proc.stdout
+    assert "Could not load the Qt platform plugin" in proc.stderr  # Qt's own abort
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "hearth: " + install_hint(["libxcb-cursor.so.0"]) in proc.stderr
