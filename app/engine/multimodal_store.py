@@ -22,6 +22,7 @@ out; an image whose embeddings were dropped is encoded again only if a batch nee
 from __future__ import annotations
 
 import hashlib
+import re
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -31,7 +32,16 @@ import numpy as np
 from .input import Multimodal
 from .ml.api import Context
 
-__all__ = ["MultimodalStore", "placeholder", "is_placeholder", "split_placeholder", "image_hash"]
+__all__ = [
+    "IMAGE_MARKER",
+    "MultimodalStore",
+    "placeholder",
+    "is_placeholder",
+    "split_placeholder",
+    "image_hash",
+]
+
+IMAGE_MARKER = re.compile(r"\[img-(\d+)\]")  # image N of a request, in its prompt text
 
 _ROW_BITS = 20  # rows per image: up to a million positions
 DEFAULT_BUDGET = 512 * 2**20  # bytes of computed embeddings kept for later turns

@@ -73,6 +73,7 @@ class Runner:
                 kv_type=config.kv_type,
                 memory_limit=config.memory_limit,
                 progress=progress,
+                projector=config.projector or None,
             )
             self.engine, self.memory = compat, compat.memory
             self.tokenizer: Tokenizer = compat.tokenizer
@@ -175,17 +176,15 @@ class Runner:
         return seq
 
     def _prompt_with_images(self, text: str, images: list[str]) -> tuple[list[int], list[int]]:
-        if self.loaded is None:
-            raise RequestError(
-                f"images are not supported on the llama.cpp engine yet ({self.architecture}); "
-                "send text only"
-            )
-        model = self.loaded.model
+        """(inputs, same_batch marks) of a prompt with images: Hearth's plugin lays them out,
+        or on the llama.cpp engine its mtmd (`engine.vision`, present with a projector)."""
         engine = self.engine
-        if not model.handles_multimodal() or not getattr(engine, "vision", None):
+        vision = getattr(engine, "vision", None)
+        handles = self.loaded.model.handles_multimodal() if self.loaded is not None else True
+        if not handles or not vision:
             raise RequestError(
                 f"this model ({self.architecture}) cannot see images; "
-                "use a vision model or send text only"
+                "use a vision model (with its projector file) or send text only"
             )
         data = []
         for i, item in enumerate(images):
@@ -193,9 +192,12 @@ class Runner:
                 data.append(base64.b64decode(item, validate=True))
             except (binascii.Error, ValueError):
                 raise RequestError(f"image {i} is not valid base64") from None
-        from .prompt_inputs import build_prompt  # Hearth's engine only (it loads ggml)
-
         try:
+            if self.loaded is None:  # llama.cpp's engine: mtmd tokenizes and encodes
+                return vision.prompt(text, data, self.tokenizer.bos_id)  # type: ignore[no-any-return]
+            from .prompt_inputs import build_prompt  # Hearth's engine only (it loads ggml)
+
+            model = self.loaded.model
             return build_prompt(text, data, model, engine, self.encode)  # type: ignore[arg-type]
         except ValueError as e:
             raise RequestError(str(e)) from None

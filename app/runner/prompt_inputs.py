@@ -10,17 +10,14 @@ negative values are image placeholders, plus the SameBatch mark of each input.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 
 from ..engine.architecture import Architecture, MultimodalNotSupportedError
 from ..engine.forward import ForwardEngine
 from ..engine.input import Input
-from ..engine.multimodal_store import image_hash, placeholder
+from ..engine.multimodal_store import IMAGE_MARKER, image_hash, placeholder
 
 __all__ = ["IMAGE_MARKER", "build_prompt"]
-
-IMAGE_MARKER = re.compile(r"\[img-(\d+)\]")
 
 
 def build_prompt(

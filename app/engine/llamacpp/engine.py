@@ -10,6 +10,9 @@ loop uses from `ForwardEngine` (see `hearth.runner.loop.PassEngine`).
   context runs with pooling NONE, and the loop pools per the file, as with Hearth's engine).
 * The memory report is llama.cpp's own: the model size (`llama_model_size`) and the KV and
   compute buffers it logs while creating the context (the KV formula when the log lacks it).
+* Images (`projector`: the model's mmproj file): llama.cpp's mtmd encodes them (`vision.py`);
+  their rows arrive as placeholders, and `run()` decodes each image's rows as a batch of
+  embeddings of its own (non-causal where mtmd says so), the text rows around them as tokens.
 * Weights stay on the CPU (`n_gpu_layers = 0`): the service plans every model for the CPU
   until its layout search places layers on GPUs.
 """
@@ -29,7 +32,9 @@ import numpy as np
 from ..kvcache import CacheFullError, ShiftNotSupportedError
 from ..memory_report import MemoryReport
 from ..ml.api import OutOfMemoryError
+from ..multimodal_store import split_placeholder
 from .tokenizer import LlamaCppTokenizer
+from .vision import MtmdVision, VisionLoadError
 
 __all__ = ["LlamaCppEngine", "LlamaCppLoadError", "LlamaCppPass"]
 
@@ -153,8 +158,6 @@ class _SequenceCache:
 class LlamaCppEngine:
     """See the module docstring. Not thread-safe: one thread plans and runs passes."""
 
-    vision = None  # images through llama.cpp (mtmd) are not wired yet
-
     def __init__(
         self,
         path: str,
@@ -167,6 +170,7 @@ class LlamaCppEngine:
         kv_type: str = "f16",
         memory_limit: int | None = None,
         progress: Callable[[float], None] | None = None,
+        projector: str | None = None,
     ) -> None:
         lib, log = _library()
         self._lib = lib
@@ -176,6 +180,8 @@ class LlamaCppEngine:
         self.threads = threads or _default_threads()
         self.model, self.ctx = 0, 0
         self._batch: Any = None
+        self._embd_batch: Any = None
+        self.vision: MtmdVision | None = None
         start = log.mark()
         self.model = self._load_model(path, progress, log, start)
         try:
@@ -199,6 +205,12 @@ class LlamaCppEngine:
             pooling = int(self.meta(f"{self.architecture}.pooling_type") or 0)
             self.pooling: str = _POOLING.get(pooling, "last")
             self._batch = lib.llama_batch_init(self.num_batch, 0, 1)
+            if projector:
+                try:
+                    self.vision = MtmdVision(lib, self.model, projector, self.threads)
+                except VisionLoadError as e:
+                    raise LlamaCppLoadError(str(e)) from None
+                self._embd_batch = lib.llama_batch_init(self.num_batch, self.vision.n_embd, 1)
         except BaseException:
             self.close()
             raise
@@ -302,31 +314,69 @@ class LlamaCppEngine:
     def run(self, p: LlamaCppPass, on_started: Callable[[], None] | None = None) -> np.ndarray:
         """Decode a planned pass; `[n_outputs, vocab]` logits (or `[n_outputs, embd]` hidden
         states). Raises CacheFullError when llama.cpp finds no room in its cache."""
-        lib, b, n = self._lib, self._batch, len(p.tokens)
-        flags = np.zeros(n, dtype=np.int8)
-        flags[p.outputs] = 1
-        ctypes.memmove(b.token, p.tokens.ctypes.data, 4 * n)
-        ctypes.memmove(b.pos, p.positions.ctypes.data, 4 * n)
-        ctypes.memmove(b.logits, flags.ctypes.data, n)
-        seqs = p.sequences.tolist()
-        for i in range(n):
-            b.n_seq_id[i] = 1
-            b.seq_id[i][0] = seqs[i]
-        b.n_tokens = n
+        lib = self._lib
         if p.hidden:
             lib.llama_set_embeddings(self.ctx, True)
         if on_started is not None:
             on_started()
         try:
-            status = int(lib.llama_decode(self.ctx, b))
-            if status == 1:
-                raise CacheFullError()
-            if status != 0:
-                raise RuntimeError(f"llama_decode failed (status {status})")
-            return self._outputs(p)
+            if self.vision is None or not (p.tokens < 0).any():
+                self._decode(p, 0, len(p.tokens))
+                return self._outputs(p)
+            return self._run_segments(p)
         finally:
             if p.hidden:
                 lib.llama_set_embeddings(self.ctx, False)
+
+    def _decode(self, p: LlamaCppPass, begin: int, end: int) -> None:
+        """`llama_decode` of rows [begin, end) of the pass: tokens, or one image's embeddings
+        (all placeholders of one image and sequence; see `_segments`)."""
+        lib, n = self._lib, end - begin
+        image = int(p.tokens[begin]) < 0
+        b = self._embd_batch if image else self._batch
+        flags = np.zeros(len(p.tokens), dtype=np.int8)
+        flags[p.outputs] = 1
+        if image:
+            assert self.vision is not None
+            rows = [split_placeholder(int(t)) for t in p.tokens[begin:end]]
+            embd = self.vision.embeddings(rows[0][0])[[r for _, r in rows]]
+            embd = np.ascontiguousarray(embd, dtype=np.float32)
+            ctypes.memmove(b.embd, embd.ctypes.data, embd.nbytes)
+        else:
+            ctypes.memmove(b.token, p.tokens[begin:end].ctypes.data, 4 * n)
+        ctypes.memmove(b.pos, p.positions[begin:end].ctypes.data, 4 * n)
+        ctypes.memmove(b.logits, flags[begin:end].ctypes.data, n)
+        seqs = p.sequences[begin:end].tolist()
+        for i in range(n):
+            b.n_seq_id[i] = 1
+            b.seq_id[i][0] = seqs[i]
+        b.n_tokens = n
+        non_causal = image and self.vision is not None and self.vision.non_causal
+        if non_causal:
+            lib.llama_set_causal_attn(self.ctx, False)
+        try:
+            status = int(lib.llama_decode(self.ctx, b))
+        finally:
+            if non_causal:
+                lib.llama_set_causal_attn(self.ctx, True)
+        if status == 1:
+            raise CacheFullError()
+        if status != 0:
+            raise RuntimeError(f"llama_decode failed (status {status})")
+
+    def _run_segments(self, p: LlamaCppPass) -> np.ndarray:
+        """A pass with image rows: one `llama_decode` per run of token rows and per image of
+        a sequence, in row order; output rows are read after the decode that made them."""
+        width = self.n_embd if p.hidden else self.vocab_size
+        out = np.empty((len(p.outputs), width), dtype=np.float32)
+        get = self._lib.llama_get_embeddings_ith if p.hidden else self._lib.llama_get_logits_ith
+        wanted = p.outputs.tolist()
+        for begin, end in _segments(p.tokens, p.sequences):
+            self._decode(p, begin, end)
+            for k, row in enumerate(wanted):
+                if begin <= row < end:
+                    out[k] = np.ctypeslib.as_array(get(self.ctx, row - begin), shape=(width,))
+        return out
 
     def _outputs(self, p: LlamaCppPass) -> np.ndarray:
         lib, rows = self._lib, p.outputs.tolist()
@@ -356,12 +406,34 @@ class LlamaCppEngine:
         if self._batch is not None:
             lib.llama_batch_free(self._batch)
             self._batch = None
+        if self._embd_batch is not None:
+            lib.llama_batch_free(self._embd_batch)
+            self._embd_batch = None
+        if self.vision is not None:
+            self.vision.close()
+            self.vision = None
         if self.ctx:
             lib.llama_free(self.ctx)
             self.ctx = 0
         if self.model:
             lib.llama_model_free(self.model)
             self.model = 0
+
+
+def _segments(tokens: np.ndarray, sequences: np.ndarray) -> list[tuple[int, int]]:
+    """Row ranges [begin, end) of a pass that llama.cpp decodes apart: runs of token rows,
+    and the rows of one image (same image id) of one sequence."""
+    keys = [
+        (-1, -1) if t >= 0 else (split_placeholder(t)[0], s)
+        for t, s in zip(tokens.tolist(), sequences.tolist(), strict=True)
+    ]
+    out: list[tuple[int, int]] = []
+    begin = 0
+    for i in range(1, len(keys) + 1):
+        if i == len(keys) or keys[i] != keys[begin]:
+            out.append((begin, i))
+            begin = i
+    return out
 
 
 def _load_failure(path: str, lines: list[str]) -> str:

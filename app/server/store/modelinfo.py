@@ -157,7 +157,9 @@ def capabilities(
     if not info.supported:
         return []
     caps = list(info.capabilities)
-    if projector is not None and info.sees_images and "vision" not in caps:
+    # With a projector, a plugin's image encoder or llama.cpp's mtmd (no plugin) sees images.
+    sees = info.sees_images or not info.has_plugin
+    if projector is not None and sees and "vision" not in caps:
         caps.append("vision")
     source = template or ""
     if "tools" in source:
