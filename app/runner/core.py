@@ -62,6 +62,7 @@ class Runner:
         pipelined = config.pipelined
         if config.engine == "llamacpp":
             from ..engine.llamacpp import LlamaCppEngine
+            from .placement import parse_layout
 
             compat = LlamaCppEngine(
                 config.model,
@@ -74,6 +75,7 @@ class Runner:
                 memory_limit=config.memory_limit,
                 progress=progress,
                 projector=config.projector or None,
+                placement=parse_layout(config.layout),
             )
             self.engine, self.memory = compat, compat.memory
             self.tokenizer: Tokenizer = compat.tokenizer

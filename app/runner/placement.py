@@ -5,18 +5,20 @@ once the model is loaded (reported in `/info` as `devices`)."""
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
-from ..engine.forward import ForwardEngine
 from ..engine.ml.placement import DevicePlacement, PlacementError
-from ..engine.ml.rpc import add_servers, servers_from_env
-from ..engine.model import LoadedModel
 
-__all__ = ["runner_placement", "device_memory"]
+if TYPE_CHECKING:  # Hearth's engine only: the llama.cpp runner imports parse_layout alone
+    from ..engine.forward import ForwardEngine
+    from ..engine.model import LoadedModel
+
+__all__ = ["parse_layout", "runner_placement", "device_memory"]
 
 
-def runner_placement(layout: str | None) -> DevicePlacement:
-    """The placement of `--layout` (None or empty: all on the CPU); a ValueError with a
-    sentence for malformed JSON or a device this process cannot find."""
+def parse_layout(layout: str | None) -> DevicePlacement:
+    """The placement `--layout` says (None or empty: all on the CPU); a ValueError with a
+    sentence for malformed JSON. Loads no engine."""
     if not layout:
         return DevicePlacement()
     try:
@@ -25,8 +27,16 @@ def runner_placement(layout: str | None) -> DevicePlacement:
         raise PlacementError(f"--layout is not JSON ({e})") from None
     if not isinstance(data, dict):
         raise PlacementError("--layout must be a JSON object with 'gpus' and 'projector'")
-    placement = DevicePlacement.from_json(data)
+    return DevicePlacement.from_json(data)
+
+
+def runner_placement(layout: str | None) -> DevicePlacement:
+    """`parse_layout`, with the RPC workers it names registered in Hearth's ggml (from
+    HEARTH_RPC_SERVERS)."""
+    placement = parse_layout(layout)
     if any(name.startswith("RPC") for name in placement.devices):
+        from ..engine.ml.rpc import add_servers, servers_from_env
+
         add_servers(servers_from_env())
     return placement
 

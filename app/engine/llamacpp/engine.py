@@ -13,8 +13,9 @@ loop uses from `ForwardEngine` (see `hearth.runner.loop.PassEngine`).
 * Images (`projector`: the model's mmproj file): llama.cpp's mtmd encodes them (`vision.py`);
   their rows arrive as placeholders, and `run()` decodes each image's rows as a batch of
   embeddings of its own (non-causal where mtmd says so), the text rows around them as tokens.
-* Weights stay on the CPU (`n_gpu_layers = 0`): the service plans every model for the CPU
-  until its layout search places layers on GPUs.
+* Where layers go is the service's layout (`placement`), mapped to llama.cpp's
+  `n_gpu_layers`/`tensor_split` by `layout.py`; without one, weights stay on the CPU
+  (`n_gpu_layers = 0`). A layout this llama.cpp cannot follow fails the load with a sentence.
 """
 
 from __future__ import annotations
@@ -32,7 +33,9 @@ import numpy as np
 from ..kvcache import CacheFullError, ShiftNotSupportedError
 from ..memory_report import MemoryReport
 from ..ml.api import OutOfMemoryError
+from ..ml.placement import DevicePlacement
 from ..multimodal_store import split_placeholder
+from .layout import LlamaCppLayoutError, LlamaCppSplit, llamacpp_devices, llamacpp_split
 from .tokenizer import LlamaCppTokenizer
 from .vision import MtmdVision, VisionLoadError
 
@@ -171,6 +174,7 @@ class LlamaCppEngine:
         memory_limit: int | None = None,
         progress: Callable[[float], None] | None = None,
         projector: str | None = None,
+        placement: DevicePlacement | None = None,
     ) -> None:
         lib, log = _library()
         self._lib = lib
@@ -183,6 +187,7 @@ class LlamaCppEngine:
         self._embd_batch: Any = None
         self.vision: MtmdVision | None = None
         start = log.mark()
+        self.split = _split(lib, path, placement or DevicePlacement())
         self.model = self._load_model(path, progress, log, start)
         try:
             self._init_context(flash_attention, kv_type)
@@ -207,7 +212,8 @@ class LlamaCppEngine:
             self._batch = lib.llama_batch_init(self.num_batch, 0, 1)
             if projector:
                 try:
-                    self.vision = MtmdVision(lib, self.model, projector, self.threads)
+                    on_gpu = placement is not None and placement.projector is not None
+                    self.vision = MtmdVision(lib, self.model, projector, self.threads, on_gpu)
                 except VisionLoadError as e:
                     raise LlamaCppLoadError(str(e)) from None
                 self._embd_batch = lib.llama_batch_init(self.num_batch, self.vision.n_embd, 1)
@@ -221,7 +227,13 @@ class LlamaCppEngine:
     ) -> int:
         lib = self._lib
         params = lib.llama_model_default_params()
-        params.n_gpu_layers = 0
+        split = self.split
+        params.n_gpu_layers = split.n_gpu_layers
+        params.split_mode = getattr(lib, f"LLAMA_SPLIT_MODE_{split.split_mode.upper()}")
+        params.main_gpu = split.main_gpu
+        if split.tensor_split:
+            self._tensor_split = (ctypes.c_float * len(split.tensor_split))(*split.tensor_split)
+            params.tensor_split = self._tensor_split  # alive while the model loads
         if progress is not None:
 
             @lib.llama_progress_callback  # type: ignore[untyped-decorator]
@@ -418,6 +430,21 @@ class LlamaCppEngine:
         if self.model:
             lib.llama_model_free(self.model)
             self.model = 0
+
+
+def _split(lib: Any, path: str, placement: DevicePlacement) -> LlamaCppSplit:
+    """llama.cpp's parameters for `placement` (see layout.py); LlamaCppLoadError with a
+    sentence when this llama.cpp cannot follow it."""
+    if placement.cpu_only:
+        return LlamaCppSplit()
+    from ..gguf import GGUFFile
+
+    with GGUFFile(path) as f:
+        blocks = f.metadata.uint("block_count")
+    try:
+        return llamacpp_split(placement, blocks, llamacpp_devices(lib))
+    except LlamaCppLayoutError as e:
+        raise LlamaCppLoadError(f"{path.rsplit('/', 1)[-1]}: {e}") from None
 
 
 def _segments(tokens: np.ndarray, sequences: np.ndarray) -> list[tuple[int, int]]:

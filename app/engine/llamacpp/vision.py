@@ -37,8 +37,15 @@ class MtmdVision:
     threads (one encode at a time); `embeddings()` from the thread that decodes."""
 
     def __init__(
-        self, lib: Any, model: int, projector: str, threads: int, budget: int = DEFAULT_BUDGET
+        self,
+        lib: Any,
+        model: int,
+        projector: str,
+        threads: int,
+        use_gpu: bool = False,
+        budget: int = DEFAULT_BUDGET,
     ) -> None:
+        """`use_gpu`: the layout puts the projector on a GPU (mtmd picks llama.cpp's first)."""
         try:
             from llama_cpp import mtmd_cpp
         except (ImportError, OSError, RuntimeError) as e:
@@ -48,7 +55,7 @@ class MtmdVision:
             ) from None
         self._lib, self._mtmd = lib, mtmd_cpp
         params = mtmd_cpp.mtmd_context_params_default()
-        params.use_gpu = False
+        params.use_gpu = use_gpu
         params.print_timings = False
         params.n_threads = threads
         params.warmup = False
