@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ..hostport import DEFAULT_HOST, DEFAULT_PORT, HostError, env_host, is_loopback, parse_host
+from .store.engines import ENGINE_CHOICES
 
 __all__ = [
     "ConfigError",
@@ -132,8 +133,9 @@ class ServerConfig:
         if kv not in ("f16", "q8_0", "q4_0"):
             raise ConfigError(f"HEARTH_KV_CACHE_TYPE={kv!r} must be f16, q8_0 or q4_0")
         engine = env.get("HEARTH_ENGINE", "").strip().lower() or "auto"
-        if engine not in ("auto", "hearth", "llamacpp"):
-            raise ConfigError(f"HEARTH_ENGINE={engine!r} must be auto, hearth or llamacpp")
+        if engine not in ENGINE_CHOICES:
+            *first, last = ENGINE_CHOICES
+            raise ConfigError(f"HEARTH_ENGINE={engine!r} must be {', '.join(first)} or {last}")
         keep_alive = parse_duration(env.get("HEARTH_KEEP_ALIVE", "") or "5m", "HEARTH_KEEP_ALIVE")
         load_timeout = parse_duration(
             env.get("HEARTH_LOAD_TIMEOUT", "") or "5m", "HEARTH_LOAD_TIMEOUT"
