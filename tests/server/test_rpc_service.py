@@ -61,6 +61,11 @@ def test_devices_lists_the_workers(cluster) -> None:
     rpc_devices = [d for d in devices if d["library"] == "RPC"]
     assert [d["description"] for d in rpc_devices] == endpoints
     assert all(d["free"] > 0 for d in rpc_devices)
+    # /api/show's estimate per device is the layout a load would choose now: on a worker
+    show = httpx.post(server.url + "/api/show", json={"model": MODEL}, timeout=60).json()
+    planned = {d["device"]: d for d in show["hearth"]["devices"]}
+    assert planned["RPC0"]["layers"] == 5 and planned["RPC0"]["weights"] > 0, planned
+    assert planned["CPU"]["layers"] == 0
 
 
 def test_layers_on_workers_generate_the_cpu_text(cluster) -> None:

@@ -16,7 +16,6 @@ from fastapi import APIRouter, Request
 from fastapi.responses import PlainTextResponse, Response
 
 from ..prompting.prompts import FALLBACK_TEMPLATE
-from ..scheduling.layout import Layout
 from ..scheduling.layout.usage import device_usage
 from ..scheduling.scheduler import Loaded
 from ..scheduling.service import GenerationSettings, Service, Target
@@ -129,7 +128,7 @@ async def show(body: ShowRequest, request: Request) -> dict[str, Any]:
     settings = svc.settings(target, None)
     memory = svc.memory(target, settings)
     engine = svc.engine(target) if info.supported else None
-    devices = await asyncio.to_thread(_planned_devices, svc, target, settings)
+    devices = await _planned_devices(svc, target, settings)
     out: dict[str, Any] = {}
     if target.license:
         out["license"] = target.license
@@ -167,16 +166,17 @@ async def show(body: ShowRequest, request: Request) -> dict[str, Any]:
     return out
 
 
-def _planned_devices(
+async def _planned_devices(
     svc: Service, target: Target, settings: GenerationSettings
 ) -> list[dict[str, Any]] | None:
-    """Per device, what the model takes at `settings` (the scheduler's FIT, for the layout
-    the engine runs: all on the CPU); None when the file cannot be read for it."""
+    """Per device, what the model takes at `settings`: the scheduler's FIT for the layout a
+    load would choose on the devices found now; None when the file cannot be read for it."""
     try:
-        report = svc.fit(target, settings)
+        report = await asyncio.to_thread(svc.fit, target, settings)
     except (ValueError, OSError):
         return None
-    return [u.as_json() for u in device_usage(report, Layout())]
+    layout, placed = await svc.scheduler.preview(report)
+    return [u.as_json() for u in device_usage(placed, layout)]
 
 
 def _batch_invariance(svc: Service, name: str) -> dict[str, Any] | None:

@@ -24,6 +24,7 @@ from .layout import (
     CPU,
     Gpu,
     Layout,
+    LayoutError,
     LayoutOptions,
     MemoryReport,
     SystemMemory,
@@ -138,6 +139,27 @@ class Placement:
         if system is not None:
             system = replace(system, free=system.free + reclaimable)
             plan_layout((), system, report, LayoutOptions(overhead=self.overhead))
+
+    async def preview(self, report: MemoryReport) -> tuple[Layout, MemoryReport]:
+        """Where `report`'s model would go now, at default options, and what each device would
+        hold (for /api/show; nothing is logged). All on the CPU when memory is unknown or the
+        model fits nowhere."""
+        system = self.system()
+        if system is None:
+            return Layout(), report
+        try:
+            done = await negotiate(
+                FileFitRunner(report),
+                await self.gpus(),
+                system,
+                report.layers,
+                LayoutOptions(overhead=self.overhead),
+                report.vision,
+                lambda _sentence: None,
+            )
+        except (ValueError, LayoutError):  # too large, or options that cannot be honoured
+            return Layout(), report
+        return done.layout, done.memory
 
     async def negotiate(
         self,

@@ -233,6 +233,13 @@ class Scheduler:
 
     # -- public ----------------------------------------------------------------------------
 
+    async def preview(self, report: MemoryReport) -> tuple[Layout, MemoryReport]:
+        """The layout a load would choose for `report` now (see `Placement.preview`); all on
+        the CPU without a placement."""
+        if self._placement is None:
+            return Layout(), report
+        return await self._placement.preview(report)
+
     def loaded(self) -> list[Loaded]:
         """Runners that are up, most recently used first (dead ones are dropped)."""
         for entry in [e for e in self._entries.values() if not e.runner.alive]:
