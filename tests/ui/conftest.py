@@ -182,9 +182,9 @@ def service_api(service: dict, path: str, body: dict) -> dict:
     return json.loads(text) if text.strip() else {}
 
 
-def drop_file(app: object, path: Path) -> None:
+def drop_file(app: object, path: Path, hint: str = "Drop to attach the image") -> None:
     """Drag the file at `path` over `app`'s message box and let go, as a user would (the
-    overlay says it will attach the image, and hides after the drop)."""
+    overlay shows `hint` while dragging, and hides after the drop)."""
     from PySide6.QtCore import QPointF, Qt
     from PySide6.QtGui import QDragEnterEvent, QDropEvent
     from PySide6.QtWidgets import QApplication
@@ -197,6 +197,6 @@ def drop_file(app: object, path: Path) -> None:
     enter = QDragEnterEvent(where, action, mime, button, mods)
     QApplication.sendEvent(target, enter)
     assert enter.isAccepted()
-    assert window.overlay.label.text() == "Drop to attach the image"
+    assert window.overlay.label.text() == hint
     QApplication.sendEvent(target, QDropEvent(QPointF(where), action, mime, button, mods))
     assert not window.overlay.isVisible()
