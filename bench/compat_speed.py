@@ -1,7 +1,7 @@
 """The llama.cpp compatibility runner against bare llama-cpp-python, same model, same run.
 
     .venv/bin/python bench/compat_speed.py [--model PATH] [--threads 2] [--tokens 64]
-                                           [--rounds 3] [--quick]
+                                           [--rounds 7] [--quick]
 
 The compat runner (`hearth runner --engine llamacpp`) is driven over its HTTP protocol, as the
 service drives it (hearth.server.scheduling.runner_process); llama.cpp's side runs in its own
@@ -57,6 +57,8 @@ model = L.llama_model_load_from_file(req["model"].encode(), mp)
 cp = L.llama_context_default_params()
 cp.n_ctx = req["n_ctx"] * 4; cp.n_batch = cp.n_ubatch = 512; cp.n_seq_max = 4
 cp.kv_unified = True; cp.n_threads = cp.n_threads_batch = req["threads"]; cp.no_perf = True
+# as the runner (flash attention only when asked for: same kernels on both sides)
+cp.flash_attn_type = L.LLAMA_FLASH_ATTN_TYPE_DISABLED
 ctx = L.llama_init_from_model(model, cp)
 vocab = L.llama_model_get_vocab(model); n_vocab = L.llama_vocab_n_tokens(vocab)
 batch = L.llama_batch_init(512, 0, 1)
@@ -95,7 +97,9 @@ print(json.dumps({"one": run(req["one"], req["n"]), "four": run(req["four"], req
 
 
 async def _complete(runner: RunnerProcess, prompt: str, n: int) -> dict[str, Any]:
-    req = CompletionRequest(prompt=prompt, options={"temperature": 0, "num_predict": n})
+    # Greedy and no penalties: the same work as the bare side's argmax.
+    options = {"temperature": 0, "num_predict": n, "repeat_penalty": 1}
+    req = CompletionRequest(prompt=prompt, options=options)
     done: dict[str, Any] = {}
     async for line in runner.completion(req):
         if line.get("done"):
@@ -148,7 +152,7 @@ async def main() -> None:
     ap.add_argument("--model", default=None)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--tokens", type=int, default=64)
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--quick", action="store_true", help="one round of 8 tokens")
     args = ap.parse_args()
     if args.quick:
