@@ -65,7 +65,7 @@ def test_the_plugin_passes_its_own_tests_with_the_conformance_suite(site):
 
 
 def _hearth_run(
-    site: Path | None, model: Path, prompt: str, home: Path
+    site: Path | None, model: Path, prompt: str, home: Path, engine: str = "auto"
 ) -> subprocess.CompletedProcess:
     args = ["run", str(model), prompt, "--raw", "--num-predict", "24", "--temperature", "0"]
     args += ["--repeat-penalty", "1"]  # plain greedy, as the oracle does
@@ -74,7 +74,7 @@ def _hearth_run(
         capture_output=True,
         text=True,
         timeout=600,
-        env=_env(site, HEARTH_HOME=str(home)),
+        env=_env(site, HEARTH_HOME=str(home), HEARTH_ENGINE=engine),
         cwd=REPO,
     )
 
@@ -88,9 +88,15 @@ def test_hearth_run_uses_the_installed_plugin(site, tmp_path):
     expected = bytes(oracle["greedy_text_0"]).decode("utf-8", "replace")
     assert len(oracle["greedy_0"]) > 10 and len(expected.strip()) > 10
 
-    without = _hearth_run(None, model, prompt, tmp_path / "home-without")
-    assert without.returncode == 1 and "'qwen2'" in without.stderr  # nothing else runs it
+    # Without the plugin, Hearth's own engine cannot run it (a sentence naming the architecture)...
+    without = _hearth_run(None, model, prompt, tmp_path / "home-without", engine="hearth")
+    assert without.returncode == 1 and "'qwen2'" in without.stderr, without.stderr
+    # ... and `auto` runs it on the llama.cpp compatibility engine instead.
+    fallback = _hearth_run(None, model, prompt, tmp_path / "home-fallback")
+    assert fallback.returncode == 0, fallback.stderr
+    assert fallback.stdout.strip() == expected.strip()
 
-    proc = _hearth_run(site, model, prompt, tmp_path / "home")
+    # With the plugin installed, Hearth's own engine runs it.
+    proc = _hearth_run(site, model, prompt, tmp_path / "home", engine="hearth")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == expected.strip()  # llama.cpp's greedy text, token for token

@@ -24,6 +24,14 @@ MODEL = "gemma3:270m"
 
 @pytest.fixture(scope="module")
 def app(tmp_path_factory, tiny_llama_path):
+    # Offline, as every test's service: no fuzzed pull or search reaches the internet (online,
+    # an unreachable registry is a 502, the gateway error it is, which this test counts).
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("HEARTH_OFFLINE", "1")
+        yield _make_app(tmp_path_factory)
+
+
+def _make_app(tmp_path_factory):
     app = create_app(
         ServerConfig(),
         models_dir=tmp_path_factory.mktemp("fuzz") / "models",

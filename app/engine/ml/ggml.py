@@ -44,19 +44,19 @@ __all__ = [
 
 
 def device_of_buffer_type(buft: object) -> str:
-    """The name of the device a buffer type's memory is on ("CPU" for host memory, the CPU's
-    repacked layouts included; "CUDA0", "RPC1")."""
-    if g.ggml_backend_buft_is_host(buft):
-        return "CPU"
+    """The name of the device a buffer type's memory is on: "CPU" for every CPU buffer type
+    (plain, mapped, the repacked layouts), else ggml's device name ("CUDA0", "RPC1")."""
     dev = g.ggml_backend_buft_get_device(buft)
-    return g.ggml_backend_dev_name(dev).decode() if dev else "CPU"
+    if not dev or int(g.ggml_backend_dev_type(dev)) == g.GGML_BACKEND_DEVICE_TYPE_CPU:
+        return "CPU"
+    return str(g.ggml_backend_dev_name(dev).decode())
 
 
-def _in_host_memory(p: Any) -> bool:
-    """Whether tensor `p` lives in memory the CPU reads directly (or is not allocated yet,
-    in which case the scheduler allocates it on the CPU)."""
+def _on_cpu(p: Any) -> bool:
+    """Whether tensor `p` lives in a CPU buffer (or is not allocated yet, in which case the
+    scheduler allocates it on the CPU): where Hearth's CPU kernels may read it."""
     buf = p.contents.buffer
-    return not buf or bool(g.ggml_backend_buffer_is_host(buf))
+    return not buf or device_of_buffer_type(g.ggml_backend_buffer_get_type(buf)) == "CPU"
 
 
 _c_void_p = ctypes.c_void_p
@@ -146,7 +146,7 @@ class GGMLContext(Context):
     def _mul_mat(self, a: Tensor, bp: Any, full_precision: bool) -> Any:
         kernel = self._backend.few_rows_kernel
         if (
-            kernel is not None and _in_host_memory(a.ptr) and kernel.applies(a.ptr, bp)  # type: ignore[attr-defined]
+            kernel is not None and _on_cpu(a.ptr) and kernel.applies(a.ptr, bp)  # type: ignore[attr-defined]
         ):
             return kernel.mul_mat(self._ctx, a.ptr, bp)  # type: ignore[attr-defined]
         p = g.ggml_mul_mat(self._ctx, a.ptr, bp)  # type: ignore[attr-defined]

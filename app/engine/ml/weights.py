@@ -219,7 +219,7 @@ class WeightStore:
         for slot in sorted(self._slots.values(), key=lambda s: s.info.nbytes):
             if not slot.matmul or len(slot.info.shape) != 2:
                 continue
-            if not g.ggml_backend_buft_is_host(slot.buft):
+            if device_of_buffer_type(slot.buft) != "CPU":
                 # On a GPU or an RPC worker: its kernels are the device's, not probed here.
                 name = g.ggml_backend_buft_name(slot.buft).decode()
                 self.unprobed.add(f"{slot.info.type_name} ({name})")

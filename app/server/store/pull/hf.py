@@ -21,9 +21,12 @@ import os
 import re
 from dataclasses import dataclass
 
+import httpx
+
 from ..names import ModelName
 from .download import BlobSource
 from .errors import PullError
+from .network import http_client
 
 __all__ = [
     "HF_HOSTS",
@@ -86,8 +89,21 @@ def endpoint() -> str | None:
     return os.environ.get("HF_ENDPOINT") or None
 
 
+def _ensure_reachable() -> None:
+    """A PullError (502) at once when the hub cannot be reached at all: huggingface_hub retries
+    a failed connection five times with backoff (about 15 s) before it gives up, which a
+    machine without internet would otherwise wait through on every search and pull."""
+    base = endpoint() or "https://huggingface.co"
+    try:
+        with http_client(httpx.Timeout(5.0)) as client:
+            client.head(base)  # any answer will do: the host is there
+    except httpx.HTTPError as e:
+        raise PullError(f"cannot reach {base} ({e}); check the network connection", 502) from None
+
+
 def _files(repo: str) -> tuple[str, list[HFFile]]:
     """The commit and GGUF files of `repo`, with sentences for the ways it can fail."""
+    _ensure_reachable()
     from huggingface_hub import HfApi
     from huggingface_hub.errors import (
         GatedRepoError,
@@ -202,6 +218,7 @@ class HFModel:
 def search_hf(query: str, limit: int = 20) -> list[HFModel]:
     """Repositories with GGUF files matching `query`, most downloaded first
     (`HfApi.list_models(filter="gguf", search=...)`)."""
+    _ensure_reachable()
     from huggingface_hub import HfApi
 
     where = endpoint() or "huggingface.co"
