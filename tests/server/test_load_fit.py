@@ -345,3 +345,31 @@ def test_a_gpu_layout_reaches_the_runner_and_a_failed_start_runs_on_the_cpu(smal
     two = DevicePlacement.from_json(json.loads(launcher.started[0].options.layout))
     # the last two blocks; the output layer stays on the CPU (llama.cpp's n_gpu_layers rule)
     assert two.layers == {"CUDA0": (spec.layers - 2, spec.layers - 1)}
+
+
+def test_a_model_that_fits_on_the_gpu_needs_no_room_in_ram(small):
+    """System memory too small for the model, a simulated GPU with room: the model is neither
+    refused nor the reason another one is unloaded, and it runs on the GPU."""
+    from hearth.server.scheduling.layout import DeviceId, Gpu
+
+    path, spec = small
+    launcher = FakeLauncher()
+    tight = needed(path, spec, 4096) // 2  # half of what the all-CPU load needs
+
+    async def found() -> list[Gpu]:
+        return [Gpu(DeviceId("CUDA", "0"), free=8 * GiB, total=8 * GiB)]
+
+    async def go() -> tuple[list[str], int]:
+        placement = Placement(system=lambda: SystemMemory(GiB, tight, 0), gpus=found)
+        s = Scheduler(ServerConfig(), launcher, lambda: tight, placement)
+        (await s.acquire(load_spec(path, "a:latest", 16), 60)).release()
+        b = replace(load_spec(path, "b:latest", 4096), estimate=needed(path, spec, 4096))
+        (await s.acquire(b, 60)).release()
+        out = [e.placed.where for e in s.loaded() if e.placed]  # type: ignore[union-attr]
+        stopped = len(launcher.stopped)
+        await s.close()
+        return out, stopped
+
+    where, stopped = asyncio.run(go())
+    assert stopped == 0 and len(where) == 2, "loading b unloaded a, though b fits on the GPU"
+    assert where[1] == f"{spec.layers + 1}/{spec.layers + 1} layers on CUDA0"

@@ -1,14 +1,15 @@
 """Before a runner starts: the layout search on the devices this machine has, and the refusal of
 a model that fits nowhere (see `hearth.server.scheduling.layout`).
 
-`Placement.check` refuses a model whose FIT report (computed from its file, `layout.fit`) does
-not fit in system memory (`plan_layout`'s `ModelTooLarge`); `Placement.negotiate` runs the load
-protocol (`negotiate`) on it and logs one line: "layout for NAME: 0/N layers on GPU (no GPU
-found): running on the CPU". System memory is read live; GPUs (local ones and the RPC
-workers of HEARTH_RPC_SERVERS) come from the service's device probe (the service passes one
-that reuses a report up to 30 s old and counts a failed probe as no GPU, with a warning).
-The layout chosen reaches the runner as its `--layout` (`layout_json`), where the engine
-places each layer on its device.
+`Placement.check` refuses a model whose FIT report (computed from its file, `layout.fit`) fits
+neither on the GPUs nor in system memory (`plan_layout`'s `ModelTooLarge`).
+`Placement.negotiate` runs the load protocol (`negotiate`) on it and logs one line: "layout for
+NAME: 0/N layers on GPU (no GPU found): running on the CPU". `Placement.preview` says where a
+load would put the model now, without logging (for /api/show and the scheduler's room-making).
+System memory is read live; GPUs (local ones and the RPC workers of HEARTH_RPC_SERVERS) come
+from the service's device probe (the service passes one that reuses a report up to 30 s old and
+counts a failed probe as no GPU, with a warning). The layout chosen reaches the runner as its
+`--layout` (`layout_json`), where the engine places each layer on its device.
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ from .layout import (
     MemoryReport,
     SystemMemory,
     negotiate,
-    plan_layout,
 )
 from .layout.fit import FileFitRunner
 from .layout.usage import DeviceUsage, device_usage, gpu_bytes
@@ -132,18 +132,29 @@ class Placement:
     def devices_changed(self) -> None:
         self.forget()
 
-    def check(self, report: MemoryReport, reclaimable: int = 0) -> None:
-        """Raise `ModelTooLarge` when `report` does not fit in system memory (GPUs unused, see
-        the module docstring) even with `reclaimable` more bytes free."""
+    async def check(self, report: MemoryReport, reclaimable: int = 0) -> None:
+        """Raise `ModelTooLarge` when `report` fits neither on the GPUs found nor in system
+        memory, even with `reclaimable` more bytes free (what unloading every other model
+        would give back)."""
         system = self.system()
         if system is not None:
             system = replace(system, free=system.free + reclaimable)
-            plan_layout((), system, report, LayoutOptions(overhead=self.overhead))
+            await negotiate(
+                FileFitRunner(report),
+                await self.gpus(),
+                system,
+                report.layers,
+                LayoutOptions(overhead=self.overhead),
+                report.vision,
+                lambda _sentence: None,
+            )
 
-    async def preview(self, report: MemoryReport) -> tuple[Layout, MemoryReport]:
-        """Where `report`'s model would go now, at default options, and what each device would
-        hold (for /api/show; nothing is logged). All on the CPU when memory is unknown or the
-        model fits nowhere."""
+    async def preview(
+        self, report: MemoryReport, num_gpu: int = -1, main_gpu: int | None = None
+    ) -> tuple[Layout, MemoryReport]:
+        """Where `report`'s model would go now (with these options) and what each device
+        would hold (for /api/show and the scheduler's room-making; nothing is logged). All on
+        the CPU when memory is unknown or the model fits nowhere."""
         system = self.system()
         if system is None:
             return Layout(), report
@@ -153,7 +164,7 @@ class Placement:
                 await self.gpus(),
                 system,
                 report.layers,
-                LayoutOptions(overhead=self.overhead),
+                LayoutOptions(num_gpu=num_gpu, main_gpu=main_gpu, overhead=self.overhead),
                 report.vision,
                 lambda _sentence: None,
             )

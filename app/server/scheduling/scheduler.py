@@ -58,6 +58,7 @@ from ...engine.ml.devices import system_available_memory
 from ...runner.protocol import CompletionRequest
 from ..config import FOREVER, ServerConfig
 from .layout import Layout, LoadRequiresEviction, MemoryReport, ModelTooLarge, human_bytes
+from .layout.usage import device_usage
 from .placement import Placed, Placement, layout_json
 from .runner_process import RunnerOptions, RunnerProcess, RunnerStartError
 
@@ -360,7 +361,7 @@ class Scheduler:
             return
         reclaimable = sum(_held(e) for e in self._entries.values())
         try:
-            self._placement.check(report, reclaimable)
+            await self._placement.check(report, reclaimable)
         except ModelTooLarge as e:
             more = (
                 f" (counting the {human_bytes(reclaimable)} that unloading the other models "
@@ -410,12 +411,26 @@ class Scheduler:
     async def _make_room(self, spec: LoadSpec) -> None:
         while len(self._entries) >= self.config.max_loaded_models:
             await self._evict_one()
-        while self._entries and spec.estimate:
+        need = await self._system_memory_needed(spec)
+        while self._entries and need:
             available = self._available()
-            if available is None or spec.estimate <= available:
+            if available is None or need <= available:
                 return
             log.info("unloading a model to make room for %s", spec.name)
             await self._evict_one()
+            need = await self._system_memory_needed(spec)  # GPUs may have room now
+
+    async def _system_memory_needed(self, spec: LoadSpec) -> int:
+        """Bytes `spec` would take in system memory: the CPU's share of the layout a load
+        would choose on the devices found now (a model that fits on GPUs needs little RAM),
+        or the whole estimate when nothing is planned."""
+        report = await self._fit(spec)
+        if report is None or self._placement is None:
+            return spec.estimate
+        layout, placed = await self._placement.preview(
+            report, num_gpu=spec.num_gpu, main_gpu=spec.main_gpu
+        )
+        return device_usage(placed, layout)[0].total
 
     def _choose_parallel(self, spec: LoadSpec) -> tuple[LoadSpec, LoadSpec | None]:
         """The spec with its parallel slots settled (see the module docstring), and the
