@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Make the PNGs in docs/screenshots/: the main window mid-conversation (light and dark), a
-question about a picture (vision), the Models page and the Settings page, from a real window
-under Xvfb.
+question about a picture (vision), the Models page, its "Get models" window and the Settings
+page, from a real window under Xvfb.
 
     .venv/bin/python scripts/screenshots.py            # needs xvfb-run (Debian: xvfb)
 
@@ -274,6 +274,13 @@ def shoot(out: Path) -> None:
     h.window.show_page(MODELS_PAGE)
     h.window.models_page.select_name("gemma3:270m")
     grab("models.png")
+    # "Get models…": the curated list (no network here: nothing is searched or downloaded).
+    h.window.models_page.get_models_requested.emit()
+    dialog = h.window.get_models_dialog()  # type: ignore[attr-defined]
+    spin(1.0)
+    dialog.grab().save(str(out / "get-models.png"))
+    print("wrote", out / "get-models.png")
+    dialog.close()
     # Show the page as it looks with the API exposed, without binding 0.0.0.0 here.
     shown = AppSettings(**{**vars(h.settings), "api_enabled": True, "api_expose": True})
     shown.api_key = new_api_key()

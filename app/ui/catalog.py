@@ -32,7 +32,7 @@ CATALOG: tuple[CatalogEntry, ...] = (
                  "chat", 0.8, 1.5, "llama", "hearth", "Meta's small assistant model."),
     CatalogEntry("hf.co/bartowski/Llama-3.2-3B-Instruct-GGUF:Q4_K_M", "Llama 3.2 3B Instruct",
                  "chat", 2.0, 3.5, "llama", "hearth", "Better answers, still light."),
-    CatalogEntry("hf.co/ggml-org/gemma-3-4b-it-GGUF:Q4_K_M", "Gemma 3 4B Instruct (vision)",
+    CatalogEntry("hf.co/ggml-org/gemma-3-4b-it-GGUF:Q4_K_M", "Gemma 3 4B Instruct",
                  "vision", 3.3, 5.5, "gemma3", "hearth", "Reads images too (with its projector)."),
     CatalogEntry("hf.co/Qwen/Qwen2.5-1.5B-Instruct-GGUF:Q4_K_M", "Qwen2.5 1.5B Instruct",
                  "chat", 1.1, 2.0, "qwen2", "llama.cpp", "Alibaba's small multilingual model."),

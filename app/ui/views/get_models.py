@@ -29,10 +29,10 @@ _NAME_ROLE = Qt.ItemDataRole.UserRole
 
 
 def _entry_text(e: CatalogEntry) -> str:
-    engine = "" if e.engine == "hearth" else "  · needs the llama.cpp engine"
+    engine = "Hearth's engine" if e.engine == "hearth" else "the llama.cpp engine"
     return (
-        f"{e.title}  ({e.kind})\n{e.blurb}  ·  download ≈ {e.download_gb:.1f} GB  ·  "
-        f"memory ≈ {e.memory_gb:.1f} GB{engine}"
+        f"{e.title}  —  {e.kind}\n{e.blurb}\n"
+        f"download ≈ {e.download_gb:.1f} GB  ·  memory ≈ {e.memory_gb:.1f} GB  ·  runs on {engine}"
     )
 
 
@@ -81,12 +81,15 @@ class GetModelsDialog(QDialog):
         lay.addWidget(QLabel(self.tr("Recommended: small models that run on most computers")))
         self.catalog = QListWidget()
         self.catalog.setAccessibleName(self.tr("Recommended models"))
+        self.catalog.setWordWrap(True)  # a row per model, its lines all visible
+        self.catalog.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.catalog.setSpacing(3)
         for e in CATALOG:
             item = QListWidgetItem(_entry_text(e))
             item.setData(_NAME_ROLE, e.name)
             self.catalog.addItem(item)
         self.catalog.itemDoubleClicked.connect(self._get_item)
-        lay.addWidget(self.catalog, 2)
+        lay.addWidget(self.catalog, 3)
 
         search = QHBoxLayout()
         self.query = QLineEdit()
