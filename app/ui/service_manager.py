@@ -147,6 +147,8 @@ class ServiceManager(QObject):
         env = {"HEARTH_CONTEXT_LENGTH": str(s.num_ctx)}
         if s.models_dir:
             env["HEARTH_MODELS"] = s.models_dir
+        if s.work_offline:  # the "Work offline" switch: the service refuses every download
+            env["HEARTH_OFFLINE"] = "1"
         try:
             self._child = launch(host, port, token, env, self.log_path)
         except LaunchError as e:

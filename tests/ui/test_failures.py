@@ -127,3 +127,20 @@ def test_where_a_loaded_model_runs_and_the_gpu_layers_setting_reach_the_user(qtb
     assert page.d_fields["runs"].text() == "3/4 layers on CUDA0" and not header.runs_on.isHidden()
     sent = [r for r in stub.requests if r["path"] == "/api/chat"][-1]
     assert sent["options"]["num_gpu"] == 2
+
+
+def test_work_offline_starts_the_private_service_offline(qtbot, make_app, monkeypatch):
+    """The app's "Work offline" switch reaches its own service as HEARTH_OFFLINE (so API clients
+    cannot pull either): the child sees it in its environment."""
+    import hearth.launcher as launcher
+    from hearth.app_settings import load_settings, save_settings
+
+    settings = load_settings()
+    settings.work_offline = True
+    save_settings(settings)
+    code = "import os; print('HEARTH_OFFLINE=' + os.environ.get('HEARTH_OFFLINE', '-')); exit(3)"
+    monkeypatch.setattr(launcher, "serve_command", lambda *_args: [sys.executable, "-c", code])
+    app = make_app(ready=False)
+    with qtbot.waitSignal(app.service.failed, timeout=30_000) as blocker:
+        pass
+    assert "HEARTH_OFFLINE=1" in blocker.args[0]

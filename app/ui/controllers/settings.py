@@ -37,9 +37,11 @@ class SettingsController(QObject):
             self._restart.start()
 
     def set_work_offline(self, on: bool) -> None:
+        """Offline: the app refuses downloads and searches, and its own service is restarted
+        with HEARTH_OFFLINE so no client of the API can pull either."""
         if on != self.settings.work_offline:
             self.settings.work_offline = on
-            self._save()
+            self._save(restart=True)
 
     def mark_models_offered(self) -> None:
         """The first-run offer of a chat model was made: it is not made again."""
