@@ -28,6 +28,7 @@ from .layout import (
     LayoutError,
     LayoutOptions,
     MemoryReport,
+    Negotiated,
     SystemMemory,
     negotiate,
 )
@@ -132,6 +133,18 @@ class Placement:
     def devices_changed(self) -> None:
         self.forget()
 
+    async def _search(
+        self,
+        report: MemoryReport,
+        system: SystemMemory,
+        options: LayoutOptions,
+        say: Callable[[str], None] = lambda _sentence: None,
+    ) -> Negotiated:
+        """The load protocol on the GPUs found now, answered from the file (`FileFitRunner`)."""
+        gpus = await self.gpus()
+        runner = FileFitRunner(report)
+        return await negotiate(runner, gpus, system, report.layers, options, report.vision, say)
+
     async def check(self, report: MemoryReport, reclaimable: int = 0) -> None:
         """Raise `ModelTooLarge` when `report` fits neither on the GPUs found nor in system
         memory, even with `reclaimable` more bytes free (what unloading every other model
@@ -139,15 +152,7 @@ class Placement:
         system = self.system()
         if system is not None:
             system = replace(system, free=system.free + reclaimable)
-            await negotiate(
-                FileFitRunner(report),
-                await self.gpus(),
-                system,
-                report.layers,
-                LayoutOptions(overhead=self.overhead),
-                report.vision,
-                lambda _sentence: None,
-            )
+            await self._search(report, system, LayoutOptions(overhead=self.overhead))
 
     async def preview(
         self, report: MemoryReport, num_gpu: int = -1, main_gpu: int | None = None
@@ -158,16 +163,9 @@ class Placement:
         system = self.system()
         if system is None:
             return Layout(), report
+        options = LayoutOptions(num_gpu=num_gpu, main_gpu=main_gpu, overhead=self.overhead)
         try:
-            done = await negotiate(
-                FileFitRunner(report),
-                await self.gpus(),
-                system,
-                report.layers,
-                LayoutOptions(num_gpu=num_gpu, main_gpu=main_gpu, overhead=self.overhead),
-                report.vision,
-                lambda _sentence: None,
-            )
+            done = await self._search(report, system, options)
         except (ValueError, LayoutError):  # too large, or options that cannot be honoured
             return Layout(), report
         return done.layout, done.memory
@@ -189,7 +187,6 @@ class Placement:
         system = self.system()
         if system is None:
             return None
-        found = await self.gpus()
         options = LayoutOptions(
             num_gpu=num_gpu,
             main_gpu=main_gpu,
@@ -197,15 +194,7 @@ class Placement:
             require_full=others_loaded,
         )
         sentences: list[str] = []
-        done = await negotiate(
-            FileFitRunner(report),
-            found,
-            system,
-            report.layers,
-            options,
-            report.vision,
-            sentences.append,
-        )
+        done = await self._search(report, system, options, sentences.append)
         sentence = sentences[-1] if sentences else "running on the CPU"
         reason, _, where = sentence.rpartition(": ")
         count = f"{done.layout.offloaded}/{report.layers} layers on GPU"
