@@ -234,6 +234,10 @@ class BatchLoop:
         if not live:
             return None
         self.steps += 1
+        if any(e.count > 1 for e in nxt.entries):
+            # A pass with prompt inputs takes long: text held for the next chunk goes now.
+            for seq in self._active:
+                seq.flush_stream()
         if not self.pipelined:  # compute here: no thread hand-over per token
             self._execute(nxt)
             self._sample(nxt, None)

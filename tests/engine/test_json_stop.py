@@ -53,7 +53,8 @@ class Script:
         tok, table = vocab
         constraint = None if fmt is None else JsonConstraint(table, schema_from_format(fmt))
         sampling = SamplingOptions(temperature=0, repeat_penalty=1.0)
-        settings = SequenceSettings(sampling=sampling, stop=tuple(stop))
+        # Every token's text goes out at once (no coalescing): these tests read what is held.
+        settings = SequenceSettings(sampling=sampling, stop=tuple(stop), stream_interval=0)
         self.tok = tok
         self.seq = Sequence([1], settings, tok, num_ctx=256, constraint=constraint)
         self.chunks: list[str] = []

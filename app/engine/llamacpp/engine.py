@@ -183,8 +183,8 @@ class LlamaCppEngine:
         self.parallel = parallel
         self.threads = threads or _default_threads()
         self.model, self.ctx = 0, 0
-        self._batch: Any = None
-        self._embd_batch: Any = None
+        self._batch: _Batch | None = None
+        self._embd_batch: _Batch | None = None
         self.vision: MtmdVision | None = None
         start = log.mark()
         self.split = _split(lib, path, placement or DevicePlacement())
@@ -209,14 +209,15 @@ class LlamaCppEngine:
             self.context_length = int(self.meta(f"{self.architecture}.context_length") or 0)
             pooling = int(self.meta(f"{self.architecture}.pooling_type") or 0)
             self.pooling: str = _POOLING.get(pooling, "last")
-            self._batch = lib.llama_batch_init(self.num_batch, 0, 1)
+            self._batch = _Batch(lib, self.num_batch, 0)
+            self._logits = _LogitsView(lib, self.vocab_size)
             if projector:
                 try:
                     on_gpu = placement is not None and placement.projector is not None
                     self.vision = MtmdVision(lib, self.model, projector, self.threads, on_gpu)
                 except VisionLoadError as e:
                     raise LlamaCppLoadError(str(e)) from None
-                self._embd_batch = lib.llama_batch_init(self.num_batch, self.vision.n_embd, 1)
+                self._embd_batch = _Batch(lib, self.num_batch, self.vision.n_embd)
         except BaseException:
             self.close()
             raise
@@ -325,7 +326,12 @@ class LlamaCppEngine:
 
     def run(self, p: LlamaCppPass, on_started: Callable[[], None] | None = None) -> np.ndarray:
         """Decode a planned pass; `[n_outputs, vocab]` logits (or `[n_outputs, embd]` hidden
-        states). Raises CacheFullError when llama.cpp finds no room in its cache."""
+        states). Raises CacheFullError when llama.cpp finds no room in its cache.
+
+        Logits in llama.cpp's own row order come back as a read-only view of its output
+        buffer, valid until the next pass (the batching loop samples them before it runs
+        another; copying 1 MiB per token of a 262k vocabulary is measurable). `forward()`
+        returns a copy."""
         lib = self._lib
         if p.hidden:
             lib.llama_set_embeddings(self.ctx, True)
@@ -346,6 +352,7 @@ class LlamaCppEngine:
         lib, n = self._lib, end - begin
         image = int(p.tokens[begin]) < 0
         b = self._embd_batch if image else self._batch
+        assert b is not None
         flags = np.zeros(len(p.tokens), dtype=np.int8)
         flags[p.outputs] = 1
         if image:
@@ -356,18 +363,12 @@ class LlamaCppEngine:
             ctypes.memmove(b.embd, embd.ctypes.data, embd.nbytes)
         else:
             ctypes.memmove(b.token, p.tokens[begin:end].ctypes.data, 4 * n)
-        ctypes.memmove(b.pos, p.positions[begin:end].ctypes.data, 4 * n)
-        ctypes.memmove(b.logits, flags[begin:end].ctypes.data, n)
-        seqs = p.sequences[begin:end].tolist()
-        for i in range(n):
-            b.n_seq_id[i] = 1
-            b.seq_id[i][0] = seqs[i]
-        b.n_tokens = n
+        b.fill(p.positions[begin:end], flags[begin:end], p.sequences[begin:end])
         non_causal = image and self.vision is not None and self.vision.non_causal
         if non_causal:
             lib.llama_set_causal_attn(self.ctx, False)
         try:
-            status = int(lib.llama_decode(self.ctx, b))
+            status = int(lib.llama_decode(self.ctx, b.raw))
         finally:
             if non_causal:
                 lib.llama_set_causal_attn(self.ctx, True)
@@ -393,9 +394,8 @@ class LlamaCppEngine:
     def _outputs(self, p: LlamaCppPass) -> np.ndarray:
         lib, rows = self._lib, p.outputs.tolist()
         width = self.n_embd if p.hidden else self.vocab_size
-        if not p.hidden and rows == sorted(set(rows)):  # llama.cpp's order: one copy
-            ptr = lib.llama_get_logits(self.ctx)
-            return np.ctypeslib.as_array(ptr, shape=(len(rows), width)).copy()
+        if not p.hidden and rows == sorted(set(rows)):  # llama.cpp's order: a view
+            return self._logits.view(self.ctx, len(rows))
         get = lib.llama_get_embeddings_ith if p.hidden else lib.llama_get_logits_ith
         out = np.empty((len(rows), width), dtype=np.float32)
         for k, row in enumerate(rows):
@@ -411,16 +411,15 @@ class LlamaCppEngine:
         hidden: bool = False,
     ) -> np.ndarray:
         """plan() and run() in one go; `outputs` are row indices into this batch."""
-        return self.run(self.plan(tokens, positions, sequences, outputs, hidden))
+        out = self.run(self.plan(tokens, positions, sequences, outputs, hidden))
+        return out if out.flags.owndata else out.copy()
 
     def close(self) -> None:
         lib = self._lib
-        if self._batch is not None:
-            lib.llama_batch_free(self._batch)
-            self._batch = None
-        if self._embd_batch is not None:
-            lib.llama_batch_free(self._embd_batch)
-            self._embd_batch = None
+        for batch in (self._batch, self._embd_batch):
+            if batch is not None:
+                lib.llama_batch_free(batch.raw)
+        self._batch = self._embd_batch = None
         if self.vision is not None:
             self.vision.close()
             self.vision = None
@@ -445,6 +444,60 @@ def _split(lib: Any, path: str, placement: DevicePlacement) -> LlamaCppSplit:
         return llamacpp_split(placement, blocks, llamacpp_devices(lib))
     except LlamaCppLayoutError as e:
         raise LlamaCppLoadError(f"{path.rsplit('/', 1)[-1]}: {e}") from None
+
+
+class _Batch:
+    """A `llama_batch` of `size` rows (token ids, or `embd`-wide embeddings when `embd`),
+    each row in one sequence. The addresses of its arrays are looked up once: ctypes field
+    access costs microseconds per use, and a pass of one token is all such overhead."""
+
+    def __init__(self, lib: Any, size: int, embd: int) -> None:
+        self.raw = lib.llama_batch_init(size, embd, 1)
+        raw = self.raw
+        self.token = _address(raw.token) if not embd else 0
+        self.embd = _address(raw.embd) if embd else 0
+        self._pos, self._logits = _address(raw.pos), _address(raw.logits)
+        ctypes.memmove(raw.n_seq_id, (ctypes.c_int32 * size)(*([1] * size)), 4 * size)
+        self._seq_rows = [raw.seq_id[i] for i in range(size)]
+
+    def fill(self, positions: np.ndarray, output_flags: np.ndarray, sequences: np.ndarray) -> None:
+        """Everything but the inputs (int32 positions, int8 output flags, sequence ids)."""
+        n = len(positions)
+        ctypes.memmove(self._pos, positions.ctypes.data, 4 * n)
+        ctypes.memmove(self._logits, output_flags.ctypes.data, n)
+        rows = self._seq_rows
+        for i, seq in enumerate(sequences.tolist()):
+            rows[i][0] = seq
+        self.raw.n_tokens = n
+
+
+class _LogitsView:
+    """llama.cpp's logits buffer as a read-only numpy array, made anew only when the buffer
+    moves or the number of rows changes (usually never between tokens)."""
+
+    def __init__(self, lib: Any, width: int) -> None:
+        # llama_get_logits again, returning the address as an int (no POINTER object).
+        prototype = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)
+        self._get = prototype(_address(lib.llama_get_logits))
+        self._width = width
+        self._key: tuple[int, int] = (0, 0)
+        self._array = np.empty((0, width), dtype=np.float32)
+
+    def view(self, ctx: int, rows: int) -> np.ndarray:
+        address = int(self._get(ctx) or 0)
+        if not address:
+            raise RuntimeError("llama.cpp returned no logits")
+        if (address, rows) != self._key:
+            buffer = (ctypes.c_float * (rows * self._width)).from_address(address)
+            flat = np.ctypeslib.as_array(buffer)  # a ctypes array: numpy shares its memory
+            self._array = flat.reshape(rows, self._width)
+            self._array.flags.writeable = False
+            self._key = (address, rows)
+        return self._array
+
+
+def _address(pointer: Any) -> int:
+    return int(ctypes.cast(pointer, ctypes.c_void_p).value or 0)
 
 
 def _segments(tokens: np.ndarray, sequences: np.ndarray) -> list[tuple[int, int]]:
