@@ -8,8 +8,10 @@ service drives it (hearth.server.scheduling.runner_process); llama.cpp's side ru
 process through llama-cpp-python's low-level API (llama_batch + llama_decode, greedy argmax
 in numpy, as the runner does). Default model: Gemma 3 270M (hearth.default_model).
 
-1. One stream: prompt speed (tokens/s over the prompt's evaluation) and generation speed;
-   ratios compat / bare (the target is >= 0.95: the protocol and Hearth's sampler cost little).
+1. One stream: prompt speed (tokens/s over the evaluation of a prompt of about 480 tokens in
+   one batch, as llama-bench's pp512) and generation speed after it (tokens after the first
+   over the time from the first to the last, the same count on both sides); ratios compat /
+   bare (the target is >= 0.95: the protocol and Hearth's sampler cost little).
 2. Four streams at once: aggregate generation speed over one stream's, for the compat runner
    (4 concurrent requests on 4 slots) and for llama.cpp's own batching (one llama_batch with
    4 sequence ids per step); the compat runner should scale at least as well.
@@ -44,6 +46,17 @@ PROMPT = (
     "when metal movable type, oil-based inks and a screw press came together in one workshop. "
     "Describe in detail how the invention spread across Europe and what it changed:"
 )
+# About 480 tokens (one batch of 512) with Gemma 3's tokenizer; the round number comes
+# first, so no prefix is cached.
+LONG_PROMPT = (
+    "Round {r}. "
+    + " ".join(
+        f"Note {i}: the history of the printing press begins in the fifteenth century, when metal "
+        "movable type, oil-based inks and a screw press came together in one workshop."
+        for i in range(13)
+    )
+    + " Describe in detail how the invention spread across Europe and what it changed:"
+)
 
 # llama.cpp's side, in a process of its own (never beside another libggml).
 _BARE = r"""
@@ -56,7 +69,7 @@ mp = L.llama_model_default_params(); mp.n_gpu_layers = 0
 model = L.llama_model_load_from_file(req["model"].encode(), mp)
 cp = L.llama_context_default_params()
 cp.n_ctx = req["n_ctx"] * 4; cp.n_batch = cp.n_ubatch = 512; cp.n_seq_max = 4
-cp.kv_unified = True; cp.n_threads = cp.n_threads_batch = req["threads"]; cp.no_perf = True
+cp.kv_unified = False; cp.n_threads = cp.n_threads_batch = req["threads"]; cp.no_perf = True
 # as the runner (flash attention only when asked for: same kernels on both sides)
 cp.flash_attn_type = L.LLAMA_FLASH_ATTN_TYPE_DISABLED
 ctx = L.llama_init_from_model(model, cp)
@@ -108,17 +121,19 @@ async def _complete(runner: RunnerProcess, prompt: str, n: int) -> dict[str, Any
 
 
 async def _compat_round(runner: RunnerProcess, r: int, n: int) -> dict[str, float]:
-    one = await _complete(runner, PROMPT.format(r=r, s=0), n)
+    one = await _complete(runner, LONG_PROMPT.format(r=r), n)
     t0 = time.perf_counter()
     four = await asyncio.gather(
         *(_complete(runner, PROMPT.format(r=r, s=s + 1), n) for s in range(4))
     )
     wall = time.perf_counter() - t0
-    gen = sum(d["eval_count"] for d in four)
+    gen = sum(d["eval_count"] - 1 for d in four)  # as the bare side: tokens after the first
     prompt_s = max(d["prompt_eval_duration"] for d in four) / 1e9
     return {
         "prompt_tps": one["prompt_eval_count"] / (one["prompt_eval_duration"] / 1e9),
-        "gen_tps": one["eval_count"] / (one["eval_duration"] / 1e9),
+        # eval_duration runs from the first token's sampling to the last's: eval_count - 1
+        # decodes, as the bare side's n - 1.
+        "gen_tps": (one["eval_count"] - 1) / (one["eval_duration"] / 1e9),
         "four_gen_tps": gen / max(1e-9, wall - prompt_s),
         "eval_count": min(d["eval_count"] for d in [one, *four]),
     }
@@ -130,7 +145,7 @@ def _bare_round(model: str, threads: int, r: int, n: int) -> dict[str, float]:
         "threads": threads,
         "n_ctx": 1024,
         "n": n,
-        "one": [PROMPT.format(r=r, s=0)],
+        "one": [LONG_PROMPT.format(r=r)],
         "four": [PROMPT.format(r=r, s=s + 1) for s in range(4)],
     }
     proc = subprocess.run(
@@ -177,7 +192,7 @@ async def main() -> None:
 
     print(f"{'':28}{'compat':>10}{'bare':>10}{'ratio':>8}")
     for key, label in (
-        ("prompt_tps", "prompt tok/s (1 stream)"),
+        ("prompt_tps", "prompt tok/s (~500 tokens)"),
         ("gen_tps", "gen tok/s (1 stream)"),
     ):
         c, b = med(compat, key), med(bare, key)
