@@ -29,7 +29,7 @@ import queue
 import threading
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
@@ -98,8 +98,10 @@ class _Flight:
     plan: Any  # the engine's planned pass (its `tokens` may still change)
     entries: list[_Entry]
     rows: dict[int, int]  # entry index -> output row
-    started: threading.Event = field(default_factory=threading.Event)
-    done: threading.Event = field(default_factory=threading.Event)
+    # A pass the compute worker runs (pipelined) tells the loop when it started and ended;
+    # one the loop thread runs itself needs no signals (two Events per token cost time).
+    started: threading.Event | None = None
+    done: threading.Event | None = None
     logits: np.ndarray | None = None
     error: BaseException | None = None
 
@@ -182,12 +184,14 @@ class BatchLoop:
 
     def _execute(self, flight: _Flight) -> None:
         try:
-            flight.logits = self.engine.run(flight.plan, on_started=flight.started.set)
+            on_started = flight.started.set if flight.started is not None else None
+            flight.logits = self.engine.run(flight.plan, on_started=on_started)
         except BaseException as e:  # handed to the loop thread
             flight.error = e
         finally:
-            flight.started.set()
-            flight.done.set()
+            if flight.started is not None and flight.done is not None:
+                flight.started.set()
+                flight.done.set()
 
     # -- loop -----------------------------------------------------------------------------
     def _run(self) -> None:
@@ -205,7 +209,7 @@ class BatchLoop:
                 for seq in list(self._active):
                     self._end(seq, error=f"internal error in the runner: {e}")
                 inflight = None
-        if inflight is not None:
+        if inflight is not None and inflight.done is not None:
             inflight.done.wait()
 
     def _has_work(self, inflight: _Flight | None) -> bool:
@@ -217,11 +221,13 @@ class BatchLoop:
             seq.finish("stop")
         embedding = next((s for s in self._active if s.embedding and not s.done), None)
         if inflight is not None:
+            assert inflight.started is not None  # only pipelined passes are in flight
             inflight.started.wait()
         nxt = None
         if embedding is None:
             nxt = self._compose(inflight if self.pipelined else None)
         if inflight is not None:
+            assert inflight.done is not None
             inflight.done.wait()
             self._sample(inflight, nxt)
         self._reap()
@@ -243,6 +249,7 @@ class BatchLoop:
             self._sample(nxt, None)
             self._reap()
             return None
+        nxt.started, nxt.done = threading.Event(), threading.Event()
         self._jobs.put(nxt)
         return nxt
 
@@ -354,7 +361,12 @@ class BatchLoop:
         out_rows = np.array(list(rows.values()) or [len(tokens) - 1], dtype=np.int32)
         rows = {i: r for r, i in enumerate(rows)}
         try:
-            plan = self.engine.plan(np.array(tokens), np.array(positions), np.array(seqs), out_rows)
+            plan = self.engine.plan(
+                np.array(tokens, dtype=np.int32),
+                np.array(positions, dtype=np.int32),
+                np.array(seqs, dtype=np.int32),
+                out_rows,
+            )
         except CacheFullError as e:
             for entry in entries:
                 self._end(entry.seq, error=f"{e}; the request was stopped")

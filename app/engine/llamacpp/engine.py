@@ -360,17 +360,17 @@ class LlamaCppEngine:
         image = int(p.tokens[begin]) < 0
         b = self._embd_batch if image else self._batch
         assert b is not None
-        flags = np.zeros(len(p.tokens), dtype=np.int8)
-        flags[p.outputs] = 1
         if image:
             assert self.vision is not None
             rows = [split_placeholder(int(t)) for t in p.tokens[begin:end]]
             embd = self.vision.embeddings(rows[0][0])[[r for _, r in rows]]
-            embd = np.ascontiguousarray(embd, dtype=np.float32)
-            ctypes.memmove(b.embd, embd.ctypes.data, embd.nbytes)
+            b.embd[:n] = embd
         else:
-            ctypes.memmove(b.token, p.tokens[begin:end].ctypes.data, 4 * n)
-        b.fill(p.positions[begin:end], flags[begin:end], p.sequences[begin:end])
+            b.token[:n] = p.tokens[begin:end]
+        outputs = p.outputs
+        if begin or end < len(p.tokens):  # one segment of the pass: its own output rows
+            outputs = outputs[(outputs >= begin) & (outputs < end)] - begin
+        b.fill(p.positions[begin:end], outputs, p.sequences[begin:end])
         non_causal = image and self.vision is not None and self.vision.non_causal
         if non_causal:
             lib.llama_set_causal_attn(self.ctx, False)
@@ -461,17 +461,24 @@ class _Batch:
     def __init__(self, lib: Any, size: int, embd: int) -> None:
         self.raw = lib.llama_batch_init(size, embd, 1)
         raw = self.raw
-        self.token = _address(raw.token) if not embd else 0
-        self.embd = _address(raw.embd) if embd else 0
-        self._pos, self._logits = _address(raw.pos), _address(raw.logits)
-        ctypes.memmove(raw.n_seq_id, (ctypes.c_int32 * size)(*([1] * size)), 4 * size)
+        as_array = np.ctypeslib.as_array
+        # numpy views of the batch's own arrays: filling one is a slice assignment.
+        empty = np.empty(0, dtype=np.float32)  # (the batch has either tokens or embd)
+        self.token = as_array(raw.token, shape=(size,)) if not embd else empty
+        self.embd = as_array(raw.embd, shape=(size, embd)) if embd else empty
+        self._pos = as_array(raw.pos, shape=(size,))
+        self._logits = as_array(raw.logits, shape=(size,))
+        as_array(raw.n_seq_id, shape=(size,))[:] = 1
         self._seq_rows = [raw.seq_id[i] for i in range(size)]
 
-    def fill(self, positions: np.ndarray, output_flags: np.ndarray, sequences: np.ndarray) -> None:
-        """Everything but the inputs (int32 positions, int8 output flags, sequence ids)."""
+    def fill(self, positions: np.ndarray, outputs: np.ndarray, sequences: np.ndarray) -> None:
+        """Everything but the inputs: positions, the rows whose outputs are wanted (indices
+        into these rows), sequence ids."""
         n = len(positions)
-        ctypes.memmove(self._pos, positions.ctypes.data, 4 * n)
-        ctypes.memmove(self._logits, output_flags.ctypes.data, n)
+        self._pos[:n] = positions
+        flags = self._logits
+        flags[:n] = 0
+        flags[outputs] = 1
         rows = self._seq_rows
         for i, seq in enumerate(sequences.tolist()):
             rows[i][0] = seq

@@ -44,6 +44,7 @@ class LlamaCppTokenizer(Tokenizer):
         self._attrs = [int(attr(vocab, i)) for i in range(n)]
         self.eos_ids = frozenset(i for i in range(n) if lib.llama_vocab_is_eog(vocab, i))
         self._pieces: dict[int, bytes] = {}
+        self._kinds: dict[int, TokenType] = {}  # asked for per generated token: remembered
         self._texts: dict[str, int] | None = None
         self.add_space_prefix = self.model == "spm" and self._probe_space_prefix()
         self.clean_spaces = self._probe_clean_spaces()
@@ -112,7 +113,12 @@ class LlamaCppTokenizer(Tokenizer):
         return self._texts.get(text)
 
     def token_type(self, id: int) -> TokenType:
-        a = self._attrs[id]
+        kind = self._kinds.get(id)
+        if kind is None:
+            kind = self._kinds[id] = self._type_of(self._attrs[id])
+        return kind
+
+    def _type_of(self, a: int) -> TokenType:
         lib = self._lib
         for flag, kind in (
             (lib.LLAMA_TOKEN_ATTR_CONTROL, TokenType.CONTROL),
