@@ -17,6 +17,9 @@ loop uses from `ForwardEngine` (see `hearth.runner.loop.PassEngine`).
 * Images (`projector`: the model's mmproj file): llama.cpp's mtmd encodes them (`vision.py`);
   their rows arrive as placeholders, and `run()` decodes each image's rows as a batch of
   embeddings of its own (non-causal where mtmd says so), the text rows around them as tokens.
+  M-RoPE models (Qwen2-VL and kin) give an image's embeddings grid positions and the image
+  fewer positions than rows: `positions.MRopePositions` maps the loop's positions onto
+  llama.cpp's, in the passes and in the cache edits (no context shift for those).
 * Where layers go is the service's layout (`placement`), mapped to llama.cpp's
   `n_gpu_layers`/`tensor_split` by `layout.py`; without one, weights stay on the CPU
   (`n_gpu_layers = 0`). A layout this llama.cpp cannot follow fails the load with a sentence.
@@ -40,6 +43,7 @@ from ..ml.api import OutOfMemoryError
 from ..ml.placement import DevicePlacement
 from ..multimodal_store import split_placeholder
 from .layout import LlamaCppLayoutError, LlamaCppSplit, llamacpp_devices, llamacpp_split
+from .positions import MRopePositions
 from .tokenizer import LlamaCppTokenizer
 from .vision import MtmdVision, VisionLoadError
 
@@ -131,6 +135,11 @@ class _SequenceCache:
         self._lib = lib
         self._mem = lib.llama_get_memory(ctx)  # None for models without a cache
         self._swa = int(lib.llama_model_n_swa(model))
+        # M-RoPE images: the loop's positions -> llama.cpp's (set by the engine)
+        self.positions: MRopePositions | None = None
+
+    def _real(self, seq: int, pos: int) -> int:
+        return pos if self.positions is None else self.positions.real(seq, pos)
 
     def remove(self, seq: int, begin: int, end: int = _MAX_POS) -> None:
         """Drop positions [begin, end); later positions move down (a context shift)."""
@@ -138,9 +147,11 @@ class _SequenceCache:
         if not mem:
             return
         if end == _MAX_POS:
-            lib.llama_memory_seq_rm(mem, seq, begin, -1)
+            lib.llama_memory_seq_rm(mem, seq, self._real(seq, begin), -1)
+            if self.positions is not None:
+                self.positions.truncate(seq, begin)
             return
-        if not lib.llama_memory_can_shift(mem):
+        if self.positions is not None or not lib.llama_memory_can_shift(mem):
             raise ShiftNotSupportedError()
         lib.llama_memory_seq_rm(mem, seq, begin, end)
         lib.llama_memory_seq_add(mem, seq, end, -1, begin - end)
@@ -153,7 +164,9 @@ class _SequenceCache:
             return
         lib.llama_memory_seq_rm(mem, dst, -1, -1)
         lib.llama_memory_seq_cp(mem, src, dst, -1, -1)
-        lib.llama_memory_seq_rm(mem, dst, length, -1)
+        lib.llama_memory_seq_rm(mem, dst, self._real(src, length), -1)
+        if self.positions is not None:
+            self.positions.copy(src, dst, length)
 
     def can_resume(self, seq: int, pos: int) -> bool:
         """False when a sliding window already dropped positions the rest still needs."""
@@ -162,7 +175,7 @@ class _SequenceCache:
         first = int(self._lib.llama_memory_seq_pos_min(self._mem, seq))
         if first < 0:
             return pos == 0
-        return first <= max(0, pos - self._swa)
+        return first <= max(0, self._real(seq, pos) - self._swa)
 
 
 class LlamaCppEngine:
@@ -224,7 +237,11 @@ class LlamaCppEngine:
                     self.vision = MtmdVision(lib, self.model, projector, self.threads, on_gpu)
                 except VisionLoadError as e:
                     raise LlamaCppLoadError(str(e)) from None
-                self._embd_batch = _Batch(lib, self.num_batch, self.vision.n_embd)
+                # M-RoPE: four positions per embedding (t, y, x, z; see vision.py)
+                per_row = 4 if self.vision.mrope else 1
+                self._embd_batch = _Batch(lib, self.num_batch, self.vision.n_embd, per_row)
+                if self.vision.mrope:
+                    self.cache.positions = MRopePositions()
         except BaseException:
             self.close()
             raise
@@ -360,17 +377,28 @@ class LlamaCppEngine:
         image = int(p.tokens[begin]) < 0
         b = self._embd_batch if image else self._batch
         assert b is not None
+        mrope = self.cache.positions
+        positions = p.positions[begin:end]
+        done_image = None
         if image:
             assert self.vision is not None
             rows = [split_placeholder(int(t)) for t in p.tokens[begin:end]]
-            embd = self.vision.embeddings(rows[0][0])[[r for _, r in rows]]
-            b.embd[:n] = embd
+            picture, indices = rows[0][0], np.array([r for _, r in rows])
+            b.embd[:n] = self.vision.embeddings(picture)[indices]
+            if mrope is not None:  # the image's grid positions, from where it starts
+                info = self.vision.positions(picture)
+                seq, start = int(p.sequences[begin]), int(positions[0]) - int(indices[0])
+                positions = info.at(mrope.real(seq, start), indices)
+                if indices[-1] == len(info.relative) - 1:
+                    done_image = (seq, start + len(info.relative), len(info.relative), info.n_pos)
         else:
             b.token[:n] = p.tokens[begin:end]
+            if mrope is not None:
+                positions = mrope.real_rows(p.sequences[begin:end], positions)
         outputs = p.outputs
         if begin or end < len(p.tokens):  # one segment of the pass: its own output rows
             outputs = outputs[(outputs >= begin) & (outputs < end)] - begin
-        b.fill(p.positions[begin:end], outputs, p.sequences[begin:end])
+        b.fill(positions, outputs, p.sequences[begin:end])
         non_causal = image and self.vision is not None and self.vision.non_causal
         if non_causal:
             lib.llama_set_causal_attn(self.ctx, False)
@@ -383,6 +411,8 @@ class LlamaCppEngine:
             raise CacheFullError()
         if status != 0:
             raise RuntimeError(f"llama_decode failed (status {status})")
+        if done_image is not None and mrope is not None:
+            mrope.image_done(*done_image)
 
     def _run_segments(self, p: LlamaCppPass) -> np.ndarray:
         """A pass with image rows: one `llama_decode` per run of token rows and per image of
@@ -425,7 +455,7 @@ class LlamaCppEngine:
         lib = self._lib
         for batch in (self._batch, self._embd_batch):
             if batch is not None:
-                lib.llama_batch_free(batch.raw)
+                batch.free(lib)
         self._batch = self._embd_batch = None
         if self.vision is not None:
             self.vision.close()
@@ -458,7 +488,7 @@ class _Batch:
     each row in one sequence. The addresses of its arrays are looked up once: ctypes field
     access costs microseconds per use, and a pass of one token is all such overhead."""
 
-    def __init__(self, lib: Any, size: int, embd: int) -> None:
+    def __init__(self, lib: Any, size: int, embd: int, positions_per_row: int = 1) -> None:
         self.raw = lib.llama_batch_init(size, embd, 1)
         raw = self.raw
         as_array = np.ctypeslib.as_array
@@ -466,16 +496,28 @@ class _Batch:
         empty = np.empty(0, dtype=np.float32)  # (the batch has either tokens or embd)
         self.token = as_array(raw.token, shape=(size,)) if not embd else empty
         self.embd = as_array(raw.embd, shape=(size, embd)) if embd else empty
-        self._pos = as_array(raw.pos, shape=(size,))
+        self._own_pos: Any = None  # the batch's own position array, while ours stands in
+        if positions_per_row > 1:  # llama_batch_init allocates one position per row
+            self._pos = np.zeros(size * positions_per_row, dtype=np.int32)
+            self._own_pos = raw.pos
+            raw.pos = self._pos.ctypes.data_as(ctypes.POINTER(ctypes.c_int32))
+        else:
+            self._pos = as_array(raw.pos, shape=(size,))
         self._logits = as_array(raw.logits, shape=(size,))
         as_array(raw.n_seq_id, shape=(size,))[:] = 1
         self._seq_rows = [raw.seq_id[i] for i in range(size)]
 
+    def free(self, lib: Any) -> None:
+        if self._own_pos is not None:
+            self.raw.pos = self._own_pos  # llama_batch_free frees what it allocated
+        lib.llama_batch_free(self.raw)
+
     def fill(self, positions: np.ndarray, outputs: np.ndarray, sequences: np.ndarray) -> None:
-        """Everything but the inputs: positions, the rows whose outputs are wanted (indices
-        into these rows), sequence ids."""
-        n = len(positions)
-        self._pos[:n] = positions
+        """Everything but the inputs: positions (one per row, or M-RoPE's sections one
+        after another), the rows whose outputs are wanted (indices into these rows), the
+        rows' sequence ids."""
+        n = len(sequences)
+        self._pos[: len(positions)] = positions
         flags = self._logits
         flags[:n] = 0
         flags[outputs] = 1

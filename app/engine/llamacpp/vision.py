@@ -10,8 +10,11 @@ images as it compares tokens. The engine's `run()` decodes placeholder rows from
 `embeddings()` (a `llama_batch` of embeddings, with non-causal attention when mtmd says the
 model wants it), as `mtmd_helper_decode_image_chunk` does.
 
-Models whose images take positions other than one per embedding (M-RoPE: Qwen2-VL and kin)
-are refused at load with a sentence: the loop gives every input the next position.
+Models whose images take fewer positions than embeddings (M-RoPE: Qwen2-VL and kin; `mrope`)
+get each image's positions from mtmd as it tokenizes (`positions()`: every embedding's
+(t, y, x, z) relative to the image's first position, which of them move with it, and how
+many positions the image takes); `positions.MRopePositions` maps the loop's positions onto
+llama.cpp's.
 """
 
 from __future__ import annotations
@@ -19,17 +22,34 @@ from __future__ import annotations
 import ctypes
 import threading
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ..multimodal_store import DEFAULT_BUDGET, IMAGE_MARKER, image_hash, placeholder
 
-__all__ = ["MtmdVision", "VisionLoadError"]
+__all__ = ["ImagePositions", "MtmdVision", "VisionLoadError"]
 
 
 class VisionLoadError(RuntimeError):
     """The projector cannot be used with this model; the message is one sentence."""
+
+
+@dataclass(frozen=True)
+class ImagePositions:
+    """An M-RoPE image's positions: `relative` `[rows, 4]` (t, y, x, z) from its first
+    position, `moves` `[4]` (1 where a component adds the first position, else 0), and
+    `n_pos`, how many positions the image takes in its sequence."""
+
+    relative: np.ndarray
+    moves: np.ndarray
+    n_pos: int
+
+    def at(self, first: int, rows: np.ndarray) -> np.ndarray:
+        """llama.cpp's positions of `rows` of the image when it starts at `first`:
+        section-major, `[4 * len(rows)]` (all t, then all y, x, z)."""
+        return (self.relative[rows] + self.moves * first).T.ravel().astype(np.int32)
 
 
 class MtmdVision:
@@ -67,11 +87,7 @@ class MtmdVision:
         try:
             if not mtmd_cpp.mtmd_support_vision(ctx):
                 raise VisionLoadError(f"{name}: this projector does not encode images")
-            if mtmd_cpp.mtmd_decode_use_mrope(ctx):
-                raise VisionLoadError(
-                    f"{name}: this model gives image embeddings M-RoPE positions, which the "
-                    "llama.cpp engine does not support yet; load it without the projector"
-                )
+            self.mrope = bool(mtmd_cpp.mtmd_decode_use_mrope(ctx))
             self.non_causal = bool(mtmd_cpp.mtmd_decode_use_non_causal(ctx, None))
         except BaseException:
             self.close()
@@ -82,6 +98,7 @@ class MtmdVision:
         self._lock = threading.Lock()
         self._ids: dict[tuple[int, int], int] = {}  # (image hash, chunk ordinal) -> image id
         self._embd: OrderedDict[int, np.ndarray] = OrderedDict()  # image id -> [rows, n_embd]
+        self._positions: dict[int, ImagePositions] = {}  # image id -> its M-RoPE positions
         self.encoded = 0  # image chunks encoded (for tests and stats)
 
     def prompt(
@@ -151,7 +168,7 @@ class MtmdVision:
             if kind != m.MTMD_INPUT_CHUNK_TYPE_IMAGE:
                 raise ValueError("the llama.cpp engine takes images only, not audio")
             rows = int(m.mtmd_input_chunk_get_n_tokens(chunk))
-            if int(m.mtmd_input_chunk_get_n_pos(chunk)) != rows:
+            if not self.mrope and int(m.mtmd_input_chunk_get_n_pos(chunk)) != rows:
                 raise ValueError("this model's images take fewer positions than embeddings")
             digest = int((m.mtmd_input_chunk_get_id(chunk) or b"0").decode())
             k = ordinal.get(digest, 0)
@@ -159,6 +176,8 @@ class MtmdVision:
             image = self._ids.setdefault((digest, k), len(self._ids))
             if image not in self._embd:
                 self._embd[image] = self._encode(chunk, rows)
+                if self.mrope:
+                    self._positions[image] = self._decoder_positions(chunk, rows)
                 self._evict(keep=image)
             self._embd.move_to_end(image)
             ids.extend(placeholder(image, r) for r in range(rows))
@@ -174,6 +193,28 @@ class MtmdVision:
         self.encoded += 1
         return np.ctypeslib.as_array(ptr, shape=(rows, self.n_embd)).copy()
 
+    def _decoder_positions(self, chunk: Any, rows: int) -> ImagePositions:
+        """mtmd's positions of an image's embeddings, as llama.cpp's batch wants them
+        (t, y, x, z), relative to the first position; asked at two first positions to learn
+        which of them move with it."""
+        m = self._mtmd
+        tokens = m.mtmd_input_chunk_get_tokens_image(chunk)
+        at = []
+        for pos_0 in (0, 1):
+            out = (m.mtmd_decoder_pos * rows)()
+            m.mtmd_helper_image_get_decoder_pos(tokens, pos_0, out)
+            at.append(np.array([(p.t, p.y, p.x, p.z) for p in out], dtype=np.int64))
+        return ImagePositions(
+            relative=at[0].astype(np.int32),
+            moves=(at[1][0] - at[0][0]).astype(np.int32),
+            n_pos=int(m.mtmd_input_chunk_get_n_pos(chunk)),
+        )
+
+    def positions(self, image: int) -> ImagePositions:
+        """The M-RoPE positions of an image chunk `prompt()` encoded (`mrope` models)."""
+        with self._lock:
+            return self._positions[image]
+
     def _evict(self, keep: int) -> None:
         total = sum(e.nbytes for e in self._embd.values())
         for image in list(self._embd):
@@ -181,6 +222,7 @@ class MtmdVision:
                 break
             if image != keep:
                 total -= self._embd.pop(image).nbytes
+                self._positions.pop(image, None)
 
     def embeddings(self, image: int) -> np.ndarray:
         """`[rows, n_embd]` of an image chunk `prompt()` encoded. KeyError when it was
