@@ -38,6 +38,19 @@ def build_tiny_qwen2(folder: Path, seed: int = 3) -> Path:
                 "unk_token": "<unk>",
                 "chat_template": CHATML,
                 "tokenizer_class": "LlamaTokenizer",
+                # special: llama.cpp's converter then makes ChatML's markers control tokens,
+                # one token each in a templated prompt, as in real Qwen2 files
+                "added_tokens_decoder": {
+                    str(sp.piece_to_id(t)): {
+                        "content": t,
+                        "lstrip": False,
+                        "normalized": False,
+                        "rstrip": False,
+                        "single_word": False,
+                        "special": True,
+                    }
+                    for t in SPECIALS
+                },
             }
         )
     )
