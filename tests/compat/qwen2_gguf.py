@@ -16,6 +16,33 @@ CHATML = (
 SPECIALS = ("<|im_start|>", "<|im_end|>")
 
 
+def tokenizer_config(chat_template: str, specials: dict[str, int]) -> dict[str, object]:
+    """`tokenizer_config.json` of a SentencePiece tokenizer with ChatML's end of turn as EOS
+    and `specials` (piece -> id) marked special: llama.cpp's converter then makes them control
+    tokens, one token each in a prompt (plain user-defined pieces are split), as in real
+    Qwen files."""
+    return {
+        "add_bos_token": True,
+        "add_eos_token": False,
+        "bos_token": "<s>",
+        "eos_token": "<|im_end|>",
+        "unk_token": "<unk>",
+        "chat_template": chat_template,
+        "tokenizer_class": "LlamaTokenizer",
+        "added_tokens_decoder": {
+            str(i): {
+                "content": t,
+                "lstrip": False,
+                "normalized": False,
+                "rstrip": False,
+                "single_word": False,
+                "special": True,
+            }
+            for t, i in specials.items()
+        },
+    }
+
+
 def build_tiny_qwen2(folder: Path, seed: int = 3) -> Path:
     """A `Qwen2ForCausalLM` folder (2 layers, 64 wide, GQA, q/k/v biases) with a SentencePiece
     tokenizer whose user-defined tokens are ChatML's markers, and a ChatML template."""
@@ -28,32 +55,8 @@ def build_tiny_qwen2(folder: Path, seed: int = 3) -> Path:
     (folder / "tokenizer.model").write_bytes(model_bytes)
     sp = spm.SentencePieceProcessor(model_proto=model_bytes)
     im_end = sp.piece_to_id("<|im_end|>")
-    (folder / "tokenizer_config.json").write_text(
-        json.dumps(
-            {
-                "add_bos_token": True,
-                "add_eos_token": False,
-                "bos_token": "<s>",
-                "eos_token": "<|im_end|>",
-                "unk_token": "<unk>",
-                "chat_template": CHATML,
-                "tokenizer_class": "LlamaTokenizer",
-                # special: llama.cpp's converter then makes ChatML's markers control tokens,
-                # one token each in a templated prompt, as in real Qwen2 files
-                "added_tokens_decoder": {
-                    str(sp.piece_to_id(t)): {
-                        "content": t,
-                        "lstrip": False,
-                        "normalized": False,
-                        "rstrip": False,
-                        "single_word": False,
-                        "special": True,
-                    }
-                    for t in SPECIALS
-                },
-            }
-        )
-    )
+    ids = {t: sp.piece_to_id(t) for t in SPECIALS}
+    (folder / "tokenizer_config.json").write_text(json.dumps(tokenizer_config(CHATML, ids)))
     config = Qwen2Config(
         vocab_size=404,
         hidden_size=64,

@@ -43,6 +43,8 @@ from pathlib import Path
 
 from convert.hf_models import randomize, train_spm
 
+from compat.qwen2_gguf import tokenizer_config
+
 __all__ = ["IMAGE_SIZE", "SPECIALS", "build_tiny_qwen2vl", "sample_png"]
 
 SPM_VOCAB = 400
@@ -114,32 +116,7 @@ def _write_checkpoint(hf: Path, seed: int) -> Path:
     ids = {t: sp.piece_to_id(t) for t in SPECIALS}
     if len(set(ids.values())) != len(SPECIALS) or sp.unk_id() in ids.values():
         raise RuntimeError(f"the SentencePiece model lacks some special pieces: {ids}")
-    (hf / "tokenizer_config.json").write_text(
-        json.dumps(
-            {
-                "add_bos_token": True,
-                "add_eos_token": False,
-                "bos_token": "<s>",
-                "eos_token": "<|im_end|>",
-                "unk_token": "<unk>",
-                "chat_template": CHAT_TEMPLATE,
-                "tokenizer_class": "LlamaTokenizer",
-                # special: llama.cpp's converter makes them control tokens, which libmtmd's
-                # tokenizer matches in the prompt (it would split plain pieces)
-                "added_tokens_decoder": {
-                    str(i): {
-                        "content": t,
-                        "lstrip": False,
-                        "normalized": False,
-                        "rstrip": False,
-                        "single_word": False,
-                        "special": True,
-                    }
-                    for t, i in ids.items()
-                },
-            }
-        )
-    )
+    (hf / "tokenizer_config.json").write_text(json.dumps(tokenizer_config(CHAT_TEMPLATE, ids)))
     area = (PATCH * MERGE) ** 2
     (hf / "preprocessor_config.json").write_text(
         json.dumps(
