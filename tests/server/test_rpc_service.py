@@ -34,7 +34,12 @@ def cluster(tmp_path_factory):
     home = tmp_path_factory.mktemp("rpc-home")
     model = write_tiny_llama(home / "tiny.gguf", tiny_llama(layers=4))
     with start_workers(2) as endpoints:
-        env = {"HEARTH_RPC_SERVERS": ",".join(endpoints), "HEARTH_OFFLINE": "1"}
+        env = {
+            "HEARTH_RPC_SERVERS": ",".join(endpoints),
+            "HEARTH_OFFLINE": "1",
+            # a chunk per token: the killed-worker test stops the workers five tokens in
+            "HEARTH_STREAM_INTERVAL_MS": "0",
+        }
         server = start_server(home, None, env)
         try:
             r = httpx.post(
