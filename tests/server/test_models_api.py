@@ -138,6 +138,44 @@ def test_cors_allows_local_pages_and_configured_origins(make_fake_service):
         assert (resp.headers.get("access-control-allow-origin") == origin) is allowed, origin
 
 
+def test_a_web_page_not_allowed_is_refused_but_local_pages_and_tools_are_served(
+    make_fake_service,
+):
+    svc = make_fake_service(replace(ServerConfig(), origins=("https://*.example.org",)))
+    c = svc.client
+    body = json.dumps({"model": "tiny"})
+    form = {"Content-Type": "application/x-www-form-urlencoded"}  # what a page's form posts
+    resp = c.post("/api/show", content=body, headers={"Origin": "https://evil.com", **form})
+    assert resp.status_code == 403 and "HEARTH_ORIGINS" in resp.json()["error"]
+    resp = c.get("/api/tags", headers={"Origin": "null"})  # a sandboxed page
+    assert resp.status_code == 403
+    for origin in ("http://localhost:3000", "https://chat.example.org"):
+        resp = c.post("/api/show", content=body, headers={"Origin": origin})
+        assert resp.status_code == 200, (origin, resp.text)
+        assert resp.headers["access-control-allow-origin"] == origin
+    assert c.get("/api/tags").status_code == 200  # tools send no Origin
+
+
+def test_a_body_is_json_whatever_its_content_type_says(fake_service):
+    # `curl -d '{...}'`, as in Ollama's documentation, sends a form content type.
+    c = fake_service.client
+    body = json.dumps({"model": "tiny"})
+    for headers in (
+        {"Content-Type": "application/x-www-form-urlencoded"},
+        {"Content-Type": "text/plain"},
+        {},
+    ):
+        resp = c.post("/api/show", content=body, headers=headers)
+        assert resp.status_code == 200, (headers, resp.text)
+        assert "capabilities" in resp.json()
+    resp = c.post("/api/show", content=b"model=tiny", headers=form_header())
+    assert resp.status_code in (400, 422) and resp.json()["error"]
+
+
+def form_header() -> dict[str, str]:
+    return {"Content-Type": "application/x-www-form-urlencoded"}
+
+
 def test_body_size_is_limited(make_fake_service):
     svc = make_fake_service(replace(ServerConfig(), max_body_bytes=2048))
     big = {"model": "tiny", "prompt": "x" * 5000}

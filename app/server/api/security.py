@@ -8,6 +8,11 @@
   address or the host name): a web page cannot reach the API through DNS rebinding.
 * CORS: localhost / 127.0.0.1 / 0.0.0.0 pages and app schemes (app://, file://, tauri://,
   vscode-webview://) by default, plus `HEARTH_ORIGINS` (comma-separated, `*` wildcards).
+  A request from any other web page (an `Origin` header not allowed) is refused with 403,
+  as Ollama does: a page cannot pull, delete or generate through the user's browser.
+* Bodies are JSON whatever their Content-Type says, as Ollama reads them: `curl -d '{...}'`
+  (which sends `application/x-www-form-urlencoded`) works as in Ollama's documentation.
+  The Origin check above is what keeps cross-site form posts out.
 * JSON bodies are limited to `max_body_bytes` (413); blob uploads stream to disk unlimited.
 """
 
@@ -71,6 +76,8 @@ class SecurityMiddleware:
         self.app = app
         self.config = config
         self._own = {config.host.lower(), socket.gethostname().lower()}
+        any_origin = "*" in config.origins
+        self._origins = None if any_origin else re.compile(origin_regex(config.origins))
 
     async def _refuse(
         self,
@@ -117,6 +124,16 @@ class SecurityMiddleware:
                 "to localhost (the Host header names another machine)",
             )
             return
+        origin = headers.get("origin")
+        if origin is not None and self._origins is not None and not self._origins.match(origin):
+            await self._refuse(
+                scope,
+                send,
+                403,
+                f"requests from the web page at {origin} are not allowed; "
+                "add it to HEARTH_ORIGINS to allow them",
+            )
+            return
         if not (path == "/" and method in ("GET", "HEAD")) and not self._authorized(headers):
             await self._refuse(
                 scope,
@@ -129,6 +146,7 @@ class SecurityMiddleware:
         if path.startswith("/api/blobs/"):
             await self.app(scope, receive, send)
             return
+        _read_body_as_json(scope, headers)
         limit = self.config.max_body_bytes
         length = headers.get("content-length")
         if length is not None:
@@ -162,6 +180,16 @@ class SecurityMiddleware:
             return await receive()
 
         await self.app(scope, replay, send)
+
+
+def _read_body_as_json(scope: Scope, headers: Headers) -> None:
+    """Every API body is JSON: a request that says otherwise (none, form-encoded, plain
+    text) is passed on as `application/json`, which is how Ollama reads it."""
+    kind = headers.get("content-type", "").split(";")[0].strip().lower()
+    if kind == "application/json" or kind.endswith("+json"):
+        return
+    raw = [(k, v) for k, v in scope["headers"] if k.lower() != b"content-type"]
+    scope["headers"] = [*raw, (b"content-type", b"application/json")]
 
 
 def install_security(app: FastAPI, config: ServerConfig) -> None:
