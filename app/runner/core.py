@@ -257,10 +257,9 @@ class Runner:
         }
 
     def _device_memory(self) -> dict[str, dict[str, int]]:
-        """Bytes per device (the llama.cpp engine: its totals, as the CPU's)."""
+        """Bytes per device (the llama.cpp engine: the buffers its log reported)."""
         if self.loaded is None:
-            mem = self.memory
-            return {"CPU": {"weights": mem.weights, "cache": mem.cache, "graph": mem.graph}}
+            return dict(getattr(self.engine, "devices", {}))
         from .placement import device_memory
 
         return device_memory(self.loaded, self.engine)  # type: ignore[arg-type]

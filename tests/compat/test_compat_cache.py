@@ -80,3 +80,21 @@ def test_a_second_turn_evaluates_only_the_new_tokens(tiny_llama_path):
     first_len = first["prompt_cached"] + first["prompt_eval_count"]
     assert second["prompt_cached"] >= first_len - 2
     assert first["done_reason"] == second["done_reason"] == "length"
+
+
+def test_memory_is_what_llamacpp_allocated_per_device(tiny_llama_path):
+    async def run() -> dict[str, Any]:
+        runner = await RunnerProcess.start(str(tiny_llama_path), OPTIONS)
+        try:
+            return dict(runner.info)
+        finally:
+            await runner.stop()
+
+    info = asyncio.run(run())
+    devices = info["devices"]
+    assert set(devices) == {"CPU"}  # no GPU here: every buffer is the CPU's
+    cpu = devices["CPU"]
+    assert cpu["weights"] >= info["memory"]["weights"] > 0
+    assert cpu["cache"] > 0 and cpu["graph"] > 0  # the KV and compute buffers llama.cpp logged
+    memory = info["memory"]
+    assert sum(cpu.values()) == memory["weights"] + memory["cache"] + memory["graph"]

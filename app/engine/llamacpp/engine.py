@@ -29,8 +29,8 @@ from __future__ import annotations
 
 import ctypes
 import logging
-import re
 import threading
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -42,6 +42,7 @@ from ..memory_report import MemoryReport
 from ..ml.api import OutOfMemoryError
 from ..ml.placement import DevicePlacement
 from ..multimodal_store import split_placeholder
+from .buffers import parse_buffers
 from .layout import LlamaCppLayoutError, LlamaCppSplit, llamacpp_devices, llamacpp_split
 from .positions import MRopePositions
 from .tokenizer import LlamaCppTokenizer
@@ -55,7 +56,6 @@ _MAX_POS = 2**31 - 1  # hearth.engine.kvcache's MAX_POS: "to the end"
 _KV_TYPES = {"f16": 1, "q8_0": 8, "q4_0": 2}  # ggml_type numbers
 _KV_BYTES = {"f16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32}
 _POOLING = {1: "mean", 2: "first"}  # the file's pooling_type, as Hearth's engine reads it
-_BUFFER = re.compile(r"(KV|compute|output) buffer size\s*=\s*([\d.]+) MiB")
 
 
 class LlamaCppLoadError(RuntimeError):
@@ -63,11 +63,17 @@ class LlamaCppLoadError(RuntimeError):
 
 
 class _Log:
-    """llama.cpp's log, captured (its callback is process-wide): recent lines for error
-    messages, and the buffer sizes it reports. Forwarded to Python logging at debug level."""
+    """llama.cpp's log, captured (its callback is process-wide): the last 400 lines for error
+    messages, and every line reporting a buffer size (a model load logs more than 400 lines
+    before its context's buffers). Lines are numbered: `mark()` then `since(mark)` gives what
+    came after. Forwarded to Python logging at debug level."""
+
+    _KEEP = 400
 
     def __init__(self, lib: Any) -> None:
-        self.lines: list[str] = []
+        self._recent: deque[tuple[int, str]] = deque(maxlen=self._KEEP)
+        self._buffers: list[tuple[int, str]] = []
+        self._count = 0
         self._partial = ""
         self._lock = threading.Lock()
 
@@ -84,15 +90,24 @@ class _Log:
             *done, self._partial = text.split("\n")
             for line in done:
                 _log.debug("%s", line)
-            self.lines = (self.lines + done)[-400:]
+                self._recent.append((self._count, line))
+                if "buffer size" in line:
+                    self._buffers.append((self._count, line))
+                self._count += 1
 
     def mark(self) -> int:
         with self._lock:
-            return len(self.lines)
+            return self._count
 
     def since(self, mark: int) -> list[str]:
+        """The recent lines (at most the last 400) logged since `mark`."""
         with self._lock:
-            return self.lines[mark:] if mark <= len(self.lines) else list(self.lines)
+            return [line for i, line in self._recent if i >= mark]
+
+    def buffers_since(self, mark: int) -> list[str]:
+        """Every buffer-size line logged since `mark`."""
+        with self._lock:
+            return [line for i, line in self._buffers if i >= mark]
 
 
 _LIB: tuple[Any, _Log] | None = None
@@ -206,12 +221,13 @@ class LlamaCppEngine:
         self._batch: _Batch | None = None
         self._embd_batch: _Batch | None = None
         self.vision: MtmdVision | None = None
+        self.devices: dict[str, dict[str, int]] = {}  # bytes per device and part (_memory)
         start = log.mark()
         self.split = _split(lib, path, placement or DevicePlacement())
         self.model = self._load_model(path, progress, log, start)
         try:
             self._init_context(flash_attention, kv_type)
-            self.memory = self._memory(log.since(start), kv_type)
+            self.memory = self._memory(log.buffers_since(start), kv_type)
             if memory_limit is not None and self.memory.total > memory_limit:
                 raise OutOfMemoryError(
                     f"this model needs {_mib(self.memory.total)} (weights "
@@ -298,13 +314,18 @@ class LlamaCppEngine:
         self.ctx = int(ctx)
 
     def _memory(self, lines: list[str], kv_type: str) -> MemoryReport:
-        """llama.cpp's own figures: model size, and the buffers its log reports."""
+        """llama.cpp's own figures: model size, and the buffers its log reports (also per
+        device: `devices`)."""
         lib = self._lib
-        sizes = {"KV": 0.0, "compute": 0.0, "output": 0.0}
-        for line in lines:
-            if (m := _BUFFER.search(line)) is not None:
-                sizes[m.group(1)] += float(m.group(2))
-        cache = int(sizes["KV"] * 2**20)
+        devices = parse_buffers(lines)
+        cache = sum(d["cache"] for d in devices.values())
+        graph = sum(d["graph"] for d in devices.values())
+        # What its buffers hold (mapped or allocated, repacked copies included), else the
+        # tensors' size, all in RAM.
+        weights = sum(d["weights"] for d in devices.values())
+        if not weights:
+            weights = int(lib.llama_model_size(self.model))
+            devices.setdefault("CPU", {"weights": 0, "cache": 0, "graph": 0})["weights"] = weights
         if not cache:  # the formula: cells x layers x (K + V per token) x bytes per element
             n_head = max(1, int(lib.llama_model_n_head(self.model)))
             head_dim = int(lib.llama_model_n_embd(self.model)) // n_head
@@ -312,11 +333,9 @@ class LlamaCppEngine:
             cells = self.num_ctx * self.parallel
             layers = int(lib.llama_model_n_layer(self.model))
             cache = int(cells * layers * 2 * gqa * _KV_BYTES[kv_type])
-        return MemoryReport(
-            weights=int(lib.llama_model_size(self.model)),
-            cache=cache,
-            graph=int((sizes["compute"] + sizes["output"]) * 2**20),
-        )
+            devices.setdefault("CPU", {"weights": 0, "cache": 0, "graph": 0})["cache"] = cache
+        self.devices = devices
+        return MemoryReport(weights=weights, cache=cache, graph=graph)
 
     def meta(self, key: str) -> str | None:
         """A GGUF metadata value of the model, as text (None when absent)."""
