@@ -313,8 +313,9 @@ class Scheduler:
             old = self._entries.get(spec.key)
             if old is not None:
                 await self._retire(old)
-            await self._refuse_if_too_large(spec)
-            await self._make_room(spec)
+            report = await self._fit(spec)  # read from the file once for both
+            await self._refuse_if_too_large(spec, report)
+            await self._make_room(spec, report)
             spec, fallback = self._choose_parallel(spec)
             planned, fallback, placed = await self._place(spec, fallback)
             spec, runner = await self._start(planned, fallback)
@@ -353,10 +354,9 @@ class Scheduler:
             log.warning("%s: no memory layout planned (%s)", spec.name, e)
             return None
 
-    async def _refuse_if_too_large(self, spec: LoadSpec) -> None:
-        """Refuse a model that would not fit even with every other model unloaded, before
-        unloading any (ModelTooLarge, with the numbers)."""
-        report = await self._fit(spec)
+    async def _refuse_if_too_large(self, spec: LoadSpec, report: MemoryReport | None) -> None:
+        """Refuse a model (its FIT `report`) that would not fit even with every other model
+        unloaded, before unloading any (ModelTooLarge, with the numbers)."""
         if report is None or self._placement is None:
             return
         reclaimable = sum(_held(e) for e in self._entries.values())
@@ -408,23 +408,22 @@ class Scheduler:
             await entry.idle.wait()
         await self._stop(entry)
 
-    async def _make_room(self, spec: LoadSpec) -> None:
+    async def _make_room(self, spec: LoadSpec, report: MemoryReport | None) -> None:
         while len(self._entries) >= self.config.max_loaded_models:
             await self._evict_one()
-        need = await self._system_memory_needed(spec)
+        need = await self._system_memory_needed(spec, report)
         while self._entries and need:
             available = self._available()
             if available is None or need <= available:
                 return
             log.info("unloading a model to make room for %s", spec.name)
             await self._evict_one()
-            need = await self._system_memory_needed(spec)  # GPUs may have room now
+            need = await self._system_memory_needed(spec, report)  # GPUs may have room now
 
-    async def _system_memory_needed(self, spec: LoadSpec) -> int:
-        """Bytes `spec` would take in system memory: the CPU's share of the layout a load
-        would choose on the devices found now (a model that fits on GPUs needs little RAM),
-        or the whole estimate when nothing is planned."""
-        report = await self._fit(spec)
+    async def _system_memory_needed(self, spec: LoadSpec, report: MemoryReport | None) -> int:
+        """Bytes `spec` (its FIT `report`) would take in system memory: the CPU's share of
+        the layout a load would choose on the devices found now (a model that fits on GPUs
+        needs little RAM), or the whole estimate when nothing is planned."""
         if report is None or self._placement is None:
             return spec.estimate
         layout, placed = await self._placement.preview(
