@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["device_of_buffer", "parse_buffers"]
+__all__ = ["device_of_buffer", "device_parts", "parse_buffers"]
 
 _LINE = re.compile(
     r"(?P<name>\S+)\s+(?P<kind>model|KV|RS|compute|output) buffer size\s*=\s*(?P<mib>[\d.]+) MiB"
@@ -32,6 +32,11 @@ def device_of_buffer(name: str) -> str:
     return name.split("[", 1)[0]
 
 
+def device_parts(devices: dict[str, dict[str, int]], name: str) -> dict[str, int]:
+    """`devices[name]`, made with every part at 0 when the device is new."""
+    return devices.setdefault(name, {"weights": 0, "cache": 0, "graph": 0})
+
+
 def parse_buffers(lines: list[str]) -> dict[str, dict[str, int]]:
     """Bytes per device and part (`weights`, `cache`, `graph`) from llama.cpp's log lines."""
     out: dict[str, dict[str, int]] = {}
@@ -39,6 +44,6 @@ def parse_buffers(lines: list[str]) -> dict[str, dict[str, int]]:
         m = _LINE.search(line)
         if m is None:
             continue
-        device = out.setdefault(device_of_buffer(m["name"]), {"weights": 0, "cache": 0, "graph": 0})
+        device = device_parts(out, device_of_buffer(m["name"]))
         device[_PART[m["kind"]]] += int(float(m["mib"]) * 2**20)
     return out

@@ -42,7 +42,7 @@ from ..memory_report import MemoryReport
 from ..ml.api import OutOfMemoryError
 from ..ml.placement import DevicePlacement
 from ..multimodal_store import split_placeholder
-from .buffers import parse_buffers
+from .buffers import device_parts, parse_buffers
 from .layout import LlamaCppLayoutError, LlamaCppSplit, llamacpp_devices, llamacpp_split
 from .positions import MRopePositions
 from .tokenizer import LlamaCppTokenizer
@@ -325,7 +325,7 @@ class LlamaCppEngine:
         weights = sum(d["weights"] for d in devices.values())
         if not weights:
             weights = int(lib.llama_model_size(self.model))
-            devices.setdefault("CPU", {"weights": 0, "cache": 0, "graph": 0})["weights"] = weights
+            device_parts(devices, "CPU")["weights"] = weights
         if not cache:  # the formula: cells x layers x (K + V per token) x bytes per element
             n_head = max(1, int(lib.llama_model_n_head(self.model)))
             head_dim = int(lib.llama_model_n_embd(self.model)) // n_head
@@ -333,7 +333,7 @@ class LlamaCppEngine:
             cells = self.num_ctx * self.parallel
             layers = int(lib.llama_model_n_layer(self.model))
             cache = int(cells * layers * 2 * gqa * _KV_BYTES[kv_type])
-            devices.setdefault("CPU", {"weights": 0, "cache": 0, "graph": 0})["cache"] = cache
+            device_parts(devices, "CPU")["cache"] = cache
         self.devices = devices
         return MemoryReport(weights=weights, cache=cache, graph=graph)
 

@@ -57,6 +57,11 @@ def origin_regex(extra: tuple[str, ...]) -> str:
     return "^(?:" + "|".join(f"(?:{p})" for p in patterns) + ")$"
 
 
+def _allowed_origins(config: ServerConfig) -> str:
+    """The regex of the origins allowed, for the CORS headers and the refusal alike."""
+    return ".*" if "*" in config.origins else origin_regex(config.origins)
+
+
 def _loopback_host(host: str, own: set[str]) -> bool:
     name = host.strip().lower()
     if name.startswith("["):
@@ -76,8 +81,7 @@ class SecurityMiddleware:
         self.app = app
         self.config = config
         self._own = {config.host.lower(), socket.gethostname().lower()}
-        any_origin = "*" in config.origins
-        self._origins = None if any_origin else re.compile(origin_regex(config.origins))
+        self._origins = re.compile(_allowed_origins(config))
 
     async def _refuse(
         self,
@@ -125,7 +129,7 @@ class SecurityMiddleware:
             )
             return
         origin = headers.get("origin")
-        if origin is not None and self._origins is not None and not self._origins.match(origin):
+        if origin is not None and not self._origins.match(origin):
             await self._refuse(
                 scope,
                 send,
@@ -197,7 +201,7 @@ def install_security(app: FastAPI, config: ServerConfig) -> None:
     app.add_middleware(SecurityMiddleware, config=config)
     app.add_middleware(
         CORSMiddleware,
-        allow_origin_regex=".*" if "*" in config.origins else origin_regex(config.origins),
+        allow_origin_regex=_allowed_origins(config),
         allow_methods=["*"],
         allow_headers=["*"],
         allow_credentials=False,
