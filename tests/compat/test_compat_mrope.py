@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
+from compat.mtmd_models import build_or_skip
 from compat.qwen2vl_gguf import build_tiny_qwen2vl, sample_png
 from hearth.plugins.testing import run_oracle
-from hearth.plugins.testing.gemma3_vision import ConverterUnavailableError
-from hearth.plugins.testing.llamacpp_mtmd import LLAMACPP_MTMD, libmtmd_missing
+from hearth.plugins.testing.llamacpp_mtmd import LLAMACPP_MTMD
 from hearth.runner.protocol import CompletionRequest, RunnerOptions
 from hearth.server.scheduling.runner_process import RunnerProcess
 
@@ -28,13 +28,7 @@ PICTURES = ("gradient", "checker")  # two pictures the tiny model answers differ
 
 @pytest.fixture(scope="module")
 def qwen2vl(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    missing = libmtmd_missing()
-    if missing:
-        pytest.skip(missing)
-    try:
-        return build_tiny_qwen2vl(tmp_path_factory.mktemp("qwen2vl"))
-    except ConverterUnavailableError as e:
-        pytest.skip(str(e))
+    return build_or_skip(build_tiny_qwen2vl, tmp_path_factory.mktemp("qwen2vl"))
 
 
 def _libmtmd(files: tuple[Path, Path], picture: str, prompt: str, tmp: Path) -> bytes:

@@ -16,14 +16,14 @@ import httpx
 import pytest
 from server.fakes import LiveServer, start_server, stop_server
 
+from compat.mtmd_models import build_or_skip
 from hearth.plugins.testing import run_oracle
 from hearth.plugins.testing.gemma3_vision import (
-    ConverterUnavailableError,
     Gemma3VisionFiles,
     build_tiny_gemma3_vision,
     sample_images,
 )
-from hearth.plugins.testing.llamacpp_mtmd import LLAMACPP_MTMD, libmtmd_missing
+from hearth.plugins.testing.llamacpp_mtmd import LLAMACPP_MTMD
 
 pytestmark = pytest.mark.slow
 
@@ -36,13 +36,7 @@ PICTURES = ("normal", "tiny")  # two pictures the tiny model answers differently
 
 @pytest.fixture(scope="module")
 def vision(tmp_path_factory: pytest.TempPathFactory) -> Gemma3VisionFiles:
-    missing = libmtmd_missing()
-    if missing:
-        pytest.skip(missing)
-    try:
-        return build_tiny_gemma3_vision(tmp_path_factory.mktemp("gemma3-vision"))
-    except ConverterUnavailableError as e:
-        pytest.skip(str(e))
+    return build_or_skip(build_tiny_gemma3_vision, tmp_path_factory.mktemp("gemma3-vision"))
 
 
 @pytest.fixture(scope="module")
