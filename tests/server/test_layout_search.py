@@ -462,9 +462,20 @@ def test_main_gpu_is_used_first():
     assert done.layout == cuda(("1", [0, 1, 2, 3, 4]), projector="1")
 
 
-def test_main_gpu_that_does_not_exist_is_refused():
-    with pytest.raises(LayoutRequestError, match=r"^main_gpu 2 does not exist: 2 GPUs found"):
-        run(FakeRunner(TEXT, [card("0", GiB), card("1", GiB)], ROOMY), LayoutOptions(main_gpu=2))
+def test_main_gpu_that_does_not_exist_is_ignored_and_said():
+    """As Ollama: its option defaults hold main_gpu 0, which a machine without a GPU must take."""
+    notes: list[str] = []
+    gpus = [card("0", GiB), card("1", 8 * GiB)]
+    done = run(FakeRunner(TEXT, gpus, ROOMY), LayoutOptions(main_gpu=2), notes)
+    assert done.layout == cuda(("1", [0, 1, 2, 3, 4]))  # the default order: most free first
+    assert notes[-1].endswith("; main_gpu 2 ignored (2 GPUs found, numbered from 0)")
+    notes.clear()
+    done = run(FakeRunner(TEXT, [], ROOMY), LayoutOptions(main_gpu=0), notes)
+    assert done.layout == Layout()
+    assert (
+        notes[-1]
+        == "no GPU found: running on the CPU; main_gpu 0 ignored (0 GPUs found, numbered from 0)"
+    )
 
 
 def test_tensor_split_shares_the_layers():

@@ -20,7 +20,7 @@ from hearth.plugins.testing import TinyTransformer, write_tiny_model
 from hearth.server.config import ServerConfig
 from hearth.server.scheduling.layout import ModelTooLarge, SystemMemory
 from hearth.server.scheduling.layout.fit import fit_report, read_file_layers
-from hearth.server.scheduling.placement import Placement
+from hearth.server.scheduling.placement import Placed, Placement
 from hearth.server.scheduling.runner_process import RunnerOptions
 from hearth.server.scheduling.scheduler import LoadSpec, Scheduler
 
@@ -228,6 +228,18 @@ def test_the_service_refuses_a_model_too_large_and_keeps_serving(server, tmp_pat
     assert "layout for small:latest: 0/4 layers on GPU (" in log and "running on the CPU" in log
 
 
+def test_gpu_options_that_cannot_apply_are_ignored_not_an_error(server, small):
+    """Ollama's option defaults hold main_gpu 0: a client that sends them to a machine without
+    a GPU (or names a GPU past the last) gets its answer, and the log says what was ignored."""
+    oc = ollama.Client(host=server.url, timeout=120)
+    oc.create("plain", files={small[0].name: oc.create_blob(small[0])})
+    for main_gpu in (0, 3):
+        options = {"main_gpu": main_gpu, "num_gpu": -1, "num_predict": 2, "temperature": 0}
+        answer = oc.generate("plain", "One, two,", options=options, keep_alive=0)
+        assert answer.done and answer.eval_count
+        assert f"main_gpu {main_gpu} ignored (0 GPUs found" in server.log.read_text()
+
+
 def test_ps_reports_the_layout_the_placement_chose_per_device(small):
     """/api/ps: size_vram and the per-device breakdown come from the chosen layout's FIT report,
     checked against gguf's own tensor sizes and the KV formula."""
@@ -253,6 +265,7 @@ def test_ps_reports_the_layout_the_placement_chose_per_device(small):
     cpu = {"device": "CPU", "layers": spec.layers + 1, "weights": sum(blocks) + output + other,
            "cache": spec.layers * kv, "graph": 0}  # fmt: skip
     assert ps["hearth"]["devices"] == [cpu]
+    assert ps["hearth"]["projector"] is None  # a text model has none
 
 
 def test_device_usage_splits_a_gpu_layout_by_device():
@@ -277,6 +290,9 @@ def test_device_usage_splits_a_gpu_layout_by_device():
     assert gpu_bytes(report, Layout()) == 0
     (alone,) = device_usage(report, Layout())
     assert alone.weights == 10 + 100 + 1000 and alone.graph == 5 + 50 and alone.layers == 3
+    # /api/ps names the projector's device, the CPU when the layout leaves it there
+    assert Placed(layout, report, "2/3 layers on CUDA0").as_json()["projector"] == "CUDA0"
+    assert Placed(Layout(), report, "CPU only").as_json()["projector"] == "CPU"
     with pytest.raises(ValueError, match="layers the model does not have"):
         device_usage(report, Layout.of([(cuda, (3,))]))
 

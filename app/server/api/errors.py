@@ -18,7 +18,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ...engine.gguf import GGUFError
 from ..prompting.templates import TemplateError
-from ..scheduling.layout import ModelTooLarge
+from ..scheduling.layout import LayoutRequestError, ModelTooLarge
 from ..scheduling.scheduler import LoadFailed, ServerBusy
 from ..store.model_store import BlobError, ModelNotFound
 from ..store.names import InvalidName
@@ -79,6 +79,8 @@ _MAPPED: tuple[tuple[type[Exception], int], ...] = (
     (GGUFError, 400),
     (ServerBusy, 503),
     (LoadFailed, 500),
+    # a placement the request forces and this machine cannot give (num_gpu past GPU memory)
+    (LayoutRequestError, 400),
     # Ollama answers 500 ("model requires more system memory (X) than is available (Y)");
     # 507 Insufficient Storage says it is this machine's memory, and retrying will not help
     # until memory is freed or the request asks for less (a smaller num_ctx).

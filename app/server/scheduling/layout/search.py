@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .memory import DeviceId, Gpu, Layout, MemoryReport, SystemMemory, human_bytes
 
@@ -51,8 +51,8 @@ __all__ = [
 
 
 class LayoutRequestError(ValueError):
-    """The placement options cannot be honoured (a `main_gpu` that does not exist, a
-    `tensor_split` with no positive share, a `num_gpu` whose layout cannot be allocated)."""
+    """The placement options cannot be honoured (a `tensor_split` with no positive share, a
+    `num_gpu` whose layout cannot be allocated): the service answers 400."""
 
 
 class ModelTooLarge(ValueError):
@@ -120,8 +120,12 @@ def plan_layout(
     `backoff` is, per GPU, the share of its free memory to leave alone after allocations there
     failed. Raises `ModelTooLarge` when the CPU's part exceeds free RAM + swap,
     `LoadRequiresEviction` when `options.require_full` and the layout is partial, and
-    `LayoutRequestError` for options that name GPUs that do not exist."""
-    _check_options(gpus, options)
+    `LayoutRequestError` for a `tensor_split` that cannot apply. A `main_gpu` past the last
+    GPU (or with none) is ignored, as Ollama does (its option defaults hold main_gpu 0), and
+    `explain` says so."""
+    _check_split(gpus, options)
+    if not _main_gpu_exists(gpus, options):
+        options = replace(options, main_gpu=None)
     sizes = report.layer_sizes()
     ordered = _ordered(gpus, options)
     best_assignment: list[tuple[DeviceId, list[int]]] = []
@@ -139,12 +143,11 @@ def plan_layout(
     return _verify(gpus, system, report, options, layout, sizes, backoff or {})
 
 
-def _check_options(gpus: Sequence[Gpu], options: LayoutOptions) -> None:
-    if options.main_gpu is not None and not 0 <= options.main_gpu < len(gpus):
-        found = f"{len(gpus)} GPU" + ("" if len(gpus) == 1 else "s")
-        raise LayoutRequestError(
-            f"main_gpu {options.main_gpu} does not exist: {found} found (numbered from 0)"
-        )
+def _main_gpu_exists(gpus: Sequence[Gpu], options: LayoutOptions) -> bool:
+    return options.main_gpu is None or 0 <= options.main_gpu < len(gpus)
+
+
+def _check_split(gpus: Sequence[Gpu], options: LayoutOptions) -> None:
     split = options.tensor_split
     if split:
         if len(split) > len(gpus):
@@ -400,4 +403,7 @@ def explain(
     if report.vision and layout.projector is None and layout.gpus:
         need = human_bytes(report.projector + report.projector_graph)
         note += f"; the vision projector stays on the CPU (no GPU has {need} left for it)"
+    if not _main_gpu_exists(gpus, options):
+        found = f"{len(gpus)} GPU" + ("" if len(gpus) == 1 else "s")
+        note += f"; main_gpu {options.main_gpu} ignored ({found} found, numbered from 0)"
     return note
