@@ -78,6 +78,8 @@ def _llamacpp(req: dict) -> dict:
 
     llm = Llama(
         req["model"],
+        n_gpu_layers=req.get("gpu_layers", 0),  # a CUDA build of llama.cpp (bench/gpu)
+        flash_attn=False,  # as Hearth's runner by default: the same attention kernels
         n_ctx=req["n_ctx"],
         n_batch=req["n_batch"],
         n_ubatch=req["n_batch"],

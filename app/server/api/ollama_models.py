@@ -211,7 +211,11 @@ def _ps_entry(entry: Loaded) -> dict[str, Any]:
             "loaded_at": iso(entry.loaded_at),
             "memory": memory,
             "batch_invariance": runner.info.get("batch_invariance"),
-            **(entry.placed.as_json() if entry.placed else {"layout": None, "devices": None}),
+            **(
+                entry.placed.as_json()
+                if entry.placed
+                else {"layout": None, "devices": None, "projector": None}
+            ),
         },
     }
 

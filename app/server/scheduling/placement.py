@@ -114,8 +114,17 @@ class Placed:
         return gpu_bytes(self.memory, self.layout)
 
     def as_json(self) -> dict[str, object]:
-        """The "layout" and "devices" keys of Hearth's extension object."""
-        return {"layout": self.where, "devices": [u.as_json() for u in self.devices]}
+        """The "layout", "devices" and "projector" keys of Hearth's extension object;
+        "projector" is the device of the vision projector/encoder ("CPU", "CUDA0"), None for a
+        model without one."""
+        projector = None
+        if self.memory.vision:
+            projector = str(self.layout.projector) if self.layout.projector is not None else "CPU"
+        return {
+            "layout": self.where,
+            "devices": [u.as_json() for u in self.devices],
+            "projector": projector,
+        }
 
 
 @dataclass
