@@ -9,6 +9,8 @@ import ipaddress
 import re
 from collections.abc import Mapping
 
+from . import env as hearth_env
+
 __all__ = [
     "DEFAULT_HOST",
     "DEFAULT_PORT",
@@ -54,7 +56,7 @@ def parse_host(value: str, default_port: int = DEFAULT_PORT) -> tuple[str, int]:
 
 def env_host(env: Mapping[str, str]) -> tuple[str, int]:
     """The address HEARTH_HOST names (default 127.0.0.1:11434)."""
-    return parse_host(env.get("HEARTH_HOST", "") or DEFAULT_HOST)
+    return parse_host(hearth_env.text("HEARTH_HOST", env) or DEFAULT_HOST)
 
 
 def is_loopback(host: str) -> bool:

@@ -6,10 +6,11 @@ moves only the model store.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import platformdirs
+
+from . import env
 
 __all__ = ["data_dir", "models_dir", "logs_dir"]
 
@@ -17,21 +18,21 @@ APP = "hearth"
 
 
 def data_dir() -> Path:
-    home = os.environ.get("HEARTH_HOME")
+    home = env.text("HEARTH_HOME")
     path = Path(home) if home else Path(platformdirs.user_data_dir(APP, appauthor=False))
     path.mkdir(parents=True, exist_ok=True)
     return path
 
 
 def models_dir() -> Path:
-    override = os.environ.get("HEARTH_MODELS")
+    override = env.text("HEARTH_MODELS")
     path = Path(override) if override else data_dir() / "models"
     path.mkdir(parents=True, exist_ok=True)
     return path
 
 
 def logs_dir() -> Path:
-    home = os.environ.get("HEARTH_HOME")
+    home = env.text("HEARTH_HOME")
     path = Path(home) / "logs" if home else Path(platformdirs.user_log_dir(APP, appauthor=False))
     path.mkdir(parents=True, exist_ok=True)
     return path

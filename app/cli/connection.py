@@ -8,9 +8,9 @@ leaves nothing behind.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
+from .. import env
 from ..launcher import LaunchError, PrivateService, hearth_answers, start_private_service
 from ..launcher import service_url as shared_url
 from .http_client import HearthClient, ServiceError, ServiceUnreachable
@@ -46,7 +46,7 @@ class Connection:
 def connect(start_private: bool = False) -> Connection:
     """A client of the running service; else a private one when `start_private`."""
     url = service_url()
-    key = os.environ.get("HEARTH_API_KEY") or None
+    key = env.text("HEARTH_API_KEY") or None
     if hearth_answers(url, key):
         return Connection(HearthClient(url, key))
     if not start_private:

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import importlib
-import os
 from collections.abc import Iterable
 
 import pluggy
 
+from .. import env
 from . import hookspecs
 
 __all__ = ["BUILTIN_PLUGINS", "ENTRY_POINT_GROUP", "create_plugin_manager"]
@@ -28,7 +28,7 @@ def create_plugin_manager(
     for name in builtins:
         pm.register(importlib.import_module(name), name=name)
     if autoload is None:
-        autoload = os.environ.get("HEARTH_DISABLE_PLUGINS", "") not in ("1", "true", "yes")
+        autoload = not env.flag("HEARTH_DISABLE_PLUGINS")
     if autoload:
         pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
     pm.check_pending()

@@ -13,6 +13,7 @@ import time
 from dataclasses import fields
 from typing import Any
 
+from .. import env
 from ..engine.gguf import GGUFError
 from ..engine.ml.api import OutOfMemoryError
 from .core import Runner, RunnerConfig
@@ -55,12 +56,12 @@ def main(args: Any) -> int:
     # ggml's message; its backtrace would attach gdb first, slowly. The service reports it.
     os.environ.setdefault("GGML_NO_BACKTRACE", "1")
     logging.basicConfig(
-        level=os.environ.get("HEARTH_LOG_LEVEL", "WARNING"),
+        level=env.text("HEARTH_LOG_LEVEL").upper() or "WARNING",
         stream=sys.stderr,
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
     )
-    token = os.environ.get(TOKEN_ENV) or secrets.token_hex(16)
-    if TOKEN_ENV not in os.environ:
+    token = env.text(TOKEN_ENV) or secrets.token_hex(16)
+    if not env.text(TOKEN_ENV):
         _log.warning("no %s given; using %s", TOKEN_ENV, token)
     state = RunnerState()
     server = make_server(state, token)
@@ -81,7 +82,7 @@ def main(args: Any) -> int:
 
     config = RunnerConfig(
         model=args.model,
-        multi_user_cache=os.environ.get("HEARTH_MULTIUSER_CACHE", "") in ("1", "true"),
+        multi_user_cache=env.flag("HEARTH_MULTIUSER_CACHE"),
         **{f.name: getattr(args, f.name) for f in fields(RunnerOptions)},
     )
     errors: tuple[type[Exception], ...] = (

@@ -25,7 +25,6 @@ slows generation by several percent; 20 updates a second read as continuous.
 
 from __future__ import annotations
 
-import os
 import queue
 import threading
 import time
@@ -34,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import env
 from ..engine.prompt_cache import Slot, group_start
 from ..engine.sampling import Sampler, SamplingOptions, log_softmax
 from ..engine.tokenizer import StreamDecoder, Tokenizer
@@ -56,11 +56,7 @@ _SAMPLING_KEYS = {
 
 def _stream_interval() -> float:
     """`HEARTH_STREAM_INTERVAL_MS` in seconds (default 50 ms; see the module docstring)."""
-    raw = os.environ.get("HEARTH_STREAM_INTERVAL_MS", "").strip()
-    try:
-        return max(0.0, float(raw)) / 1000 if raw else 0.05
-    except ValueError:
-        return 0.05
+    return env.whole("HEARTH_STREAM_INTERVAL_MS", 50) / 1000
 
 
 class PromptTooLongError(ValueError):

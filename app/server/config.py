@@ -12,6 +12,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from .. import env as hearth_env
+from ..env import EnvError
 from ..hostport import DEFAULT_HOST, DEFAULT_PORT, HostError, env_host, is_loopback, parse_host
 from .store.engines import ENGINE_CHOICES
 
@@ -32,8 +34,8 @@ _UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
 
 
-class ConfigError(ValueError):
-    """A setting is malformed; the message names it."""
+# A setting is malformed; the message names it (hearth.env's readers raise it too).
+ConfigError = EnvError
 
 
 def parse_duration(value: object, what: str = "keep_alive") -> float:
@@ -64,21 +66,13 @@ def parse_duration(value: object, what: str = "keep_alive") -> float:
     return FOREVER if seconds < 0 else seconds
 
 
-def _int(env: Mapping[str, str], name: str, default: int, minimum: int = 0) -> int:
-    raw = env.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ConfigError(f"{name}={raw!r} is not a whole number") from None
-    if value < minimum:
-        raise ConfigError(f"{name}={raw!r} must be at least {minimum}")
-    return value
-
-
-def _bool(env: Mapping[str, str], name: str) -> bool:
-    return env.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+def _check_children(env: Mapping[str, str]) -> None:
+    """The settings the service's runners and pulls read later, checked now: a malformed one
+    refuses the service's start with its sentence instead of failing a request."""
+    for name in ("HEARTH_OFFLINE", "HEARTH_RUNNER_LOG", "HEARTH_MULTIUSER_CACHE"):
+        hearth_env.flag(name, env)
+    hearth_env.whole("HEARTH_STREAM_INTERVAL_MS", 50, 0, env)
+    hearth_env.cpu_kernels(env)
 
 
 @dataclass(frozen=True)
@@ -129,37 +123,36 @@ class ServerConfig:
             if not 0 <= port <= 65535:
                 raise ConfigError("--port must be between 0 and 65535")
             p = port
-        kv = env.get("HEARTH_KV_CACHE_TYPE", "").strip() or "f16"
-        if kv not in ("f16", "q8_0", "q4_0"):
-            raise ConfigError(f"HEARTH_KV_CACHE_TYPE={kv!r} must be f16, q8_0 or q4_0")
-        engine = env.get("HEARTH_ENGINE", "").strip().lower() or "auto"
-        if engine not in ENGINE_CHOICES:
-            *first, last = ENGINE_CHOICES
-            raise ConfigError(f"HEARTH_ENGINE={engine!r} must be {', '.join(first)} or {last}")
-        keep_alive = parse_duration(env.get("HEARTH_KEEP_ALIVE", "") or "5m", "HEARTH_KEEP_ALIVE")
+        _check_children(env)
+        kv = hearth_env.choice("HEARTH_KV_CACHE_TYPE", ("f16", "q8_0", "q4_0"), "f16", env)
+        engine = hearth_env.choice("HEARTH_ENGINE", ENGINE_CHOICES, "auto", env)
+        text = hearth_env.text
+        keep_alive = parse_duration(text("HEARTH_KEEP_ALIVE", env) or "5m", "HEARTH_KEEP_ALIVE")
         load_timeout = parse_duration(
-            env.get("HEARTH_LOAD_TIMEOUT", "") or "5m", "HEARTH_LOAD_TIMEOUT"
+            text("HEARTH_LOAD_TIMEOUT", env) or "5m", "HEARTH_LOAD_TIMEOUT"
         )
-        origins = tuple(o.strip() for o in env.get("HEARTH_ORIGINS", "").split(",") if o.strip())
-        max_loaded = _int(env, "HEARTH_MAX_LOADED_MODELS", 0)
+        origins = tuple(o.strip() for o in text("HEARTH_ORIGINS", env).split(",") if o.strip())
+        max_loaded = hearth_env.whole("HEARTH_MAX_LOADED_MODELS", 0, 0, env)
         return cls(
             host=h,
             port=p,
-            api_key=env.get("HEARTH_API_KEY", "").strip() or None,
+            api_key=text("HEARTH_API_KEY", env) or None,
             origins=origins,
             max_loaded_models=max_loaded or 3,  # 0 = automatic: 3 on CPU, as Ollama
-            num_parallel=_int(env, "HEARTH_NUM_PARALLEL", 0),  # unset or 0: automatic
-            context_length=_int(env, "HEARTH_CONTEXT_LENGTH", 4096, minimum=4),
+            num_parallel=hearth_env.whole(
+                "HEARTH_NUM_PARALLEL", 0, 0, env
+            ),  # unset or 0: automatic
+            context_length=hearth_env.whole("HEARTH_CONTEXT_LENGTH", 4096, 4, env),
             keep_alive=keep_alive,
-            max_queue=_int(env, "HEARTH_MAX_QUEUE", 512),
+            max_queue=hearth_env.whole("HEARTH_MAX_QUEUE", 512, 0, env),
             load_timeout=300.0 if load_timeout == FOREVER else load_timeout,
-            flash_attention=_bool(env, "HEARTH_FLASH_ATTENTION"),
+            flash_attention=hearth_env.flag("HEARTH_FLASH_ATTENTION", env),
             kv_cache_type=kv,
             engine=engine,
-            max_body_bytes=_int(env, "HEARTH_MAX_BODY_BYTES", 64 * 1024 * 1024, minimum=1024),
-            max_image_bytes=_int(env, "HEARTH_MAX_IMAGE_BYTES", 20 * 1024 * 1024, minimum=1024),
-            max_image_pixels=_int(env, "HEARTH_MAX_IMAGE_PIXELS", 50_000_000, minimum=1),
-            gpu_overhead=_int(env, "HEARTH_GPU_OVERHEAD", 0),
+            max_body_bytes=hearth_env.whole("HEARTH_MAX_BODY_BYTES", 64 * 1024 * 1024, 1024, env),
+            max_image_bytes=hearth_env.whole("HEARTH_MAX_IMAGE_BYTES", 20 * 1024 * 1024, 1024, env),
+            max_image_pixels=hearth_env.whole("HEARTH_MAX_IMAGE_PIXELS", 50_000_000, 1, env),
+            gpu_overhead=hearth_env.whole("HEARTH_GPU_OVERHEAD", 0, 0, env),
         )
 
     def check_exposure(self) -> None:

@@ -14,7 +14,6 @@ The parts, from the bottom up:
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -23,6 +22,7 @@ from PySide6.QtCore import QByteArray, QTimer
 from PySide6.QtGui import QIcon
 from PySide6.QtWidgets import QApplication
 
+from .. import env
 from ..app_settings import AppSettings, load_settings, save_settings
 from ..desktop import ASSETS
 from ..history import ChatStore
@@ -50,7 +50,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="hearth", description="Hearth: local LLMs, in a window.")
     p.add_argument(
         "--server",
-        default=os.environ.get("HEARTH_SERVER", ""),
+        default=env.text("HEARTH_SERVER"),
         help="use the `hearth serve` (or Ollama-compatible service) at this URL instead of "
         "starting one",
     )
@@ -68,7 +68,7 @@ class HearthApp:
 
     def __init__(self, argv: Sequence[str] | None = None, settings: AppSettings | None = None):
         args = parse_args(argv)
-        token = args.api_key or (os.environ.get("HEARTH_API_KEY", "") if args.server else "")
+        token = args.api_key or (env.text("HEARTH_API_KEY") if args.server else "")
         self.settings = settings or load_settings()
         self.store = ChatStore()
         self.client = ApiClient()

@@ -45,14 +45,16 @@ else
     # Hearth itself from this tree (its C kernels compile here, for this CPU)
     "$python" -m pip install -q --no-index --no-deps --no-build-isolation --no-cache-dir \
         --upgrade --target "$site" . || { say "Hearth install failed"; exit 1; }
-    # cuBLAS and the CUDA runtime the wheels link against: the toolkit's, else the image's
-    # PyTorch's (nvidia/cu13/lib)
+    # cuBLAS and the CUDA runtime the wheels link against (the toolkit's, else the image's
+    # PyTorch's nvidia/cu13/lib), and the driver's libcuda where ld.so may not look
     libs="$("$python" - <<'EOF'
 import glob, os, site
-dirs = ["/usr/local/cuda/lib64", "/usr/local/cuda/targets/x86_64-linux/lib"]
+dirs = ["/usr/local/cuda/lib64", "/usr/local/cuda/targets/x86_64-linux/lib",
+        "/usr/local/nvidia/lib64", "/usr/local/nvidia/lib"]
 for root in site.getsitepackages():
     dirs += glob.glob(os.path.join(root, "nvidia", "*", "lib"))
-keep = [d for d in dirs if glob.glob(os.path.join(d, "libcublas.so.*")) or glob.glob(os.path.join(d, "libcudart.so.*"))]
+wanted = ("libcublas.so.*", "libcudart.so.*", "libcuda.so.1")
+keep = [d for d in dirs if any(glob.glob(os.path.join(d, w)) for w in wanted)]
 print(":".join(dict.fromkeys(keep)))
 EOF
 )"

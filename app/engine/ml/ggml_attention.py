@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import ctypes
 import logging
-import os
 import struct
 from typing import Any
 
 import ggml as g
 
+from ... import env
 from .api import DType
 from .ggml_lib import load_extension
 
@@ -43,7 +43,7 @@ class AttentionKernel:
 
     @classmethod
     def for_process(cls) -> AttentionKernel | None:
-        if os.environ.get("HEARTH_CPU_KERNELS", "1") == "0":
+        if env.cpu_kernels() is env.CpuKernels.OFF:
             return None
         global _loaded
         if _loaded is _UNLOADED:

@@ -32,12 +32,12 @@ from __future__ import annotations
 
 import ctypes
 import logging
-import os
 from typing import TYPE_CHECKING, Any
 
 import ggml as g
 import numpy as np
 
+from ... import env
 from .api import DType
 from .ggml_lib import load_extension
 
@@ -161,7 +161,7 @@ class FewRowsKernel:
         """The kernel, or None where it cannot be used. The check runs once per process (on
         the first backend); `HEARTH_CPU_KERNELS=0` turns the kernel off, `=avx2` keeps it to
         its AVX2 code paths."""
-        if os.environ.get("HEARTH_CPU_KERNELS", "1") == "0":
+        if env.cpu_kernels() is env.CpuKernels.OFF:
             return None
         global _checked
         if _checked is _UNCHECKED:
@@ -184,7 +184,7 @@ class FewRowsKernel:
         if not lib.hearth_kernels_init(*quantizers, *offsets):
             return None
         best = lib.hearth_kernels_isa()
-        if os.environ.get("HEARTH_CPU_KERNELS", "").lower() == "avx2":
+        if env.cpu_kernels() is env.CpuKernels.AVX2:
             best = min(best, ISA_AVX2)
         if best < ISA_AVX2:
             return None

@@ -22,6 +22,7 @@ from collections.abc import Iterable
 
 import ggml as g
 
+from ... import env as hearth_env
 from ...hostport import HostError, parse_host
 from . import ggml_lib
 
@@ -60,7 +61,7 @@ def _endpoint(text: str) -> str:
 def servers_from_env(environ: os._Environ[str] | dict[str, str] | None = None) -> list[str]:
     """The endpoints in HEARTH_RPC_SERVERS ("host:port,host:port"), normalised, in order."""
     env = os.environ if environ is None else environ
-    text = env.get(RPC_SERVERS_ENV, "")
+    text = hearth_env.text(RPC_SERVERS_ENV, env)
     return [_endpoint(part) for part in text.split(",") if part.strip()]
 
 

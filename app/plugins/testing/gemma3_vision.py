@@ -52,6 +52,8 @@ from typing import Any
 
 import numpy as np
 
+from ... import env as hearth_env
+
 __all__ = [
     "LLAMACPP_VERSION",
     "ConverterUnavailableError",
@@ -194,7 +196,7 @@ def llamacpp_converter(cache: Path | None = None) -> Path:
     kept in `cache` (default: `$HEARTH_LLAMACPP_CONVERT`, else `llama.cpp-convert/` in the
     Python environment's prefix, i.e. `.venv/`). Raises ConverterUnavailableError when pip
     cannot fetch it."""
-    env = os.environ.get("HEARTH_LLAMACPP_CONVERT")
+    env = hearth_env.text("HEARTH_LLAMACPP_CONVERT") or None
     root = cache or (Path(env) if env else Path(sys.prefix) / "llama.cpp-convert")
     if _converter_complete(root):
         return root

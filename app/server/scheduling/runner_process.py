@@ -18,6 +18,7 @@ from typing import Any
 
 import httpx
 
+from ... import env as hearth_env
 from ...program import hearth_command
 from ...runner.protocol import TOKEN_ENV, CompletionRequest, RunnerOptions, to_dict
 
@@ -232,7 +233,7 @@ async def _collect(stream: asyncio.StreamReader | None, sink: list[str]) -> None
     """Keep the runner's recent stderr (for error messages); HEARTH_RUNNER_LOG=1 echoes it."""
     if stream is None:
         return
-    echo = os.environ.get("HEARTH_RUNNER_LOG") == "1"
+    echo = hearth_env.flag("HEARTH_RUNNER_LOG")
     while line := await stream.readline():
         text = line.decode("utf-8", "replace")
         sink.append(text)

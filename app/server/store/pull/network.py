@@ -7,10 +7,9 @@ starts its private service with the same variable.
 
 from __future__ import annotations
 
-import os
-
 import httpx
 
+from .... import env
 from .errors import Offline
 
 __all__ = ["offline", "check_online", "http_client", "TIMEOUT"]
@@ -21,7 +20,7 @@ _USER_AGENT = "hearth-pull"
 
 
 def offline() -> bool:
-    return os.environ.get("HEARTH_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+    return env.flag("HEARTH_OFFLINE")
 
 
 def check_online(what: str) -> None:
