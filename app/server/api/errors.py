@@ -17,6 +17,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ...engine.gguf import GGUFError
+from ..errors import InputTooLarge, ModelFailed, ModelFileMissing, RequestError
 from ..prompting.templates import TemplateError
 from ..scheduling.layout import LayoutRequestError, ModelTooLarge
 from ..scheduling.scheduler import LoadFailed, ServerBusy
@@ -70,8 +71,13 @@ def validation_message(errors: list[Any]) -> str:
     return "invalid request: " + "; ".join(parts) + more
 
 
-# (exception class, status) for failures raised by the layers below the routes.
+# (exception class, status) for failures raised by the layers below the routes; a subclass
+# comes before its base.
 _MAPPED: tuple[tuple[type[Exception], int], ...] = (
+    (InputTooLarge, 413),
+    (RequestError, 400),
+    (ModelFileMissing, 404),
+    (ModelFailed, 500),
     (InvalidName, 400),
     (ModelNotFound, 404),
     (BlobError, 400),

@@ -15,6 +15,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import PlainTextResponse, Response
 
+from ..errors import ModelFileMissing, RequestError
 from ..prompting.prompts import FALLBACK_TEMPLATE
 from ..scheduling.layout.usage import device_usage
 from ..scheduling.scheduler import Loaded
@@ -57,7 +58,7 @@ async def api_version() -> dict[str, Any]:
 async def _target_or_none(svc: Service, record: ModelRecord) -> Target | None:
     try:
         return await svc.target(record.name.display)
-    except (APIError, ModelNotFound):
+    except (RequestError, ModelFileMissing, ModelNotFound):
         return None
 
 

@@ -15,7 +15,7 @@ import warnings
 
 from PIL import Image, UnidentifiedImageError
 
-from ..api.errors import APIError
+from ..errors import InputTooLarge, RequestError
 
 __all__ = ["check_image", "data_url_payload"]
 
@@ -28,8 +28,8 @@ def data_url_payload(url: str) -> str:
     m = _DATA_URL.match(url)
     if m is None:
         if url.startswith(("http://", "https://")):
-            raise APIError(400, "image URLs are not fetched; send the image as a base64 data: URL")
-        raise APIError(400, "an image must be a base64 data: URL (data:image/png;base64,...)")
+            raise RequestError("image URLs are not fetched; send the image as a base64 data: URL")
+        raise RequestError("an image must be a base64 data: URL (data:image/png;base64,...)")
     return url[m.end() :]
 
 
@@ -38,27 +38,26 @@ def check_image(b64: str, max_bytes: int, max_pixels: int, index: int = 0) -> st
     if b64.startswith("data:"):
         b64 = data_url_payload(b64)
     if len(b64) > max_bytes * 4 // 3 + 8:
-        raise APIError(413, f"image {index} is larger than the {max_bytes} byte limit")
+        raise InputTooLarge(f"image {index} is larger than the {max_bytes} byte limit")
     try:
         raw = base64.b64decode(b64.strip(), validate=True)
     except (binascii.Error, ValueError):
-        raise APIError(400, f"image {index} is not valid base64") from None
+        raise RequestError(f"image {index} is not valid base64") from None
     if len(raw) > max_bytes:
-        raise APIError(413, f"image {index} is larger than the {max_bytes} byte limit")
+        raise InputTooLarge(f"image {index} is larger than the {max_bytes} byte limit")
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
             with Image.open(io.BytesIO(raw)) as im:  # reads the header only
                 width, height, fmt = im.width, im.height, im.format
     except Image.DecompressionBombError:
-        raise APIError(413, f"image {index} has more pixels than the limit") from None
+        raise InputTooLarge(f"image {index} has more pixels than the limit") from None
     except (UnidentifiedImageError, OSError, ValueError):
-        raise APIError(400, f"image {index} is not an image Hearth can read") from None
+        raise RequestError(f"image {index} is not an image Hearth can read") from None
     if fmt not in _FORMATS:
-        raise APIError(400, f"image {index} is a {fmt} image; use PNG, JPEG, WebP, GIF or BMP")
+        raise RequestError(f"image {index} is a {fmt} image; use PNG, JPEG, WebP, GIF or BMP")
     if width * height > max_pixels:
-        raise APIError(
-            413,
+        raise InputTooLarge(
             f"image {index} is {width}x{height} pixels, more than the {max_pixels} pixel limit",
         )
     return b64.strip()

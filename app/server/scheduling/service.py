@@ -18,9 +18,9 @@ from pydantic import ValidationError
 
 from ...engine.gguf import GGUFError
 from ...runner.protocol import CompletionRequest
-from ..api.errors import APIError
 from ..api.schemas import RUNTIME_OPTIONS, ChatMessage, Options
 from ..config import ConfigError, ServerConfig, parse_duration
+from ..errors import ModelFailed, ModelFileMissing, RequestError
 from ..prompting.images import check_image
 from ..prompting.outputs import OutputParser, ParsedCall
 from ..store.engines import EngineChoice, EngineUnavailableError, choose_engine
@@ -78,9 +78,9 @@ class Target:
 
     def require(self, capability: str, what: str) -> None:
         if not self.info.supported:
-            raise APIError(400, f"{self.name}: {self.info.problem}")
+            raise RequestError(f"{self.name}: {self.info.problem}")
         if capability not in self.capabilities:
-            raise APIError(400, f"{self.name} does not support {what}")
+            raise RequestError(f"{self.name} does not support {what}")
 
 
 @dataclass(frozen=True)
@@ -109,25 +109,24 @@ class Service:
         record = self.store.resolve(name)
         layer = record.layer("model")
         if layer is None:
-            raise APIError(400, f"{name} has no model file (its manifest lists no model layer)")
+            raise RequestError(f"{name} has no model file (its manifest lists no model layer)")
         path = self.store.blob_path(layer.digest)
         if not path.is_file():
-            raise APIError(
-                404,
+            raise ModelFileMissing(
                 f"the model file of {name} is missing from the store (was a linked file "
-                "moved or deleted?); create the model again",
+                "moved or deleted?); create the model again"
             )
         try:
             info = await asyncio.to_thread(self.infos.get, path)
         except GGUFError as e:
-            raise APIError(400, f"{name} cannot be used: {e}") from None
+            raise RequestError(f"{name} cannot be used: {e}") from None
         projector, projector_info = None, None
         if (layer := record.layer("projector")) is not None:
             projector = self.store.blob_path(layer.digest)
             try:
                 projector_info = await asyncio.to_thread(self.infos.get, projector)
             except (GGUFError, OSError) as e:
-                raise APIError(400, f"{name}: its vision projector cannot be used: {e}") from None
+                raise RequestError(f"{name}: its vision projector cannot be used: {e}") from None
         return Target(
             name=record.name.display,
             record=record,
@@ -162,7 +161,7 @@ class Service:
         try:
             return parse_duration(value)
         except ConfigError as e:
-            raise APIError(400, str(e)) from None
+            raise RequestError(str(e)) from None
 
     def engine(self, target: Target, options: Options | None = None) -> EngineChoice:
         """Which engine runs the model and why (see store/engines.py); 400 when the one asked
@@ -176,7 +175,7 @@ class Service:
                 self.config.engine,
             )
         except EngineUnavailableError as e:
-            raise APIError(400, f"{target.name}: {e}") from None
+            raise RequestError(f"{target.name}: {e}") from None
 
     def settings(self, target: Target, options: Options | None) -> GenerationSettings:
         given = options.model_dump(exclude_none=True) if options is not None else {}
@@ -274,7 +273,7 @@ class Service:
 
     async def lease(self, target: Target, settings: GenerationSettings, keep_alive: float) -> Lease:
         if not target.info.supported:
-            raise APIError(400, f"{target.name}: {target.info.problem}")
+            raise RequestError(f"{target.name}: {target.info.problem}")
         return await self.scheduler.acquire(self.spec(target, settings), keep_alive)
 
     async def generate(
@@ -322,7 +321,7 @@ class Generation:
         except RunnerError as e:
             dead = not self.lease.runner.alive
             self._failed()
-            raise APIError(500 if dead else 400, str(e)) from None
+            raise (ModelFailed if dead else RequestError)(str(e)) from None
 
     def _failed(self) -> None:
         self.service.scheduler.runner_failed(self.lease.entry)
