@@ -11,10 +11,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..engine.kvcache.types import KVCacheType
 from ..engine.ml.api import DType
 from ..engine.tokenizer import Tokenizer
 from .loop import BatchLoop, PassEngine
-from .protocol import ENGINES, CompletionRequest, RunnerOptions
+from .protocol import ENGINES, CompletionRequest, EngineKind, RunnerOptions
 from .sequence import PromptTooLongError, Sequence, SequenceSettings, settings_from_request
 
 if TYPE_CHECKING:
@@ -24,8 +25,6 @@ if TYPE_CHECKING:
 __all__ = ["RunnerConfig", "Runner", "RequestError"]
 
 _log = logging.getLogger("hearth.runner")
-
-_KV_TYPES = {"f16": DType.F16, "q8_0": DType.Q8_0, "q4_0": DType.Q4_0}
 
 
 class RequestError(ValueError):
@@ -60,7 +59,7 @@ class Runner:
         self.invariance: Any = None
         self.engine: PassEngine
         pipelined = config.pipelined
-        if config.engine == "llamacpp":
+        if config.engine == EngineKind.LLAMACPP:
             from ..engine.llamacpp import LlamaCppEngine
             from .placement import parse_layout
 
@@ -99,7 +98,7 @@ class Runner:
         from ..plugins.registry import default_registry
         from .placement import runner_placement
 
-        kv = _KV_TYPES[config.kv_type]
+        kv = KVCacheType(config.kv_type).dtype
         if kv != DType.F16 and not config.flash_attention:
             raise ValueError(
                 f"a {config.kv_type} KV cache needs flash attention (--flash-attention); "

@@ -18,7 +18,7 @@ from ..engine.gguf import GGUFError
 from ..engine.ml.api import OutOfMemoryError
 from .core import Runner, RunnerConfig
 from .http import RunnerState, make_server
-from .protocol import TOKEN_ENV, RunnerOptions
+from .protocol import TOKEN_ENV, EngineKind, RunnerOptions
 
 __all__ = ["main"]
 
@@ -42,7 +42,7 @@ def _watch_parent(stop: threading.Event) -> None:
 def _load_errors(engine: str) -> tuple[type[Exception], ...]:
     """The engine's "this file cannot be run" errors, imported only for that engine (one
     process holds either Hearth's ggml or llama.cpp's)."""
-    if engine == "llamacpp":
+    if engine == EngineKind.LLAMACPP:
         from ..engine.llamacpp import LlamaCppLoadError
 
         return (LlamaCppLoadError,)

@@ -60,11 +60,13 @@ happened (`truncated`, `shifted`, `prompt_cached`) so the service can tell its c
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
+from enum import StrEnum
 from typing import Any
 
 __all__ = [
     "TOKEN_ENV",
     "ENGINES",
+    "EngineKind",
     "CompletionRequest",
     "CompletionChunk",
     "CompletionDone",
@@ -74,7 +76,16 @@ __all__ = [
 ]
 
 TOKEN_ENV = "HEARTH_RUNNER_TOKEN"
-ENGINES = ("hearth", "llamacpp")  # the runner's forward engines (`--engine`)
+
+
+class EngineKind(StrEnum):
+    """The runner's forward engines (`--engine`; the service's engine choice names them)."""
+
+    HEARTH = "hearth"  # Hearth's own, with an architecture plugin
+    LLAMACPP = "llamacpp"  # llama.cpp through llama-cpp-python, for every other GGUF
+
+
+ENGINES = tuple(EngineKind)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -89,7 +100,7 @@ class RunnerOptions:
     kv_type: str = "f16"  # f16 | q8_0 | q4_0 (the last two need flash attention)
     memory_limit: int | None = None  # bytes; a model needing more fails at load
     projector: str | None = None  # a vision projector GGUF beside the model (mmproj-*.gguf)
-    engine: str = "hearth"  # hearth | llamacpp (ENGINES)
+    engine: str = EngineKind.HEARTH  # an EngineKind
     # Where layers go: the service's layout as JSON, {"gpus": [{"device": "CUDA0" | "RPC0",
     # "layers": [0, 1, ...]}], "projector": device | null} (layer `blocks` is the output
     # layer); None: everything on the CPU. RPC devices come from HEARTH_RPC_SERVERS.

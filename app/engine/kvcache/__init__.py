@@ -3,6 +3,7 @@
 from .base import MAX_POS, Cache, CacheFullError, ShiftFn, ShiftNotSupportedError
 from .causal import Causal
 from .encoder import Encoder
+from .types import KVCacheType
 from .wrapper import Wrapper
 
 __all__ = [
@@ -11,6 +12,7 @@ __all__ = [
     "CacheFullError",
     "Causal",
     "Encoder",
+    "KVCacheType",
     "ShiftFn",
     "ShiftNotSupportedError",
     "Wrapper",

@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from ..kvcache import CacheFullError, ShiftNotSupportedError
+from ..kvcache import CacheFullError, KVCacheType, ShiftNotSupportedError
 from ..memory_report import MemoryReport
 from ..ml.api import OutOfMemoryError
 from ..ml.placement import DevicePlacement
@@ -53,8 +53,6 @@ __all__ = ["LlamaCppEngine", "LlamaCppLoadError", "LlamaCppPass"]
 _log = logging.getLogger("hearth.llamacpp")
 
 _MAX_POS = 2**31 - 1  # hearth.engine.kvcache's MAX_POS: "to the end"
-_KV_TYPES = {"f16": 1, "q8_0": 8, "q4_0": 2}  # ggml_type numbers
-_KV_BYTES = {"f16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32}
 _POOLING = {1: "mean", 2: "first"}  # the file's pooling_type, as Hearth's engine reads it
 
 
@@ -303,7 +301,7 @@ class LlamaCppEngine:
             if flash_attention
             else lib.LLAMA_FLASH_ATTN_TYPE_DISABLED
         )
-        params.type_k = params.type_v = _KV_TYPES[kv_type]
+        params.type_k = params.type_v = int(KVCacheType(kv_type).dtype)
         params.no_perf = True
         ctx = lib.llama_init_from_model(self.model, params)
         if not ctx:
@@ -332,7 +330,7 @@ class LlamaCppEngine:
             gqa = int(lib.llama_model_n_head_kv(self.model)) * head_dim
             cells = self.num_ctx * self.parallel
             layers = int(lib.llama_model_n_layer(self.model))
-            cache = int(cells * layers * 2 * gqa * _KV_BYTES[kv_type])
+            cache = int(cells * layers * 2 * gqa * KVCacheType(kv_type).element_bytes)
             device_parts(devices, "CPU")["cache"] = cache
         self.devices = devices
         return MemoryReport(weights=weights, cache=cache, graph=graph)

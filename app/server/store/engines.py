@@ -12,9 +12,11 @@ import importlib.util
 from dataclasses import dataclass
 from functools import cache
 
+from ...runner.protocol import EngineKind
+
 __all__ = ["ENGINE_CHOICES", "EngineChoice", "EngineUnavailableError", "choose_engine"]
 
-ENGINE_CHOICES = ("auto", "hearth", "llamacpp")
+ENGINE_CHOICES = ("auto", *EngineKind)
 
 
 class EngineUnavailableError(ValueError):
@@ -23,7 +25,7 @@ class EngineUnavailableError(ValueError):
 
 @dataclass(frozen=True)
 class EngineChoice:
-    engine: str  # hearth | llamacpp (the runner's --engine)
+    engine: str  # an EngineKind (the runner's --engine)
     reason: str  # a sentence for /api/show and the GUI
 
 
@@ -51,14 +53,16 @@ def choose_engine(
         )
     if wanted == "auto":
         if has_plugin:
-            return EngineChoice("hearth", f"a Hearth plugin runs architecture '{architecture}'")
-        wanted, source = "llamacpp", f"no Hearth plugin for architecture '{architecture}'"
-    if wanted == "hearth" and not has_plugin:
+            return EngineChoice(
+                EngineKind.HEARTH, f"a Hearth plugin runs architecture '{architecture}'"
+            )
+        wanted, source = EngineKind.LLAMACPP, f"no Hearth plugin for architecture '{architecture}'"
+    if wanted == EngineKind.HEARTH and not has_plugin:
         raise EngineUnavailableError(
             f"{source} asks for Hearth's engine, but no installed Hearth plugin runs "
             f"architecture '{architecture}'; use engine auto or llamacpp"
         )
-    if wanted == "llamacpp" and not llamacpp_installed():
+    if wanted == EngineKind.LLAMACPP and not llamacpp_installed():
         raise EngineUnavailableError(
             f"{source}, and the llama.cpp engine needs llama-cpp-python, which is not "
             "installed; reinstall Hearth (./hearth builds it)"

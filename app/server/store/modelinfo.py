@@ -17,13 +17,13 @@ from typing import Any
 import numpy as np
 
 from ...engine.gguf import GGUFFile, Metadata
+from ...engine.kvcache.types import KVCacheType
 from ...plugins import Architecture, Architectures
 from .engines import llamacpp_installed
 
 __all__ = ["ModelInfo", "ModelInfoCache", "capabilities", "human_number", "quantization_name"]
 
 _SHORT_ARRAY = 32  # longer metadata arrays are left out of `model_info` unless verbose
-_KV_BYTES = {"f16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32}
 
 
 def human_number(n: int) -> str:
@@ -111,7 +111,7 @@ class ModelInfo:
         upper bound for sliding-window models) + a rough compute graph. The runner's own
         report (in /api/ps) is the measured number."""
         cells = num_ctx * parallel
-        kv = int(self.kv_bytes_per_token / 2 * _KV_BYTES.get(kv_type, 2.0) * cells)
+        kv = int(self.kv_bytes_per_token / 2 * KVCacheType(kv_type).element_bytes * cells)
         batch = min(num_batch, num_ctx)
         graph = 4 * batch * (4 * self.embedding_length + 2 * self.feed_forward_length)
         graph += 4 * batch * self.head_count * min(cells, 8192)

@@ -37,20 +37,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ....engine.gguf import GGUFFile
-from ...store.modelinfo import _KV_BYTES, _per_layer
+from ....engine.kvcache.types import KVCacheType
+from ...store.modelinfo import _per_layer
 from .memory import DeviceId, DeviceMemory, Layout, LoadOperation, LoadReply, MemoryReport
 
 __all__ = [
-    "KV_TYPE_BYTES",
     "FileLayers",
     "FileFitRunner",
     "fit_report",
     "placed_report",
     "read_file_layers",
 ]
-
-# Bytes of one K/V element per cache type (q8_0: 34 bytes per 32 values, q4_0: 18 per 32).
-KV_TYPE_BYTES = _KV_BYTES
 
 _OUTPUT_PREFIXES = ("output.", "output_norm.")
 
@@ -134,11 +131,12 @@ def fit_report(
 ) -> MemoryReport:
     """The memory report of the all-CPU layout: `cells` KV cells (num_ctx x parallel) of
     `kv_type`, a `graph` buffer, and a vision projector of `projector` bytes (None: none)."""
-    if kv_type not in KV_TYPE_BYTES:
-        raise ValueError(f"unknown K/V cache type {kv_type!r} (one of {', '.join(KV_TYPE_BYTES)})")
+    if kv_type not in list(KVCacheType):
+        known = ", ".join(KVCacheType)
+        raise ValueError(f"unknown K/V cache type {kv_type!r} (one of {known})")
     if cells <= 0:
         raise ValueError(f"the KV cache needs at least one cell, not {cells}")
-    per = KV_TYPE_BYTES[kv_type]
+    per = KVCacheType(kv_type).element_bytes
     block_cells = min(cells, layers.window) if layers.window > 0 else cells
     cache = tuple(int(n * block_cells * per) for n in layers.kv_elements) + (0,)
     cpu = DeviceMemory(weights=(*layers.blocks, layers.output), cache=cache, graph=graph)
