@@ -38,8 +38,8 @@ from ..scheduling.service import Service
 from ..store.engines import llamacpp_installed
 from ..store.model_store import BlobError, BlobWriter, Layer, ModelStore, normalize_digest
 from ..store.names import ModelName
+from .common import service_of
 from .errors import APIError, validation_message
-from .ollama import service_of
 from .responses import ndjson_or_last
 from .schemas import CreateRequest, Options
 

@@ -9,10 +9,9 @@ that the prompt was cut to fit `num_ctx` or the context was shifted while genera
 
 from __future__ import annotations
 
-import math
 import secrets
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -20,13 +19,21 @@ from fastapi.responses import JSONResponse, Response
 
 from ...runner.protocol import CompletionRequest
 from ..prompting.outputs import OutputParser, ParsedCall
-from ..prompting.prompts import conversation, render, with_images
+from ..prompting.prompts import render, with_images
 from ..scheduling.runner_process import RunnerError
 from ..scheduling.service import Generation, GenerationSettings, Piece, Service, Target, pieces
+from .common import (
+    chat_prompt,
+    embed_texts,
+    hearth_extras,
+    normalize,
+    service_of,
+    think_flag,
+    think_level,
+)
 from .errors import APIError
 from .responses import ndjson, now_iso
 from .schemas import (
-    ChatMessage,
     ChatRequest,
     EmbeddingsRequest,
     EmbedRequest,
@@ -34,22 +41,9 @@ from .schemas import (
     GenerateRequest,
 )
 
-__all__ = [
-    "router",
-    "service_of",
-    "final_stats",
-    "hearth_extras",
-    "think_flag",
-    "think_level",
-    "run_format",
-    "chat_prompt",
-]
+__all__ = ["router", "final_stats", "run_format", "tool_calls_json"]
 
 router = APIRouter(tags=["ollama"])
-
-
-def service_of(request: Request) -> Service:
-    return request.app.state.service  # type: ignore[no-any-return]
 
 
 def final_stats(final: dict[str, Any]) -> dict[str, Any]:
@@ -64,66 +58,10 @@ def final_stats(final: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def hearth_extras(final: dict[str, Any]) -> dict[str, Any]:
-    cached = int(final.get("prompt_cached", 0))
-    return {
-        "prompt_tokens": cached + int(final.get("prompt_eval_count", 0)),
-        "prompt_cached": cached,
-        "truncated": bool(final.get("truncated", False)),
-        "shifted": bool(final.get("shifted", False)),
-    }
-
-
-def think_flag(target: Target, think: bool | str | None) -> bool | None:
-    if think is None:
-        return None
-    if think and "thinking" not in target.capabilities:
-        raise APIError(400, f"{target.name} does not support thinking")
-    return bool(think)
-
-
-def think_level(think: bool | str | None) -> dict[str, Any]:
-    """A thinking level ("low", "high", ...) as the template variable `reasoning_effort` (the
-    Hugging Face name, read by e.g. gpt-oss's template); nothing for a plain on/off."""
-    return {"reasoning_effort": think} if isinstance(think, str) and think else {}
-
-
 def run_format(fmt: Format) -> str | dict[str, Any] | None:
     if fmt in (None, ""):
         return None
     return fmt
-
-
-def chat_prompt(
-    svc: Service,
-    target: Target,
-    messages: Sequence[ChatMessage],
-    tools: list[dict[str, Any]],
-    think: bool | None,
-    level: str | None = None,
-) -> tuple[str, list[str]]:
-    """The prompt text for a chat and the checked images it refers to (by `[img-N]` tags).
-
-    Shared by /api/chat and /v1/chat/completions: the model's system message and preset
-    messages are added (`prompts.conversation`), the images are checked (`Service.images`, which
-    raises 400 on a bad one), a model without vision refuses images (400), and the model's
-    template is rendered with `tools` (none when the list is empty), `think` and, while
-    thinking, its `level` (see `think_level`).
-    """
-    conv, raw_images = conversation(messages, target.system, target.preset)
-    images = svc.images(raw_images)
-    if images:
-        target.require("vision", "images")
-    prompt = render(
-        target.template,
-        conv,
-        target.info.bos_text,
-        target.info.eos_text,
-        tools=tools or None,
-        think=think,
-        **(think_level(level) if think else {}),
-    )
-    return prompt, images
 
 
 def tool_calls_json(calls: list[ParsedCall]) -> list[dict[str, Any]]:
@@ -341,36 +279,6 @@ async def chat(body: ChatRequest, request: Request) -> Response:
     if body.stream:
         return ndjson(items, gen.close)
     return JSONResponse(await _collect(items, chat=True))
-
-
-def normalize(vector: list[float], dimensions: int | None = None) -> list[float]:
-    """Unit length (as Ollama's /api/embed), after keeping the first `dimensions` values."""
-    if dimensions:
-        vector = vector[:dimensions]
-    norm = math.sqrt(sum(x * x for x in vector))
-    return [x / norm for x in vector] if norm > 0 else list(vector)
-
-
-async def embed_texts(
-    svc: Service, target: Target, texts: list[str], truncate: bool, options: Any, keep_alive: float
-) -> tuple[list[list[float]], int, int]:
-    """Raw embeddings, the prompt tokens evaluated and the load duration (ns)."""
-    if not target.info.supported:
-        raise APIError(400, f"{target.name}: {target.info.problem}")
-    lease = await svc.lease(target, svc.settings(target, options), keep_alive)
-    vectors, count = [], 0
-    try:
-        for text in texts:
-            out = await lease.runner.embedding(text, truncate)
-            vectors.append([float(x) for x in out["embedding"]])
-            count += int(out.get("prompt_eval_count", 0))
-    except RunnerError as e:
-        dead = not lease.runner.alive
-        svc.scheduler.runner_failed(lease.entry)
-        raise APIError(500 if dead else 400, str(e)) from None
-    finally:
-        lease.release()
-    return vectors, count, lease.load_duration
 
 
 @router.post("/api/embed", summary="Embeddings for one or more inputs")

@@ -23,8 +23,8 @@ from ..scheduling.service import GenerationSettings, Service, Target
 from ..store.model_store import ModelNotFound, ModelRecord
 from ..store.modelinfo import read_full_metadata
 from ..store.names import ModelName
+from .common import service_of
 from .errors import APIError
-from .ollama import service_of
 from .responses import iso
 from .schemas import CopyRequest, DeleteRequest, ShowRequest
 

@@ -26,8 +26,7 @@ from ..prompting.prompts import render
 from ..scheduling.service import Generation, Piece, Service, Target, pieces
 from ..store.model_store import ModelNotFound, ModelRecord
 from . import openai_convert as convert
-from .errors import APIError
-from .ollama import (
+from .common import (
     chat_prompt,
     embed_texts,
     hearth_extras,
@@ -35,6 +34,7 @@ from .ollama import (
     service_of,
     think_flag,
 )
+from .errors import APIError
 from .openai_schemas import (
     OAChatRequest,
     OACompletionRequest,

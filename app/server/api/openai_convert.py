@@ -13,8 +13,8 @@ from typing import Any
 from ...engine.grammar.schema import compile_schema
 from ..prompting.images import data_url_payload
 from ..prompting.outputs import ParsedCall
+from .common import hearth_extras
 from .errors import APIError
-from .ollama import hearth_extras
 from .openai_schemas import OAChatRequest, OAMessage, OAToolCall, ResponseFormat, SamplingFields
 from .schemas import ChatMessage, FunctionCall, Options, ToolCall
 

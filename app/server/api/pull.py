@@ -23,8 +23,8 @@ from ..store.model_store import ModelNotFound
 from ..store.pull import Pull, PullCancelled, PullError, offline, prepare
 from ..store.pull.hf import search_hf
 from ..store.pull.network import check_online
+from .common import service_of
 from .errors import APIError
-from .ollama import service_of
 from .responses import ndjson_or_last
 from .schemas import PullRequest
 

@@ -1,0 +1,117 @@
+"""What the Ollama and OpenAI routes share: the service behind a request, the chat prompt and
+its images, embeddings, thinking switches and Hearth's extra final-record fields. Errors are
+the service's own (hearth.server.errors); api/errors.py turns them into status codes."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from fastapi import Request
+
+from ..errors import ModelFailed, RequestError
+from ..prompting.prompts import conversation, render
+from ..scheduling.runner_process import RunnerError
+from ..scheduling.service import Service, Target
+from .schemas import ChatMessage
+
+__all__ = [
+    "chat_prompt",
+    "embed_texts",
+    "hearth_extras",
+    "normalize",
+    "service_of",
+    "think_flag",
+    "think_level",
+]
+
+
+def service_of(request: Request) -> Service:
+    return request.app.state.service  # type: ignore[no-any-return]
+
+
+def hearth_extras(final: dict[str, Any]) -> dict[str, Any]:
+    cached = int(final.get("prompt_cached", 0))
+    return {
+        "prompt_tokens": cached + int(final.get("prompt_eval_count", 0)),
+        "prompt_cached": cached,
+        "truncated": bool(final.get("truncated", False)),
+        "shifted": bool(final.get("shifted", False)),
+    }
+
+
+def think_flag(target: Target, think: bool | str | None) -> bool | None:
+    if think is None:
+        return None
+    if think and "thinking" not in target.capabilities:
+        raise RequestError(f"{target.name} does not support thinking")
+    return bool(think)
+
+
+def think_level(think: bool | str | None) -> dict[str, Any]:
+    """A thinking level ("low", "high", ...) as the template variable `reasoning_effort` (the
+    Hugging Face name, read by e.g. gpt-oss's template); nothing for a plain on/off."""
+    return {"reasoning_effort": think} if isinstance(think, str) and think else {}
+
+
+def chat_prompt(
+    svc: Service,
+    target: Target,
+    messages: Sequence[ChatMessage],
+    tools: list[dict[str, Any]],
+    think: bool | None,
+    level: str | None = None,
+) -> tuple[str, list[str]]:
+    """The prompt text for a chat and the checked images it refers to (by `[img-N]` tags).
+
+    Shared by /api/chat and /v1/chat/completions: the model's system message and preset
+    messages are added (`prompts.conversation`), the images are checked (`Service.images`, which
+    raises 400 on a bad one), a model without vision refuses images (400), and the model's
+    template is rendered with `tools` (none when the list is empty), `think` and, while
+    thinking, its `level` (see `think_level`).
+    """
+    conv, raw_images = conversation(messages, target.system, target.preset)
+    images = svc.images(raw_images)
+    if images:
+        target.require("vision", "images")
+    prompt = render(
+        target.template,
+        conv,
+        target.info.bos_text,
+        target.info.eos_text,
+        tools=tools or None,
+        think=think,
+        **(think_level(level) if think else {}),
+    )
+    return prompt, images
+
+
+def normalize(vector: list[float], dimensions: int | None = None) -> list[float]:
+    """Unit length (as Ollama's /api/embed), after keeping the first `dimensions` values."""
+    if dimensions:
+        vector = vector[:dimensions]
+    norm = math.sqrt(sum(x * x for x in vector))
+    return [x / norm for x in vector] if norm > 0 else list(vector)
+
+
+async def embed_texts(
+    svc: Service, target: Target, texts: list[str], truncate: bool, options: Any, keep_alive: float
+) -> tuple[list[list[float]], int, int]:
+    """Raw embeddings, the prompt tokens evaluated and the load duration (ns)."""
+    if not target.info.supported:
+        raise RequestError(f"{target.name}: {target.info.problem}")
+    lease = await svc.lease(target, svc.settings(target, options), keep_alive)
+    vectors, count = [], 0
+    try:
+        for text in texts:
+            out = await lease.runner.embedding(text, truncate)
+            vectors.append([float(x) for x in out["embedding"]])
+            count += int(out.get("prompt_eval_count", 0))
+    except RunnerError as e:
+        dead = not lease.runner.alive
+        svc.scheduler.runner_failed(lease.entry)
+        raise (ModelFailed if dead else RequestError)(str(e)) from None
+    finally:
+        lease.release()
+    return vectors, count, lease.load_duration
