@@ -42,7 +42,7 @@ from .api import DType
 from .ggml_lib import load_extension
 
 if TYPE_CHECKING:
-    from .ggml import GGMLBackend
+    from .api import Backend
 
 __all__ = [
     "FewRowsKernel",
@@ -157,7 +157,7 @@ class FewRowsKernel:
         return set(self.isa)
 
     @classmethod
-    def for_backend(cls, backend: GGMLBackend) -> FewRowsKernel | None:
+    def for_backend(cls, backend: Backend) -> FewRowsKernel | None:
         """The kernel, or None where it cannot be used. The check runs once per process (on
         the first backend); `HEARTH_CPU_KERNELS=0` turns the kernel off, `=avx2` keeps it to
         its AVX2 code paths."""
@@ -169,7 +169,7 @@ class FewRowsKernel:
         return _checked  # type: ignore[return-value]
 
     @classmethod
-    def _checked_on(cls, backend: GGMLBackend) -> FewRowsKernel | None:
+    def _checked_on(cls, backend: Backend) -> FewRowsKernel | None:
         if not _ggml_features_match():
             return None
         lib = _load_library()
@@ -240,7 +240,7 @@ class FewRowsKernel:
             ctx, g.GGML_TYPE_F32, m, n, 1, 1, args, 2, self._fn, g.GGML_N_TASKS_MAX, isa
         )
 
-    def _agrees_with_ggml(self, backend: GGMLBackend, dtype: DType, isa: int) -> bool:
+    def _agrees_with_ggml(self, backend: Backend, dtype: DType, isa: int) -> bool:
         """Kernel (on code path `isa`) and ggml's mul_mat give equal bits for each row count
         of `_CHECK_ROWS` the path takes (odd sizes too)."""
         rng = np.random.default_rng(int(dtype))

@@ -42,7 +42,7 @@ import numpy as np
 from .api import DType
 
 if TYPE_CHECKING:
-    from .ggml import GGMLBackend, GGMLTensor
+    from .api import Backend, Tensor
 
 __all__ = [
     "ProductRule",
@@ -121,11 +121,11 @@ class InvarianceReport:
         }
 
 
-def probe_product(backend: GGMLBackend, weight: GGMLTensor) -> ProductRule:
+def probe_product(backend: Backend, weight: Tensor) -> ProductRule:
     """Multiply `weight` (loaded, in the layout under test) by random rows in every batch
     shape of `_ROW_SLICES` and alone, all in one graph, and classify (module docstring).
     The engine's own mul_mat is used, so Hearth's kernels are probed with ggml's."""
-    k = weight.ne[0]
+    k = weight.dim(0)
     x = np.random.default_rng(7).standard_normal((_PROBE_ROWS, k)).astype(np.float32)
     ctx = backend.new_context(4 * (_PROBE_ROWS + len(_ROW_SLICES)) + 16)
     try:
@@ -156,7 +156,7 @@ def probe_product(backend: GGMLBackend, weight: GGMLTensor) -> ProductRule:
         ctx.close()
 
 
-def probe_kv_padding(backend: GGMLBackend, head_dim: int = 128) -> int | None:
+def probe_kv_padding(backend: Backend, head_dim: int = 128) -> int | None:
     """The smallest padding (of `PADDING_CANDIDATES`) under which attention over a span
     stretched by masked cells gives the same bits as over the span itself, for one and for
     several query rows; None if none does."""
@@ -166,7 +166,7 @@ def probe_kv_padding(backend: GGMLBackend, head_dim: int = 128) -> int | None:
     return None
 
 
-def _padding_holds(backend: GGMLBackend, padding: int, head_dim: int) -> bool:
+def _padding_holds(backend: Backend, padding: int, head_dim: int) -> bool:
     """soft_max and the probabilities-times-V product (the attention ops that sum over
     cells, in the layout the non-flash path uses) over n cells vs n + extra masked cells."""
     rng = np.random.default_rng(padding)
@@ -205,7 +205,7 @@ def _padding_holds(backend: GGMLBackend, padding: int, head_dim: int) -> bool:
         ctx.close()
 
 
-def probe_flash_attention(backend: GGMLBackend, head_dim: int = 64) -> bool:
+def probe_flash_attention(backend: Backend, head_dim: int = 64) -> bool:
     """Whether ggml's flash attention gives each query row the same bits alone, in pieces of
     several rows, and over a span stretched by masked cells (F16 cache)."""
     rng = np.random.default_rng(1)

@@ -22,15 +22,26 @@ from __future__ import annotations
 import codecs
 import re
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from .bpe import UNICODE_TO_BYTE
 from .vocab import TokenType
 
-if TYPE_CHECKING:
-    from . import Tokenizer
-
 __all__ = ["StreamDecoder", "clean_spaces", "piece_bytes"]
+
+
+class Tokenizer(Protocol):
+    """What decoding reads of a tokenizer (hearth.engine.tokenizer.Tokenizer has it all)."""
+
+    add_space_prefix: bool
+    add_bos: bool
+    add_eos: bool
+    bos_id: int | None
+    eos_id: int | None
+    clean_spaces: bool
+
+    def _piece(self, id: int, special: bool) -> bytes: ...
+
 
 _SPACE = "\u2581"
 _PUNCT = re.compile(r" ([?!.,])")
