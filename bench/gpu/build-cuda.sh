@@ -70,8 +70,14 @@ EOF2
 }
 if [ "$record_only" = 1 ]; then record; exit 0; fi
 
-stub() {  # stub FILE SONAME: a shared library with that soname and no symbols
-    echo 'void hearth_stub(void) {}' > "$work/stub.c"
+stub() {  # stub FILE SONAME [HEADER]: a library with that soname, defining every cuXxx
+    # function HEADER declares (so the linker records the soname: with no symbols it would be
+    # dropped as unneeded, and the driver's functions left unresolved at load)
+    if [ -n "${3:-}" ]; then
+        grep -ohE '\bcu[A-Z][A-Za-z0-9_]*\b' "$3" | sort -u | sed 's/.*/void &(void) {}/' > "$work/stub.c"
+    else
+        echo 'void hearth_stub(void) {}' > "$work/stub.c"
+    fi
     cc -shared -fPIC -o "$1" "$work/stub.c" -Wl,-soname,"$2"
 }
 
@@ -95,7 +101,7 @@ if [ ! -e "$tk/.complete" ]; then
         for lib in cublas cublasLt; do ln -sf "lib$lib.so.13" "$libdir/lib$lib.so"; done
     fi
     mkdir -p "$libdir/stubs"
-    stub "$libdir/stubs/libcuda.so" libcuda.so.1
+    stub "$libdir/stubs/libcuda.so" libcuda.so.1 "$tk/include/cuda.h"
     touch "$tk/.complete"
 fi
 tk="$(cd "$tk" && pwd)"
@@ -127,6 +133,7 @@ build() {  # build NAME SOURCE EXTRA_CMAKE_ARGS
     CMAKE_ARGS="$common $extra" CMAKE_BUILD_PARALLEL_LEVEL="$jobs" \
         "$python" -m pip wheel --no-deps --no-cache-dir -w "$out" "$source" >"$work/$name.log" 2>&1 \
         || { tail -n 40 "$work/$name.log" >&2; exit 1; }
+    "$python" bench/gpu/slim_wheel.py "$out"/*.whl
     end=$(date +%s)
     echo "$name $arch $((end - start)) s on $jobs cores" | tee -a "$out/build-times.txt" >&2
 }

@@ -61,6 +61,7 @@ EOF
     export LD_LIBRARY_PATH="$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     say "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
     nvidia-smi || say "nvidia-smi failed"
+    say "$("$python" --version), $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2), gcc: $(command -v gcc || echo none)"
 fi
 "$python" -c "import ggml, hearth; print('ggml', ggml.__file__)" || { say "hearth does not import"; exit 1; }
 
