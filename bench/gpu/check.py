@@ -241,13 +241,22 @@ class Check:
             return {"skipped": f"llama-cpp-python does not import: {probe.stderr.strip()[-300:]}"}
         gpu_build = probe.returncode == 0
         ids = llamacpp_tokens(self.args.model, SPEED_PROMPT.format(r=0))
-        result: dict[str, Any] = {"cuda_build": gpu_build, "prompt_tokens": len(ids)}
+        # the threads Hearth's runner takes by default (physical cores), on both sides
+        from hearth.engine.cpu import physical_cores
+
+        threads = physical_cores()
+        result: dict[str, Any] = {"cuda_build": gpu_build, "prompt_tokens": len(ids),
+                                  "threads": threads}  # fmt: skip
         layers = {"cpu": 0}
         if gpu_build and self.gpu is not None:
             layers.update(full=self.layers, half=self.layers // 2)
         for name, gpu_layers in layers.items():
-            req = {"model": self.args.model, "ids": ids, "n_ctx": 2048, "n_batch": 512,
-                   "threads": os.cpu_count(), "generate": n, "reps": rounds,
+            # one batch for the whole prompt (as Hearth's runner evaluates it), whatever the
+            # tokenizer makes of it (the synthetic model's small vocabulary: more tokens)
+            batch = max(512, len(ids))
+            req = {"model": self.args.model, "ids": ids, "n_ctx": max(2048, batch + n + 64),
+                   "n_batch": batch,
+                   "threads": threads, "generate": n, "reps": rounds,
                    "gpu_layers": gpu_layers}  # fmt: skip
             runs = run_worker("llamacpp", req)["runs"]
             result[name] = {

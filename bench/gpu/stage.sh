@@ -5,8 +5,9 @@
 #   bench/gpu/stage.sh            after scripts/bootstrap.sh test (and bench/gpu/build-cuda.sh)
 #
 # .gpu/wheels/   Python 3.12 wheels of Hearth's runtime dependencies that the GPU machine's
-#                image lacks, at the versions this checkout's .venv resolved (so the GPU runs the
-#                code CI tests); everything else comes from the image (numpy, pillow, httpx...).
+#                image lacks (bench/gpu/wheel_list.py: the closure of Hearth's requirements
+#                minus device-packages.txt), at the versions this checkout's .venv resolved (so
+#                the GPU runs the code CI tests); the rest comes from the image (numpy, pillow...).
 # .gpu/cuda/     ggml-python and llama-cpp-python built with CUDA (bench/gpu/build-cuda.sh).
 # .gpu/vision/   a tiny random Gemma 3 with its vision tower (transformers + llama.cpp's own
 #                converter, hearth.plugins.testing.gemma3_vision) in Ollama's one-file layout,
@@ -22,15 +23,8 @@ py=.venv/bin/python
 [ -x "$py" ] || { echo "stage: run scripts/bootstrap.sh test first" >&2; exit 1; }
 mkdir -p .gpu/wheels .gpu/vision
 
-# 1. wheels: names the image lacks (KINDS.md's package list), versions from this venv.
-need="fastapi starlette pydantic pydantic-core annotated-types typing-inspection uvicorn gguf
-platformdirs diskcache pluggy regex nvidia-ml-py"
-pins=()
-for name in $need; do
-    v="$("$py" -m pip show "$name" 2>/dev/null | sed -n 's/^Version: //p')"
-    [ -n "$v" ] || { echo "stage: $name is not installed in .venv" >&2; exit 1; }
-    pins+=("$name==$v")
-done
+# 1. wheels: Hearth's runtime needs the image lacks, at this venv's versions (wheel_list.py)
+mapfile -t pins < <("$py" bench/gpu/wheel_list.py)
 rm -f .gpu/wheels/*.whl
 "$py" -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 \
     --implementation cp --abi cp312 --abi abi3 --abi none \
