@@ -22,12 +22,12 @@ import numpy as np
 from .architecture import MultimodalNotSupportedError
 from .input import Batch, Multimodal, sequence_runs
 from .kvcache import Cache
-from .memory_report import MemoryReport
+from .memory_use import MemoryUse
 from .ml.api import Context, DType, OutOfMemoryError, Tensor
 from .model import LoadedModel
 from .multimodal_store import MultimodalStore, is_placeholder, split_placeholder
 
-__all__ = ["ForwardEngine", "MemoryReport", "Pass"]
+__all__ = ["ForwardEngine", "MemoryUse", "Pass"]
 
 _GRAPH_CACHE_SIZE = 4  # graphs kept for reuse (decode shapes, a prompt chunk shape, ...)
 
@@ -116,7 +116,7 @@ class ForwardEngine:
         finally:
             ctx.close()
 
-    def _reserve(self) -> MemoryReport:
+    def _reserve(self) -> MemoryUse:
         for n in (self.num_batch, 1):
             outputs = np.full(min(self.parallel, n), n - 1, dtype=np.int32)
             ctx = self.backend.new_context()
@@ -147,7 +147,7 @@ class ForwardEngine:
                 ctx.reserve(logits)
             finally:
                 ctx.close()
-        return MemoryReport(
+        return MemoryUse(
             weights=self.loaded.weights.nbytes,
             cache=self.backend.persistent_bytes(),
             graph=self.backend.graph_memory(),

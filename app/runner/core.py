@@ -61,7 +61,7 @@ class Runner:
         pipelined = config.pipelined
         if config.engine == EngineKind.LLAMACPP:
             from ..engine.llamacpp import LlamaCppEngine
-            from .placement import parse_layout
+            from .layout_option import parse_layout
 
             compat = LlamaCppEngine(
                 config.model,
@@ -96,7 +96,7 @@ class Runner:
         from ..engine.forward import ForwardEngine
         from ..engine.model import load_model
         from ..plugins.registry import default_registry
-        from .placement import runner_placement
+        from .layout_option import runner_placement
 
         kv = KVCacheType(config.kv_type).dtype
         if kv != DType.F16 and not config.flash_attention:
@@ -259,7 +259,7 @@ class Runner:
         """Bytes per device (the llama.cpp engine: the buffers its log reported)."""
         if self.loaded is None:
             return dict(getattr(self.engine, "devices", {}))
-        from .placement import device_memory
+        from .layout_option import device_memory
 
         return device_memory(self.loaded, self.engine)  # type: ignore[arg-type]
 

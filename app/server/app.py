@@ -21,7 +21,7 @@ from .api.security import install_security
 from .config import ServerConfig
 from .devices import DeviceMonitor, DeviceProbe, layout_devices, probe_in_subprocess
 from .scheduling.layout import Gpu
-from .scheduling.placement import Placement, system_memory
+from .scheduling.load_layout import Placement, system_memory
 from .scheduling.scheduler import Launcher, Scheduler, process_launcher, system_available_memory
 from .scheduling.service import Service
 from .store.model_store import ModelStore

@@ -461,11 +461,12 @@ def llamacpp_tokens(model: str, text: str) -> list[int]:
 def write_huge_context_model(path: Path) -> int:
     """A small file whose KV cache at its full context is far larger than any machine: many
     wide KV heads on few weights (head_dim is independent of the embedding width). Returns the
-    num_ctx to ask for: 1M tokens x 8 layers x 2 x 8192 x 2 bytes = 256 GiB of F16 KV."""
+    num_ctx to ask for: 1M tokens x 16 layers x 2 x 8192 x 2 bytes = 512 GiB of F16 KV, more
+    than an H200 (141 GB) and its machine's RAM (128 GiB) together."""
     from hearth.plugins.testing.tiny import TinyTransformer, write_tiny_model
 
     num_ctx = 1 << 20
-    spec = TinyTransformer(embd=64, layers=8, heads=64, kv_heads=64, head_dim=128, ff=128,
+    spec = TinyTransformer(embd=64, layers=16, heads=64, kv_heads=64, head_dim=128, ff=128,
                            context=num_ctx)  # fmt: skip
     write_tiny_model(path, spec)
     return num_ctx

@@ -20,7 +20,7 @@ from hearth.plugins.testing import TinyTransformer, write_tiny_model
 from hearth.server.config import ServerConfig
 from hearth.server.scheduling.layout import ModelTooLarge, SystemMemory
 from hearth.server.scheduling.layout.fit import fit_report, read_file_layers
-from hearth.server.scheduling.placement import Placed, Placement
+from hearth.server.scheduling.load_layout import Placed, Placement
 from hearth.server.scheduling.runner_process import RunnerOptions
 from hearth.server.scheduling.scheduler import LoadSpec, Scheduler
 

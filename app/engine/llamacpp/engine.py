@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from ..kvcache import CacheFullError, KVCacheType, ShiftNotSupportedError
-from ..memory_report import MemoryReport
+from ..memory_use import MemoryUse
 from ..ml.api import OutOfMemoryError
 from ..ml.placement import DevicePlacement
 from ..multimodal_store import split_placeholder
@@ -311,7 +311,7 @@ class LlamaCppEngine:
             )
         self.ctx = int(ctx)
 
-    def _memory(self, lines: list[str], kv_type: str) -> MemoryReport:
+    def _memory(self, lines: list[str], kv_type: str) -> MemoryUse:
         """llama.cpp's own figures: model size, and the buffers its log reports (also per
         device: `devices`)."""
         lib = self._lib
@@ -333,7 +333,7 @@ class LlamaCppEngine:
             cache = int(cells * layers * 2 * gqa * KVCacheType(kv_type).element_bytes)
             device_parts(devices, "CPU")["cache"] = cache
         self.devices = devices
-        return MemoryReport(weights=weights, cache=cache, graph=graph)
+        return MemoryUse(weights=weights, cache=cache, graph=graph)
 
     def meta(self, key: str) -> str | None:
         """A GGUF metadata value of the model, as text (None when absent)."""

@@ -20,7 +20,7 @@ keep-alive timer. The rules:
 - Layout (with a `Placement`, as the service has): before anything is unloaded, a model whose
   FIT report (`LoadSpec.fit`) exceeds free memory + swap + what the loaded models hold is
   refused (`ModelTooLarge`, answered with 507, the numbers in the sentence); after the room
-  above is made, the load protocol runs (`placement.py`), and a layout that needs more than is
+  above is made, the load protocol runs (`load_layout.py`), and a layout that needs more than is
   free while other models are loaded unloads one more and is planned again. Then the runner
   starts.
 - Keep-alive: a runner with no requests left stays loaded for the request's keep-alive, then
@@ -59,7 +59,7 @@ from ...runner.protocol import CompletionRequest
 from ..config import FOREVER, ServerConfig
 from .layout import Layout, LoadRequiresEviction, MemoryReport, ModelTooLarge, human_bytes
 from .layout.usage import device_usage
-from .placement import Placed, Placement, layout_json
+from .load_layout import Placed, Placement, layout_json
 from .runner_process import RunnerOptions, RunnerProcess, RunnerStartError
 
 __all__ = [

@@ -28,7 +28,7 @@ The contract with the runner (the engine's fit/alloc/commit plugs in here):
    ALLOC/COMMIT with the same report. The runner then starts with the committed layout
    (`--layout`): its start is the real allocation and commit, every buffer on the device the
    layout names; a start that fails there is retried on the CPU (`scheduler.py`), and the bytes
-   it reports per device replace the plan's in /api/ps. The scheduler (`placement.py`) refuses
+   it reports per device replace the plan's in /api/ps. The scheduler (`load_layout.py`) refuses
    a model too large before starting a runner (HTTP 507 with the numbers) and logs where the
    model runs. (Ollama's runner answers FIT itself with the graph it reserved; here the graph
    of a device is the service's estimate until a runner of the file has measured it.)

@@ -1,14 +1,16 @@
-"""What a loaded model takes in memory, as both engines report it (the runner's `ready` event)."""
+"""What a loaded model takes in memory, as both engines report it (the runner's `ready` event).
+(The service's per-layer, per-device fit report is hearth.server.scheduling.layout's
+`MemoryReport`.)"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["MemoryReport"]
+__all__ = ["MemoryUse"]
 
 
 @dataclass(frozen=True)
-class MemoryReport:
+class MemoryUse:
     """Bytes for the weights, the KV cache and the compute graph (worst case)."""
 
     weights: int
