@@ -5,7 +5,8 @@
   `llama_cpp/lib/`, where the package loads it from) and into a top-level `lib/` that nothing
   loads. With CUDA the copy is half the wheel (libggml-cuda.so is about 33 MB for one
   architecture), and the GPU machine's calls carry at most 64 MiB. A top-level `lib/X` is
-  dropped only when the wheel has `<package>/lib/X` with the same bytes.
+  dropped only when the wheel has `<package>/lib/X` with the same bytes. Likewise the extra
+  copies of a library under its versioned names (see `_version_copies`).
 * Bindings: ggml-python 0.0.45 binds `ggml_backend_cuda_allreduce_tensor`, which its vendored
   ggml declares but no longer defines, so `import ggml` fails on any CUDA build
   (AttributeError at import). A binding of a CUDA function that no library in the wheel
@@ -61,6 +62,34 @@ def disable_missing_bindings(source: str, exported: set[str]) -> tuple[str, list
     return _BINDING.sub(fix, source), off
 
 
+# Libraries only the dynamic linker loads (by soname, from another library's DT_NEEDED), never
+# Python by file name: their unversioned copy can go too.
+_LINKED_ONLY = {"libggml-cuda.so"}
+_FULL_VERSION = re.compile(r"\.so\.\d+\.\d+")
+
+
+def _version_copies(entries: dict[str, bytes]) -> set[str]:
+    """Copies of one library under its versioned names (a wheel stores libX.so, libX.so.0 and
+    libX.so.0.25.3 as three files: zip has no symlinks): the soname (`libX.so.0`, what other
+    libraries name) stays, the fully versioned name goes, and the unversioned one goes where
+    Python never loads it (`_LINKED_ONLY`)."""
+    by_bytes: dict[bytes, list[str]] = {}
+    for name, data in entries.items():
+        if "/lib/" in name and not name.startswith("lib/") and ".so" in name:
+            by_bytes.setdefault(hashlib.sha256(data).digest(), []).append(name)
+    drop: set[str] = set()
+    for names in by_bytes.values():
+        if len(names) < 2:
+            continue
+        for name in names:
+            base = Path(name).name
+            if _FULL_VERSION.search(base) or base in _LINKED_ONLY:
+                drop.add(name)
+        if len(drop & set(names)) == len(names):  # never all of them
+            drop -= {min(names, key=len)}
+    return drop
+
+
 def _record_line(name: str, data: bytes) -> str:
     digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
     return f"{name},sha256={digest},{len(data)}"
@@ -88,6 +117,7 @@ def slim(wheel: Path) -> tuple[int, int]:
         for n, d in entries.items()
         if n.startswith("lib/") and packaged.get(Path(n).name) == hashlib.sha256(d).digest()
     }
+    drop |= _version_copies(entries)
     if not drop and not changed:
         return before, before
     tmp = wheel.with_suffix(".tmp")
