@@ -87,8 +87,10 @@ class Check:
     # -- the service ---------------------------------------------------------------------------
 
     def start_service(self) -> None:
+        # HEARTH_RUNNER_LOG: the runners' stderr in service.log (a native error's whole text)
         env = dict(os.environ, HEARTH_HOME=str(self.home), HEARTH_OFFLINE="1",
-                   HEARTH_KEEP_ALIVE="10m", HEARTH_NUM_PARALLEL="1")  # fmt: skip
+                   HEARTH_KEEP_ALIVE="10m", HEARTH_NUM_PARALLEL="1",
+                   HEARTH_RUNNER_LOG="1")  # fmt: skip
         log = open(self.out / "service.log", "w")  # noqa: SIM115 - lives as long as the service
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "hearth", "serve", "--port", "0"],
@@ -107,6 +109,9 @@ class Check:
         say(f"service at {self.url}")
 
     def api(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"the service has exited (status {self.proc.returncode})")
         r = self.client.request(method, self.url + path, json=body)
         if r.status_code >= 400:
             raise ServiceError(r.status_code, r.text)
@@ -148,6 +153,7 @@ class Check:
 
     def close(self) -> None:
         if self.proc is not None:
+            self.report["service_exit"] = self.proc.poll()  # None: still serving at the end
             self.proc.terminate()
             try:
                 self.proc.wait(30)

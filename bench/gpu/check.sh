@@ -5,7 +5,7 @@
 #
 #   bash bench/gpu/check.sh              on the GPU machine (OUT set by the device tool)
 #   bash bench/gpu/check.sh --smoke      there, first: install, then a short check on a model
-#                                        written there (devices, parity, vision), ~1 minute
+#                                        written there (devices, parity, speed), ~1 minute
 #   bash bench/gpu/check.sh --dry-run    here: every step that needs no GPU (tests/bench)
 #
 # Time plan on an H100/H200 (16 cores): install ~30 s, model join ~2 s, service and checks
@@ -94,7 +94,7 @@ vision=()
 [ -f .gpu/vision/ollama.gguf ] && vision=(--vision .gpu/vision)
 extra=()
 [ "$dry" = 1 ] && extra=(--dry-run)
-[ "$smoke" = 1 ] && extra=(--dry-run --steps devices,parity,vision)
+[ "$smoke" = 1 ] && extra=(--dry-run --steps devices,parity,speed)
 PYTHONUNBUFFERED=1 "$python" bench/gpu/check.py --model "$model" --out "$OUT" "${vision[@]}" "${extra[@]}"
 status=$?
 say "done, status $status"
