@@ -6,6 +6,9 @@
 #   bash bench/gpu/check.sh              on the GPU machine (OUT set by the device tool)
 #   bash bench/gpu/check.sh --smoke      there, first: install, then a short check on a model
 #                                        written there (devices, parity, speed), ~1 minute
+#   bash bench/gpu/check.sh --diagnose   there: small models' forward passes on the GPU against
+#                                        the CPU (diagnose.py), each fault named by its op, and
+#                                        compute-sanitizer on the first case that fails
 #   bash bench/gpu/check.sh --dry-run    here: every step that needs no GPU (tests/bench)
 #
 # Time plan on an H100/H200 (16 cores): install ~30 s, model join ~2 s, service and checks
@@ -16,7 +19,9 @@ cd "$(dirname "$0")/../.."
 repo="$(pwd)"
 dry=0
 smoke=0
+diagnose=0
 [ "${1:-}" = "--dry-run" ] && dry=1
+[ "${1:-}" = "--diagnose" ] && diagnose=1
 [ "${1:-}" = "--smoke" ] && smoke=1
 OUT="${OUT:-$repo/.gpu/out}"
 mkdir -p "$OUT"
@@ -64,6 +69,20 @@ EOF
     say "$("$python" --version), $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2), gcc: $(command -v gcc || echo none)"
 fi
 "$python" -c "import ggml, hearth; print('ggml', ggml.__file__)" || { say "hearth does not import"; exit 1; }
+
+if [ "$diagnose" = 1 ]; then
+    PYTHONUNBUFFERED=1 "$python" bench/gpu/diagnose.py "$OUT/diagnose"
+    for case in gemma3-all llama-all gemma3-blocks; do
+        if "$python" -c "import json,sys; sys.exit(json.load(open('$OUT/diagnose/diagnose.json'))['$case']['status'] == 0)"; then
+            say "compute-sanitizer on $case"
+            timeout 150 compute-sanitizer --tool memcheck --print-limit 5 "$python" bench/gpu/diagnose.py \
+                --case "$case" /tmp/hearth-diagnose-models > "$OUT/sanitizer.log" 2>&1
+            grep -m 40 -E "=========|Invalid|at 0x|by thread|Address|Saved host backtrace|in |ggml" "$OUT/sanitizer.log" | head -60
+            break
+        fi
+    done
+    exit 0
+fi
 
 # The model: the default model joined from its carried pieces, else the installed default
 # model (the CPU machine), else one written here.
