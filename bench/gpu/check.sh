@@ -72,7 +72,7 @@ fi
 
 if [ "$diagnose" = 1 ]; then
     PYTHONUNBUFFERED=1 "$python" bench/gpu/diagnose.py "$OUT/diagnose"
-    for case in gemma3-all llama-all gemma3-blocks; do
+    for case in runner-pipelined runner-serial synthetic-all gemma3-all llama-all gemma3-blocks; do
         if "$python" -c "import json,sys; sys.exit(json.load(open('$OUT/diagnose/diagnose.json'))['$case']['status'] == 0)"; then
             say "compute-sanitizer on $case"
             timeout 150 compute-sanitizer --tool memcheck --print-limit 5 "$python" bench/gpu/diagnose.py \

@@ -7,7 +7,10 @@ subprocess, so a native abort is a reported failure with its stderr, not the end
 
 Cases: tiny llama (untied output) and tiny gemma3 (output tied to the token embedding, which
 stays on the CPU), fully offloaded, a prompt pass of 32 tokens and three single-token passes;
-and the same with only the blocks on the GPU (the output layer on the CPU).
+the same with only the blocks on the GPU (the output layer on the CPU); the synthetic
+Gemma-3-270M-shaped model (synthetic.py) the same way at the runner's sizes (num_ctx 4096,
+num_batch 512); and that model through an in-process runner (batching loop, sampling),
+pipelined (batch N+1 built while N computes) and not.
 """
 
 from __future__ import annotations
@@ -23,23 +26,34 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests"))
 
-CASES = ["llama-all", "gemma3-all", "gemma3-blocks"]
+CASES = ["llama-all", "gemma3-all", "gemma3-blocks", "synthetic-all", "runner-serial",
+         "runner-pipelined"]  # fmt: skip
 
 
 def _model(name: str, folder: Path) -> tuple[Path, int]:
     from tiny_models import tiny_llama, write_tiny_gemma3, write_tiny_llama
 
+    if name.startswith(("synthetic", "runner")):
+        sys.path.insert(0, str(REPO / "bench" / "gpu"))
+        from synthetic import gemma3_270m_shape
+
+        from hearth.plugins.testing import write_tiny_model
+
+        path = folder / "synthetic.gguf"
+        if not path.exists():
+            write_tiny_model(path, gemma3_270m_shape())
+        return path, 18
     if name.startswith("llama"):
         return write_tiny_llama(folder / "llama.gguf", tiny_llama(layers=4)), 4
     return write_tiny_gemma3(folder / "gemma3.gguf", layers=6), 6
 
 
-def _logits(path: Path, placement: object) -> np.ndarray:
+def _logits(path: Path, placement: object, num_ctx: int = 128, num_batch: int = 32) -> np.ndarray:
     from hearth.engine.forward import ForwardEngine
     from hearth.plugins import load_installed_model as load_model
 
     loaded = load_model(path, num_threads=2, placement=placement)
-    engine = ForwardEngine(loaded, num_ctx=128, num_batch=32)
+    engine = ForwardEngine(loaded, num_ctx=num_ctx, num_batch=num_batch)
     try:
         ids = np.random.default_rng(3).integers(3, 200, 32)
         rows = [engine.forward(ids, np.arange(32), np.zeros(32, int), np.array([31]))]
@@ -53,15 +67,40 @@ def _logits(path: Path, placement: object) -> np.ndarray:
         loaded.close()
 
 
+def _runner_text(path: Path, layout: str | None, pipelined: bool) -> str:
+    from hearth.runner.core import Runner, RunnerConfig
+    from hearth.runner.protocol import CompletionRequest
+
+    runner = Runner(RunnerConfig(str(path), layout=layout, pipelined=pipelined))
+    try:
+        text = ""
+        for prompt in ("The capital of France is", "Once upon a time"):
+            options = {"temperature": 0, "num_predict": 16}
+            seq = runner.completion(CompletionRequest(prompt=prompt, options=options))
+            while (event := seq.events.get()) is not None:
+                text += event.get("content", "")
+                print(f"event {sorted(event)[:4]}", file=sys.stderr, flush=True)
+        return text
+    finally:
+        runner.close()
+
+
 def run_case(name: str, folder: Path) -> dict[str, object]:
     from hearth.engine.ml.devices import ggml_devices
     from hearth.engine.ml.placement import DevicePlacement
 
     path, layers = _model(name, folder)
     gpu = next(d.id for d in ggml_devices() if d.kind == "GPU")
-    on_gpu = tuple(range(layers + 1)) if name.endswith("-all") else tuple(range(layers))
-    cpu = _logits(path, None)
-    placed = _logits(path, DevicePlacement({gpu: on_gpu}))
+    on_gpu = tuple(range(layers + 1)) if not name.endswith("-blocks") else tuple(range(layers))
+    if name.startswith("runner"):
+        layout = json.dumps({"gpus": [{"device": gpu, "layers": list(on_gpu)}], "projector": None})
+        pipelined = name.endswith("pipelined")
+        cpu_text = _runner_text(path, None, pipelined)
+        gpu_text = _runner_text(path, layout, pipelined)
+        return {"same_text": cpu_text == gpu_text, "cpu": cpu_text[:80], "gpu": gpu_text[:80]}
+    sizes = (4096, 512) if name.startswith("synthetic") else (128, 32)
+    cpu = _logits(path, None, *sizes)
+    placed = _logits(path, DevicePlacement({gpu: on_gpu}), *sizes)
     diff = float(np.abs(cpu - placed).max())
     same = bool((cpu.argmax(-1) == placed.argmax(-1)).all())
     return {"max_abs_diff": diff, "max_abs_logit": float(np.abs(cpu).max()), "same_argmax": same}
@@ -78,7 +117,7 @@ def main() -> None:
     for name in CASES:
         folder = Path("/tmp/hearth-diagnose-models")
         folder.mkdir(parents=True, exist_ok=True)
-        env = dict(os.environ, CUDA_LAUNCH_BLOCKING="1")  # a fault names its own op
+        env = dict(os.environ)
         r = subprocess.run(
             [sys.executable, __file__, "--case", name, str(folder)],
             capture_output=True, text=True, env=env, timeout=300,
