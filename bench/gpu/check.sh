@@ -75,7 +75,7 @@ if [ "$diagnose" = 1 ]; then
     for case in runner-pipelined runner-serial synthetic-all gemma3-all llama-all gemma3-blocks; do
         if "$python" -c "import json,sys; sys.exit(json.load(open('$OUT/diagnose/diagnose.json'))['$case']['status'] == 0)"; then
             say "compute-sanitizer on $case"
-            timeout 150 compute-sanitizer --tool memcheck --print-limit 5 "$python" bench/gpu/diagnose.py \
+            timeout 90 compute-sanitizer --tool memcheck --print-limit 5 "$python" bench/gpu/diagnose.py \
                 --case "$case" /tmp/hearth-diagnose-models > "$OUT/sanitizer.log" 2>&1
             grep -m 40 -E "=========|Invalid|at 0x|by thread|Address|Saved host backtrace|in |ggml" "$OUT/sanitizer.log" | head -60
             break
