@@ -72,6 +72,7 @@ fi
 
 if [ "$diagnose" = 1 ]; then
     PYTHONUNBUFFERED=1 "$python" bench/gpu/diagnose.py "$OUT/diagnose"
+    [ -n "${NO_SANITIZER:-}" ] && exit 0
     for case in runner-pipelined runner-serial synthetic-all gemma3-all llama-all gemma3-blocks; do
         if "$python" -c "import json,sys; sys.exit(json.load(open('$OUT/diagnose/diagnose.json'))['$case']['status'] == 0)"; then
             say "compute-sanitizer on $case"

@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests"))
 
 CASES = ["llama-all", "gemma3-all", "gemma3-blocks", "synthetic-all", "runner-serial",
-         "runner-pipelined"]  # fmt: skip
+         "runner-pipelined", "runner-serial-nographs"]  # fmt: skip
 
 
 def _model(name: str, folder: Path) -> tuple[Path, int]:
@@ -94,7 +94,7 @@ def run_case(name: str, folder: Path) -> dict[str, object]:
     on_gpu = tuple(range(layers + 1)) if not name.endswith("-blocks") else tuple(range(layers))
     if name.startswith("runner"):
         layout = json.dumps({"gpus": [{"device": gpu, "layers": list(on_gpu)}], "projector": None})
-        pipelined = name.endswith("pipelined")
+        pipelined = "pipelined" in name
         cpu_text = _runner_text(path, None, pipelined)
         gpu_text = _runner_text(path, layout, pipelined)
         return {"same_text": cpu_text == gpu_text, "cpu": cpu_text[:80], "gpu": gpu_text[:80]}
@@ -114,10 +114,13 @@ def main() -> None:
     out = Path(sys.argv[1])
     out.mkdir(parents=True, exist_ok=True)
     results = {}
-    for name in CASES:
+    wanted = os.environ.get("DIAGNOSE_CASES")
+    for name in wanted.split(",") if wanted else CASES:
         folder = Path("/tmp/hearth-diagnose-models")
         folder.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ)
+        if name.endswith("-nographs"):  # ggml-cuda's switch: no CUDA graph capture
+            env["GGML_CUDA_DISABLE_GRAPHS"] = "1"
         r = subprocess.run(
             [sys.executable, __file__, "--case", name, str(folder)],
             capture_output=True, text=True, env=env, timeout=300,
