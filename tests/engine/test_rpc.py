@@ -102,3 +102,34 @@ def test_layout_json_round_trip() -> None:
     assert p.device_of_tensor("token_embd.weight", 3, matmul=False) is None
     with pytest.raises(PlacementError):
         DevicePlacement.from_json({"gpus": [{"device": "RPC0"}]})
+
+
+def test_a_graph_reused_after_another_ran_gives_the_cpu_logits(workers, model_path) -> None:
+    """A decode graph built for one prompt, reused after the next prompt's graph ran: the
+    scheduler split it across devices (pointing its nodes at copies it then freed), so it must
+    be split again from its own sources. It crashed the worker (and a CUDA GPU: an illegal
+    address in set_rows) before `_pin_sources`."""
+
+    def turns(placement: DevicePlacement | None) -> np.ndarray:
+        loaded = load_model(model_path, num_threads=1, placement=placement)
+        engine = ForwardEngine(loaded, num_ctx=128, num_batch=32)
+        rows = []
+        try:
+            for prompt in ([1, 10, 11, 12, 13, 14], [1, 20, 21, 22, 23]):
+                engine.cache.remove(0, 0)
+                n = len(prompt)
+                seq, last = np.zeros(n, int), np.array([n - 1])
+                rows.append(engine.forward(np.array(prompt), np.arange(n), seq, last))
+                for k in range(3):  # the same decode graph in both turns
+                    pos = np.array([n + k])
+                    rows.append(engine.forward(np.array([5]), pos, np.array([0]), np.array([0])))
+            assert engine.graphs_reused >= 4
+            return np.concatenate(rows)
+        finally:
+            engine.close()
+            loaded.close()
+
+    first, _ = workers
+    cpu = turns(None)
+    placed = turns(DevicePlacement({first: (0, 1, 2, 3, 4)}))
+    np.testing.assert_allclose(placed, cpu, rtol=0, atol=1e-5 * np.abs(cpu).max())

@@ -81,6 +81,8 @@ class GGMLContext(Context):
         self._outputs: set[int] = set()
         self._keyed: dict[str, Tensor] = {}
         self._was_allocated = False
+        # The graph's node sources as built (see _pin_sources), once the scheduler has seen it.
+        self._sources: list[tuple[Any, tuple[int, ...]]] | None = None
         # Set by the engine per pass: for operands with this many rows, the (start, count)
         # runs that belong to one sequence each (see mul_mat).
         self.row_groups: dict[int, list[tuple[int, int]]] = {}
@@ -330,6 +332,24 @@ class GGMLContext(Context):
         inputs = list(self._inputs.values())
         self._backend._compute(self, gf, inputs, on_started)  # type: ignore[arg-type]
 
+    def _pin_sources(self, gf: object) -> None:
+        """Before the scheduler splits this graph: the first time, remember every node's
+        sources; later, put them back. Splitting a graph across devices rewrites the sources
+        of nodes that read another device's tensors to point at the scheduler's copies, which
+        live in a context the next split frees: a graph re-allocated after another graph ran
+        would read through those dead copies (stale rows, a GPU's illegal address). On one
+        device there are no copies and nothing changes."""
+        if self._sources is None:
+            nodes = [g.ggml_graph_node(gf, i) for i in range(g.ggml_graph_n_nodes(gf))]
+            self._sources = [
+                (node, tuple(_addr(s) if s else 0 for s in node.contents.src)) for node in nodes
+            ]
+            return
+        for node, sources in self._sources:
+            src = node.contents.src
+            for j, address in enumerate(sources):
+                src[j] = ctypes.cast(address, type(src[j])) if address else None
+
     def _release_allocation(self) -> None:
         """Forget every graph tensor's address so the allocator places them anew."""
         t = g.ggml_get_first_tensor(self._ctx)
@@ -340,7 +360,9 @@ class GGMLContext(Context):
             t = g.ggml_get_next_tensor(self._ctx, t)
 
     def reserve(self, *outputs: Tensor) -> None:
-        self._backend._reserve(self._build(outputs))
+        gf = self._build(outputs)
+        self._pin_sources(gf)  # reserving splits the graph too
+        self._backend._reserve(gf)
 
     @property
     def is_current(self) -> bool:
@@ -494,6 +516,7 @@ class GGMLBackend(Backend):
                     # ggml's allocator takes tensors that still hold addresses for allocated;
                     # forget the old ones or the new allocation would alias memory.
                     ctx._release_allocation()
+                ctx._pin_sources(gf)
                 g.ggml_backend_sched_reset(sched)
                 if not g.ggml_backend_sched_alloc_graph(sched, gf):
                     self._allocated_graph = 0
