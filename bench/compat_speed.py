@@ -36,6 +36,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
 from machine import cpu_description  # noqa: E402
+from prompts import LONG_PROMPT  # noqa: E402
 
 from hearth.default_model import default_model_path  # noqa: E402
 from hearth.runner.protocol import CompletionRequest, RunnerOptions  # noqa: E402
@@ -46,18 +47,6 @@ PROMPT = (
     "when metal movable type, oil-based inks and a screw press came together in one workshop. "
     "Describe in detail how the invention spread across Europe and what it changed:"
 )
-# About 480 tokens (one batch of 512) with Gemma 3's tokenizer; the round number comes
-# first, so no prefix is cached.
-LONG_PROMPT = (
-    "Round {r}. "
-    + " ".join(
-        f"Note {i}: the history of the printing press begins in the fifteenth century, when metal "
-        "movable type, oil-based inks and a screw press came together in one workshop."
-        for i in range(13)
-    )
-    + " Describe in detail how the invention spread across Europe and what it changed:"
-)
-
 # llama.cpp's side, in a process of its own (never beside another libggml).
 _BARE = r"""
 import ctypes, json, sys, time

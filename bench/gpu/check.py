@@ -54,15 +54,7 @@ PARITY_PROMPTS = [
     "Here is a short poem about the sea:\n",
     "def fibonacci(n):\n",
 ]
-SPEED_PROMPT = (
-    "Round {r}. "
-    + " ".join(
-        f"Note {i}: the history of the printing press begins in the fifteenth century, when metal "
-        "movable type, oil-based inks and a screw press came together in one workshop."
-        for i in range(13)
-    )
-    + " Describe in detail how the invention spread across Europe and what it changed:"
-)
+from prompts import LONG_PROMPT as SPEED_PROMPT  # noqa: E402  (bench/prompts.py)
 
 
 class Check:
