@@ -1,7 +1,9 @@
 """The fit step computed by the service from the model file (nothing loaded, nothing allocated).
 
-The engine does not place layers on GPUs yet, so every layout it can run is "all on the CPU";
-for that layout the FIT report is arithmetic on the GGUF, which the service reads anyway:
+The runner is not asked: the service plans every layout from the file before the runner
+starts (the runner then allocates what `--layout` says, and a start that runs out of memory
+on a device is retried on the CPU). The all-CPU FIT report is arithmetic on the GGUF, which
+the service reads anyway:
 
 * weights per layer: the bytes of the file's tensors, `blk.N.*` for block N, `output.*` and
   `output_norm.*` for the output layer (index `blocks`), everything else (the token embedding,
@@ -16,6 +18,10 @@ for that layout the FIT report is arithmetic on the GGUF, which the service read
 * the graph (compute buffer): the service's estimate, or what the last runner of the file
   measured when larger (measuring needs the model built, i.e. loaded);
 * a vision projector: its file's weights; its encoder's compute buffer is not estimated (0).
+
+Known gap (measured on an H200, bench/results/gpu-h200-2026-11-27.json): a model whose output
+layer reads the token embedding (tied, no `output.weight`) gets a copy of that embedding on the
+device holding the output layer (178 MB for Gemma 3 270M); the report does not count it.
 
 `placed_report` moves that all-CPU report onto a layout: each layer's weights and cache go to
 the device holding the layer, and every GPU given layers gets a graph buffer of the same
