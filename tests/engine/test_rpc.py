@@ -133,3 +133,36 @@ def test_a_graph_reused_after_another_ran_gives_the_cpu_logits(workers, model_pa
     cpu = turns(None)
     placed = turns(DevicePlacement({first: (0, 1, 2, 3, 4)}))
     np.testing.assert_allclose(placed, cpu, rtol=0, atol=1e-5 * np.abs(cpu).max())
+
+
+def test_a_tied_output_layer_on_a_device_is_planned_with_its_embedding_copy(workers, tmp_path):
+    """Gemma 3's output reads the token embedding (no output.weight): on a device the engine
+    holds a copy of it there. The service's plan for that layout (fit.py, from the file) names
+    the bytes the runner then allocates on the device (tensor padding aside)."""
+    from hearth.server.scheduling.layout import DeviceId, Layout
+    from hearth.server.scheduling.layout.fit import fit_report, placed_report, read_file_layers
+
+    from tiny_models import write_tiny_gemma3
+
+    path = write_tiny_gemma3(tmp_path / "tied.gguf", layers=6)
+    tensors = {t.name: int(t.n_bytes) for t in GGUFReader(path).tensors}
+    assert "output.weight" not in tensors
+    layers = read_file_layers(path)
+    assert layers.tied_output == tensors["token_embd.weight"]
+
+    first, _ = workers
+    loaded = load_model(path, num_threads=1, placement=DevicePlacement({first: tuple(range(7))}))
+    engine = ForwardEngine(loaded, num_ctx=128, num_batch=32)
+    try:
+        held = device_memory(loaded, engine)[first]["weights"]
+    finally:
+        engine.close()
+        loaded.close()
+    device = DeviceId("RPC", first.removeprefix("RPC"))
+    planned = placed_report(fit_report(layers, cells=128), Layout.of([(device, range(7))]))
+    on_device = sum(planned.gpus[device].weights)
+    on_device_tensors = sum(1 for name in tensors if not name.startswith("token_embd")) + 1
+    assert on_device <= held < on_device + 32 * on_device_tensors
+    assert on_device - layers.tied_output < held  # without the copy the plan fell short
+    cpu_only = placed_report(fit_report(layers, cells=128), Layout())
+    assert sum(cpu_only.cpu.weights) == sum(layers.blocks) + layers.output  # no copy on the CPU

@@ -19,9 +19,10 @@ the service reads anyway:
   measured when larger (measuring needs the model built, i.e. loaded);
 * a vision projector: its file's weights; its encoder's compute buffer is not estimated (0).
 
-Known gap (measured on an H200, bench/results/gpu-h200-2026-11-27.json): a model whose output
-layer reads the token embedding (tied, no `output.weight`) gets a copy of that embedding on the
-device holding the output layer (178 MB for Gemma 3 270M); the report does not count it.
+A model whose output layer reads the token embedding (tied: no `output.weight`) gets a copy of
+that embedding on the device holding the output layer (178 MB for Gemma 3 270M, first measured
+on an H200: bench/results/gpu-h200-2026-11-27.json); `placed_report` adds it there
+(`MemoryReport.output_copy`). The layout search's layer sizes leave it out.
 
 `placed_report` moves that all-CPU report onto a layout: each layer's weights and cache go to
 the device holding the layer, and every GPU given layers gets a graph buffer of the same
@@ -67,6 +68,7 @@ class FileLayers:
     inputs: int  # every other tensor: token embedding, rope factors, ...
     kv_elements: tuple[int, ...]  # per block: K + V elements per cache cell
     window: int = 0  # the sliding window (cells counted per block at most), 0: none
+    tied_output: int = 0  # no output.weight: the token embedding's bytes the output reads
 
 
 def _block_index(name: str, blocks: int) -> int | None:
@@ -86,6 +88,8 @@ def _read(path: Path) -> FileLayers:
             raise ValueError(f"{path.name} has no {meta.architecture}.block_count")
         weights = [0] * blocks
         output = inputs = 0
+        embedding = f.tensors.get("token_embd.weight")
+        tied = embedding.nbytes if embedding is not None and "output.weight" not in f.tensors else 0
         for name, tensor in f.tensors.items():
             index = _block_index(name, blocks)
             if index is not None:
@@ -102,7 +106,7 @@ def _read(path: Path) -> FileLayers:
         v_len = meta.uint("attention.value_length", head_dim)
         kv = tuple(h * (k_len + v_len) for h in kv_heads)
         window = meta.uint("attention.sliding_window", 0)
-    return FileLayers(tuple(weights), output, inputs, kv, window)
+    return FileLayers(tuple(weights), output, inputs, kv, window, tied)
 
 
 _cache: OrderedDict[tuple[str, int, int], FileLayers] = OrderedDict()
@@ -152,6 +156,7 @@ def fit_report(
         vision=projector is not None,
         projector=projector or 0,
         projector_graph=projector_graph if projector is not None else 0,
+        output_copy=layers.tied_output,
     )
 
 
@@ -167,6 +172,8 @@ def placed_report(report: MemoryReport, layout: Layout) -> MemoryReport:
             if not 0 <= i < layers:
                 raise ValueError(f"the layout names layer {i}; the model has {layers}")
             weights[i], cache[i] = cpu_weights[i], cpu_cache[i]
+            if i == layers - 1:  # the output layer: with it, a tied output's embedding copy
+                weights[i] += report.output_copy
             cpu_weights[i] = cpu_cache[i] = 0
     graph = report.cpu.graph
     gpus = {device: DeviceMemory(tuple(w), tuple(c), graph) for device, (w, c) in moved.items()}
@@ -177,6 +184,7 @@ def placed_report(report: MemoryReport, layout: Layout) -> MemoryReport:
         vision=report.vision,
         projector=report.projector,
         projector_graph=report.projector_graph,
+        output_copy=report.output_copy,
     )
 
 

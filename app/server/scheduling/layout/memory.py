@@ -107,6 +107,10 @@ class MemoryReport:
     vision: bool = False
     projector: int = 0
     projector_graph: int = 0
+    # Bytes the output layer takes on a GPU beyond its own weights: the token embedding an
+    # output tied to it reads, which the engines copy to the output layer's device (on the
+    # CPU the one tensor serves both).
+    output_copy: int = 0
 
     @property
     def layers(self) -> int:
