@@ -136,6 +136,20 @@ def test_runner_dying_mid_stream_ends_with_an_error_line_and_the_next_request_re
     assert len(launcher.started) == 3  # a fresh runner after each death
 
 
+def test_runner_dying_during_a_whole_answer_is_a_500_naming_the_runner(fake_service, caplog):
+    """Not streamed: the model's failure is the answer (500, as Ollama), in the API's shape,
+    with the runner's last words; not an 'internal error' with a traceback in the log."""
+    fake_service.launcher.die_after = 2
+    resp = fake_service.client.post("/api/chat", json={**CHAT, "stream": False})
+    assert resp.status_code == 500
+    assert resp.json() == {"error": "the model's runner process stopped (status -9)"}
+    resp = fake_service.client.post("/v1/chat/completions", json={**CHAT, "stream": False})
+    assert resp.status_code == 500
+    assert resp.json()["error"]["message"] == "the model's runner process stopped (status -9)"
+    assert resp.json()["error"]["type"] == "api_error"
+    assert "unexpected error" not in caplog.text
+
+
 def test_queue_full_is_503(make_fake_service):
     svc = make_fake_service(replace(ServerConfig(), max_queue=0))
     resp = svc.client.post("/api/chat", json=CHAT)

@@ -20,6 +20,7 @@ from ...engine.gguf import GGUFError
 from ..errors import InputTooLarge, ModelFailed, ModelFileMissing, RequestError
 from ..prompting.templates import TemplateError
 from ..scheduling.layout import LayoutRequestError, ModelTooLarge
+from ..scheduling.runner_process import RunnerError
 from ..scheduling.scheduler import LoadFailed, ServerBusy
 from ..store.model_store import BlobError, ModelNotFound
 from ..store.names import InvalidName
@@ -78,6 +79,8 @@ _MAPPED: tuple[tuple[type[Exception], int], ...] = (
     (RequestError, 400),
     (ModelFileMissing, 404),
     (ModelFailed, 500),
+    # the runner failed while answering (crashed: a native abort, a device lost)
+    (RunnerError, 500),
     (InvalidName, 400),
     (ModelNotFound, 404),
     (BlobError, 400),
