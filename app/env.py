@@ -137,8 +137,7 @@ class CpuKernels(Enum):
 
 def cpu_kernels(env: Mapping[str, str] | None = None) -> CpuKernels:
     """HEARTH_CPU_KERNELS: a switch (unset: on) or `avx2`."""
-    if _raw("HEARTH_CPU_KERNELS", env).lower() == "avx2":
+    value = _raw("HEARTH_CPU_KERNELS", env).lower()
+    if value == "avx2":
         return CpuKernels.AVX2
-    if not _raw("HEARTH_CPU_KERNELS", env):
-        return CpuKernels.ON
-    return CpuKernels.ON if flag("HEARTH_CPU_KERNELS", env) else CpuKernels.OFF
+    return CpuKernels.ON if not value or flag("HEARTH_CPU_KERNELS", env) else CpuKernels.OFF

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from .. import env as hearth_env
+from ..engine.kvcache.types import KVCacheType
 from ..env import EnvError
 from ..hostport import DEFAULT_HOST, DEFAULT_PORT, HostError, env_host, is_loopback, parse_host
 from .store.engines import ENGINE_CHOICES
@@ -124,7 +125,7 @@ class ServerConfig:
                 raise ConfigError("--port must be between 0 and 65535")
             p = port
         _check_children(env)
-        kv = hearth_env.choice("HEARTH_KV_CACHE_TYPE", ("f16", "q8_0", "q4_0"), "f16", env)
+        kv = hearth_env.choice("HEARTH_KV_CACHE_TYPE", tuple(KVCacheType), "f16", env)
         engine = hearth_env.choice("HEARTH_ENGINE", ENGINE_CHOICES, "auto", env)
         text = hearth_env.text
         keep_alive = parse_duration(text("HEARTH_KEEP_ALIVE", env) or "5m", "HEARTH_KEEP_ALIVE")
@@ -139,9 +140,7 @@ class ServerConfig:
             api_key=text("HEARTH_API_KEY", env) or None,
             origins=origins,
             max_loaded_models=max_loaded or 3,  # 0 = automatic: 3 on CPU, as Ollama
-            num_parallel=hearth_env.whole(
-                "HEARTH_NUM_PARALLEL", 0, 0, env
-            ),  # unset or 0: automatic
+            num_parallel=hearth_env.whole("HEARTH_NUM_PARALLEL", 0, 0, env),  # 0: automatic
             context_length=hearth_env.whole("HEARTH_CONTEXT_LENGTH", 4096, 4, env),
             keep_alive=keep_alive,
             max_queue=hearth_env.whole("HEARTH_MAX_QUEUE", 512, 0, env),

@@ -10,7 +10,7 @@ from typing import Any
 
 from fastapi import Request
 
-from ..errors import ModelFailed, RequestError
+from ..errors import RequestError
 from ..prompting.prompts import conversation, render
 from ..scheduling.runner_process import RunnerError
 from ..scheduling.service import Service, Target
@@ -109,9 +109,7 @@ async def embed_texts(
             vectors.append([float(x) for x in out["embedding"]])
             count += int(out.get("prompt_eval_count", 0))
     except RunnerError as e:
-        dead = not lease.runner.alive
-        svc.scheduler.runner_failed(lease.entry)
-        raise (ModelFailed if dead else RequestError)(str(e)) from None
+        raise svc.runner_failure(lease, e) from None
     finally:
         lease.release()
     return vectors, count, lease.load_duration

@@ -271,6 +271,14 @@ class Service:
             for i, b64 in enumerate(images or [])
         ]
 
+    def runner_failure(self, lease: Lease, error: RunnerError) -> ModelFailed | RequestError:
+        """A runner's error on `lease` as the service's own: the runner is marked failed (the
+        next request reloads it); a runner that died is the model failing, a live one refused
+        the request."""
+        dead = not lease.runner.alive
+        self.scheduler.runner_failed(lease.entry)
+        return (ModelFailed if dead else RequestError)(str(error))
+
     async def lease(self, target: Target, settings: GenerationSettings, keep_alive: float) -> Lease:
         if not target.info.supported:
             raise RequestError(f"{target.name}: {target.info.problem}")
@@ -319,9 +327,7 @@ class Generation:
         except StopAsyncIteration:
             self._first = None
         except RunnerError as e:
-            dead = not self.lease.runner.alive
-            self._failed()
-            raise (ModelFailed if dead else RequestError)(str(e)) from None
+            raise self.service.runner_failure(self.lease, e) from None
 
     def _failed(self) -> None:
         self.service.scheduler.runner_failed(self.lease.entry)

@@ -141,7 +141,7 @@ def fit_report(
 ) -> MemoryReport:
     """The memory report of the all-CPU layout: `cells` KV cells (num_ctx x parallel) of
     `kv_type`, a `graph` buffer, and a vision projector of `projector` bytes (None: none)."""
-    if kv_type not in list(KVCacheType):
+    if kv_type not in tuple(KVCacheType):
         known = ", ".join(KVCacheType)
         raise ValueError(f"unknown K/V cache type {kv_type!r} (one of {known})")
     if cells <= 0:
