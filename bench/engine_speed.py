@@ -23,6 +23,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
 
 from machine import cpu_description  # noqa: E402
+from prompts import llamacpp_tokens  # noqa: E402
 
 
 def _default_model() -> str:
@@ -34,19 +35,14 @@ def _default_model() -> str:
 
 def _token_ids(model: str, n: int) -> list[int]:
     """A natural-text prompt of exactly n tokens (BOS first), from llama.cpp's tokenizer."""
-    code = (
-        "import json,sys; from llama_cpp import Llama;"
-        "m=Llama(sys.argv[1], vocab_only=True, verbose=False);"
-        "t=' '.join(['The history of the lighthouse on the northern cliffs begins in 1821, when'"
-        " ' a storm wrecked three ships and the town decided it would never happen again.']*80);"
-        "print(json.dumps(m.tokenize(t.encode(), add_bos=True)[: int(sys.argv[2])]))"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", code, model, str(n)], capture_output=True, text=True
-    )
-    if out.returncode:
-        raise SystemExit(out.stderr)
-    return json.loads(out.stdout)
+    text = " ".join(
+        ["The history of the lighthouse on the northern cliffs begins in 1821, when"
+         " a storm wrecked three ships and the town decided it would never happen again."] * 80
+    )  # fmt: skip
+    try:
+        return llamacpp_tokens(model, text)[:n]
+    except RuntimeError as e:
+        raise SystemExit(str(e)) from None
 
 
 def _run(worker: str, req: dict) -> list[dict]:

@@ -55,6 +55,7 @@ PARITY_PROMPTS = [
     "def fibonacci(n):\n",
 ]
 from prompts import LONG_PROMPT as SPEED_PROMPT  # noqa: E402  (bench/prompts.py)
+from prompts import llamacpp_tokens  # noqa: E402
 
 
 class Check:
@@ -442,18 +443,6 @@ def run_worker(worker: str, req: dict[str, Any]) -> Any:
     if out.returncode:
         raise RuntimeError(f"{worker} worker failed: {out.stderr[-1500:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
-
-
-def llamacpp_tokens(model: str, text: str) -> list[int]:
-    code = (
-        "import json,sys; from llama_cpp import Llama;"
-        "m=Llama(sys.argv[1], vocab_only=True, verbose=False);"
-        "print(json.dumps(m.tokenize(sys.argv[2].encode(), add_bos=True)))"
-    )
-    out = subprocess.run([sys.executable, "-c", code, model, text], capture_output=True, text=True)
-    if out.returncode:
-        raise RuntimeError(out.stderr[-1500:])
-    return [int(t) for t in json.loads(out.stdout.strip().splitlines()[-1])]
 
 
 def write_huge_context_model(path: Path) -> int:
