@@ -118,7 +118,9 @@ def make_app(qtbot) -> Iterator[Callable[..., object]]:
     apps: list[HearthApp] = []
 
     def make(url: str = "", token: str = "", ready: bool = True) -> HearthApp:
-        argv = ["--server", url, "--api-key", token] if url else []
+        # `--api-key=` form: a token_urlsafe key may begin with "-", which argparse would
+        # take for an option
+        argv = ["--server", url, f"--api-key={token}"] if url else []
         app = HearthApp(argv)
         qtbot.addWidget(app.window)
         apps.append(app)

@@ -17,7 +17,7 @@ from hearth.ui.app import HearthApp
 def main() -> None:
     url, token, prompt = sys.argv[1:4]
     app = QApplication([])
-    h = HearthApp(["--server", url, "--api-key", token])
+    h = HearthApp(["--server", url, f"--api-key={token}"])  # a key may begin with "-"
     h.chat.update_chat_settings("", {"num_predict": 400, "temperature": 0.0})
     transcript = h.window.chat_page.transcript
 

@@ -126,7 +126,7 @@ def test_search_and_restart_keep_history(qtbot, make_app, real_service):
     assert app.history.model.rowCount() == 1 and app.history.model.chat_id(0) == chat_id
     app.shutdown()
     # a new app on the same data folder: same chats, same conversation
-    again = HearthApp(["--server", real_service["url"], "--api-key", real_service["token"]])
+    again = HearthApp(["--server", real_service["url"], f"--api-key={real_service['token']}"])
     qtbot.addWidget(again.window)
     try:
         ids = [again.history.model.chat_id(r) for r in range(again.history.model.rowCount())]
