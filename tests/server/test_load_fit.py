@@ -1,4 +1,4 @@
-"""The load protocol before a runner starts (issue 13): the FIT report computed from the model
+"""The layout planned before a runner starts (issue 13): the FIT report computed from the model
 file, checked against an independent count (gguf's GGUFReader, the KV formula), and the
 scheduler refusing a model too large for every device before starting a runner (in process on
 a simulated 1 GiB machine, and through a live `hearth serve` with the Ollama client)."""
@@ -325,7 +325,7 @@ def test_a_gpu_layout_reaches_the_runner_and_a_failed_start_runs_on_the_cpu(smal
     `--layout`, with ggml's device names), falls back to the CPU when that start fails, honours
     num_gpu, and has the device report probed afresh after every start and stop."""
     from hearth.engine.ml.placement import DevicePlacement
-    from hearth.server.scheduling.layout import DeviceId, Gpu
+    from hearth.server.scheduling.layout import DeviceId, Gpu, LayoutOptions
 
     path, spec = small
     gpus = [Gpu(DeviceId("CUDA", "0"), free=8 * GiB, total=8 * GiB, name="sim")]
@@ -340,7 +340,9 @@ def test_a_gpu_layout_reaches_the_runner_and_a_failed_start_runs_on_the_cpu(smal
             system=lambda: SystemMemory(GiB, GiB, 0), gpus=found, forget=lambda: forgotten.append(1)
         )
         s = Scheduler(ServerConfig(), launcher, lambda: 100 * GiB, placement)
-        wanted = replace(load_spec(path, "a:latest", 2048), num_gpu=num_gpu)
+        wanted = replace(
+            load_spec(path, "a:latest", 2048), layout_options=LayoutOptions(num_gpu=num_gpu)
+        )
         (await s.acquire(wanted, 60)).release()
         where = s.loaded()[0].placed.where  # type: ignore[union-attr]
         await s.close()
@@ -361,6 +363,57 @@ def test_a_gpu_layout_reaches_the_runner_and_a_failed_start_runs_on_the_cpu(smal
     two = DevicePlacement.from_json(json.loads(launcher.started[0].options.layout))
     # the last two blocks; the output layer stays on the CPU (llama.cpp's n_gpu_layers rule)
     assert two.layers == {"CUDA0": (spec.layers - 2, spec.layers - 1)}
+
+
+def test_num_gpu_past_the_gpu_s_memory_is_started_as_planned_and_its_failure_runs_on_the_cpu(
+    small, caplog
+):
+    """The plan from the file does not second-guess num_gpu: a GPU with too little free memory
+    for one layer gets every layer asked for, the runner is started with that layout, and its
+    own failure to allocate (the only real check) makes the scheduler start it again on the
+    CPU."""
+    from hearth.server.scheduling.layout import DeviceId, Gpu, LayoutOptions
+
+    path, spec = small
+    # 64 KiB usable beyond the driver's share: less than one layer's KV cache (0.5 MiB)
+    free = Gpu(DeviceId("CUDA", "0"), 0).minimum_memory + (64 << 10)
+    tiny = [Gpu(DeviceId("CUDA", "0"), free=free, total=8 * GiB, name="sim")]
+
+    async def found() -> list[Gpu]:
+        return tiny
+
+    async def go(num_gpu: int, fail: str | None) -> tuple[FakeLauncher, str]:
+        launcher = FakeLauncher(fail=fail)
+        placement = Placement(system=lambda: SystemMemory(GiB, GiB, 0), gpus=found)
+        s = Scheduler(ServerConfig(), launcher, lambda: 100 * GiB, placement)
+        wanted = replace(
+            load_spec(path, "a:latest", 2048), layout_options=LayoutOptions(num_gpu=num_gpu)
+        )
+        (await s.acquire(wanted, 60)).release()
+        where = s.loaded()[0].placed.where  # type: ignore[union-attr]
+        await s.close()
+        return launcher, where
+
+    # without num_gpu the plan keeps the model off that GPU
+    launcher, where = asyncio.run(go(-1, None))
+    assert launcher.started[0].options.layout is None and where == "CPU only"
+    # with it, the layout asked for reaches the runner
+    everything = spec.layers + 1
+    launcher, where = asyncio.run(go(everything, None))
+    assert json.loads(launcher.started[0].options.layout)["gpus"] == [
+        {"device": "CUDA0", "layers": list(range(everything))}
+    ]
+    assert where == f"{everything}/{everything} layers on CUDA0"
+    # and when the runner cannot allocate it, the model runs on the CPU
+    with caplog.at_level(logging.WARNING, logger="hearth.scheduler"):
+        launcher, where = asyncio.run(go(everything, "CUDA0: out of memory"))
+    assert [r.options.layout for r in launcher.started] == [None]
+    assert where == "CPU only"
+    assert any(
+        m.startswith('a:latest did not start with its layout on {"gpus":[{"device":"CUDA0"')
+        and m.endswith("(CUDA0: out of memory); starting it on the CPU")
+        for m in caplog.messages
+    ), caplog.messages
 
 
 def test_a_model_that_fits_on_the_gpu_needs_no_room_in_ram(small):

@@ -88,7 +88,7 @@ _MAPPED: tuple[tuple[type[Exception], int], ...] = (
     (GGUFError, 400),
     (ServerBusy, 503),
     (LoadFailed, 500),
-    # a placement the request forces and this machine cannot give (num_gpu past GPU memory)
+    # placement options that cannot apply on this machine (a tensor_split for absent GPUs)
     (LayoutRequestError, 400),
     # Ollama answers 500 ("model requires more system memory (X) than is available (Y)");
     # 507 Insufficient Storage says it is this machine's memory, and retrying will not help

@@ -1,11 +1,13 @@
-"""Before a runner starts: the layout search on the devices this machine has, and the refusal of
-a model that fits nowhere (see `hearth.server.scheduling.layout`).
+"""Before a runner starts: the layout planned from the model file on the devices this machine
+has, and the refusal of a model that fits nowhere (see `hearth.server.scheduling.layout`).
 
-`Placement.check` refuses a model whose FIT report (computed from its file, `layout.fit`) fits
-neither on the GPUs nor in system memory (`plan_layout`'s `ModelTooLarge`).
-`Placement.negotiate` runs the load protocol (`negotiate`) on it and logs one line: "layout for
-NAME: 0/N layers on GPU (no GPU found): running on the CPU". `Placement.preview` says where a
-load would put the model now, without logging (for /api/show and the scheduler's room-making).
+Every method plans with `plan_from_file` from the model's FIT report (computed from its file,
+`layout.fit`); no runner is asked (the runner's start is the real allocation, retried on the
+CPU by the scheduler when it runs out of memory). `Placement.check` refuses a model that fits
+neither on the GPUs nor in system memory (`plan_layout`'s `ModelTooLarge`). `Placement.plan`
+plans the layout a runner starts with and logs one line: "layout for NAME: 0/N layers on GPU
+(no GPU found): running on the CPU". `Placement.preview` says where a load would put the model
+now, without logging (for /api/show and the scheduler's room-making).
 System memory is read live; GPUs (local ones and the RPC workers of HEARTH_RPC_SERVERS) come
 from the service's device probe (the service passes one that reuses a report up to 30 s old and
 counts a failed probe as no GPU, with a warning). The layout chosen reaches the runner as its
@@ -23,16 +25,14 @@ from dataclasses import dataclass, replace
 from ...engine.ml.devices import system_free_swap
 from .layout import (
     CPU,
+    FilePlan,
     Gpu,
     Layout,
-    LayoutError,
     LayoutOptions,
     MemoryReport,
-    Negotiated,
     SystemMemory,
-    negotiate,
+    plan_from_file,
 )
-from .layout.fit import FileFitRunner
 from .layout.usage import DeviceUsage, device_usage, gpu_bytes
 
 __all__ = ["Placement", "Placed", "layout_json", "system_memory"]
@@ -66,7 +66,7 @@ def layout_json(layout: Layout) -> str | None:
 
 @dataclass(frozen=True)
 class Placed:
-    """The layout the load protocol chose for a model and its report: what /api/ps shows.
+    """The layout planned for a model and its report: what /api/ps shows.
     `where` is the layout in words ("CPU only", "18/19 layers on CUDA0"). `measured`: once the
     runner has loaded, the bytes it holds per device (its `/info` "devices"), which replace the
     plan's figures."""
@@ -129,7 +129,7 @@ class Placed:
 
 @dataclass
 class Placement:
-    """The service's side of the load protocol. `system` gives system memory now (None:
+    """The service's layout planning on this machine. `system` gives system memory now (None:
     unknown, and then nothing is planned or refused)."""
 
     system: Callable[[], SystemMemory | None]
@@ -142,17 +142,12 @@ class Placement:
     def devices_changed(self) -> None:
         self.forget()
 
-    async def _search(
-        self,
-        report: MemoryReport,
-        system: SystemMemory,
-        options: LayoutOptions,
-        say: Callable[[str], None] = lambda _sentence: None,
-    ) -> Negotiated:
-        """The load protocol on the GPUs found now, answered from the file (`FileFitRunner`)."""
+    async def _plan(
+        self, report: MemoryReport, system: SystemMemory, options: LayoutOptions
+    ) -> FilePlan:
+        """`plan_from_file` on the GPUs found now, with this service's HEARTH_GPU_OVERHEAD."""
         gpus = await self.gpus()
-        runner = FileFitRunner(report)
-        return await negotiate(runner, gpus, system, report.layers, options, report.vision, say)
+        return plan_from_file(gpus, system, report, replace(options, overhead=self.overhead))
 
     async def check(self, report: MemoryReport, reclaimable: int = 0) -> None:
         """Raise `ModelTooLarge` when `report` fits neither on the GPUs found nor in system
@@ -161,51 +156,40 @@ class Placement:
         system = self.system()
         if system is not None:
             system = replace(system, free=system.free + reclaimable)
-            await self._search(report, system, LayoutOptions(overhead=self.overhead))
+            await self._plan(report, system, LayoutOptions())
 
     async def preview(
-        self, report: MemoryReport, num_gpu: int = -1, main_gpu: int | None = None
+        self, report: MemoryReport, options: LayoutOptions = LayoutOptions()
     ) -> tuple[Layout, MemoryReport]:
-        """Where `report`'s model would go now (with these options) and what each device
-        would hold (for /api/show and the scheduler's room-making; nothing is logged). All on
-        the CPU when memory is unknown or the model fits nowhere."""
+        """Where `report`'s model would go now (with the request's `options`) and what each
+        device would hold (for /api/show and the scheduler's room-making; nothing is logged).
+        All on the CPU when memory is unknown or the model fits nowhere."""
         system = self.system()
         if system is None:
             return Layout(), report
-        options = LayoutOptions(num_gpu=num_gpu, main_gpu=main_gpu, overhead=self.overhead)
         try:
-            done = await self._search(report, system, options)
-        except (ValueError, LayoutError):  # too large, or options that cannot be honoured
+            done = await self._plan(report, system, options)
+        except ValueError:  # too large, or options that cannot be honoured
             return Layout(), report
         return done.layout, done.memory
 
-    async def negotiate(
+    async def plan(
         self,
         name: str,
         report: MemoryReport,
+        options: LayoutOptions = LayoutOptions(),
         others_loaded: bool = False,
-        num_gpu: int = -1,
-        main_gpu: int | None = None,
     ) -> Placed | None:
-        """Plan, 'allocate' and commit the layout of `report` (the model `name`), log where
-        it runs and return the layout with its report; None when system memory is unknown.
+        """The layout of `report` (the model `name`) with the request's `options`: logged
+        (where it runs) and returned with its report; None when system memory is unknown.
         `others_loaded` makes a layout that needs more than is free now raise
-        `LoadRequiresEviction`; a model that does not fit in free
-        memory + swap raises `ModelTooLarge` with the numbers. `num_gpu` (layers on GPUs,
-        -1: as many as fit) and `main_gpu` are the request's options."""
+        `LoadRequiresEviction`; a model that does not fit in free memory + swap raises
+        `ModelTooLarge` with the numbers."""
         system = self.system()
         if system is None:
             return None
-        options = LayoutOptions(
-            num_gpu=num_gpu,
-            main_gpu=main_gpu,
-            overhead=self.overhead,
-            require_full=others_loaded,
-        )
-        sentences: list[str] = []
-        done = await self._search(report, system, options, sentences.append)
-        sentence = sentences[-1] if sentences else "running on the CPU"
-        reason, _, where = sentence.rpartition(": ")
+        done = await self._plan(report, system, replace(options, require_full=others_loaded))
+        reason, _, where = done.note.rpartition(": ")
         count = f"{done.layout.offloaded}/{report.layers} layers on GPU"
         line = f"layout for {name}: {count}" + (f" ({reason}): {where}" if reason else f": {where}")
         log.info("%s", line)

@@ -20,9 +20,9 @@ keep-alive timer. The rules:
 - Layout (with a `Placement`, as the service has): before anything is unloaded, a model whose
   FIT report (`LoadSpec.fit`) exceeds free memory + swap + what the loaded models hold is
   refused (`ModelTooLarge`, answered with 507, the numbers in the sentence); after the room
-  above is made, the load protocol runs (`load_layout.py`), and a layout that needs more than is
-  free while other models are loaded unloads one more and is planned again. Then the runner
-  starts.
+  above is made, the layout is planned from the file (`load_layout.py`), and a layout that needs
+  more than is free while other models are loaded unloads one more and is planned again. Then
+  the runner starts with it; a start that runs out of memory on a device is retried on the CPU.
 - Keep-alive: a runner with no requests left stays loaded for the request's keep-alive, then
   is stopped; keep-alive 0 stops it at once, a negative one keeps it forever.
 - Failure: a runner that dies fails only the requests that were using it and is replaced on
@@ -57,7 +57,14 @@ from typing import Any, Protocol, overload
 from ...engine.ml.devices import system_available_memory
 from ...runner.protocol import CompletionRequest
 from ..config import FOREVER, ServerConfig
-from .layout import Layout, LoadRequiresEviction, MemoryReport, ModelTooLarge, human_bytes
+from .layout import (
+    Layout,
+    LayoutOptions,
+    LoadRequiresEviction,
+    MemoryReport,
+    ModelTooLarge,
+    human_bytes,
+)
 from .layout.usage import device_usage
 from .load_layout import Placed, Placement, layout_json
 from .runner_process import RunnerOptions, RunnerProcess, RunnerStartError
@@ -135,11 +142,11 @@ class LoadSpec:
     # falling back to `options` and `estimate` as they are (one slot).
     parallel_choices: tuple[tuple[int, int], ...] = ()
     parallel_reason: str = ""  # why `options.parallel` is what it is (for /api/ps and the log)
-    # The load protocol's FIT for these runner options, computed without loading (blocking:
+    # The model's all-CPU memory report (FIT) for these runner options, from its file (blocking:
     # called in a thread); None: the model is not planned or refused before it starts.
     fit: Callable[[RunnerOptions], MemoryReport] | None = field(default=None, compare=False)
-    num_gpu: int = -1  # the request's layers on GPUs (-1: as many as fit)
-    main_gpu: int | None = None  # the request's GPU to try first (index in discovery order)
+    # The request's placement (num_gpu, main_gpu); the planning adds the service's part.
+    layout_options: LayoutOptions = LayoutOptions()
 
 
 @dataclass(eq=False)
@@ -155,7 +162,7 @@ class Loaded:
     retiring: bool = False
     timer: asyncio.TimerHandle | None = None
     idle: asyncio.Event = field(default_factory=asyncio.Event)
-    placed: Placed | None = None  # the layout the load protocol chose (None: not planned)
+    placed: Placed | None = None  # the layout planned for the runner (None: not planned)
 
     def serves(self, spec: LoadSpec) -> bool:
         """Whether this runner can take the request as it is (no reload)."""
@@ -170,9 +177,10 @@ class Loaded:
             return False
         if "num_batch" in spec.explicit and want.num_batch != have.num_batch:
             return False
-        if "num_gpu" in spec.explicit and spec.num_gpu != self.spec.num_gpu:
+        want_layout, have_layout = spec.layout_options, self.spec.layout_options
+        if "num_gpu" in spec.explicit and want_layout.num_gpu != have_layout.num_gpu:
             return False
-        if "main_gpu" in spec.explicit and spec.main_gpu != self.spec.main_gpu:
+        if "main_gpu" in spec.explicit and want_layout.main_gpu != have_layout.main_gpu:
             return False
         return not ("num_thread" in spec.explicit and want.threads != have.threads)
 
@@ -374,18 +382,14 @@ class Scheduler:
     async def _place(
         self, spec: LoadSpec, fallback: LoadSpec | None
     ) -> tuple[LoadSpec, LoadSpec | None, Placed | None]:
-        """The load protocol before the runner starts (see `placement`): a layout that needs
+        """The layout planned before the runner starts (see `placement`): a layout that needs
         more memory than is free while other models are loaded first drops automatically
         chosen slots, then unloads the least recently used idle model, and is planned again.
         Returns the spec, its one-slot fallback and the layout chosen (None: none planned)."""
         while (report := await self._fit(spec)) is not None and self._placement is not None:
             try:
-                placed = await self._placement.negotiate(
-                    spec.name,
-                    report,
-                    others_loaded=bool(self._entries),
-                    num_gpu=spec.num_gpu,
-                    main_gpu=spec.main_gpu,
+                placed = await self._placement.plan(
+                    spec.name, report, spec.layout_options, others_loaded=bool(self._entries)
                 )
                 if placed is not None:
                     spec, fallback = _with_layout(spec, placed), _with_layout(fallback, placed)
@@ -426,9 +430,7 @@ class Scheduler:
         needs little RAM), or the whole estimate when nothing is planned."""
         if report is None or self._placement is None:
             return spec.estimate
-        layout, placed = await self._placement.preview(
-            report, num_gpu=spec.num_gpu, main_gpu=spec.main_gpu
-        )
+        layout, placed = await self._placement.preview(report, spec.layout_options)
         return device_usage(placed, layout)[0].total
 
     def _choose_parallel(self, spec: LoadSpec) -> tuple[LoadSpec, LoadSpec | None]:

@@ -26,7 +26,7 @@ from ..prompting.outputs import OutputParser, ParsedCall
 from ..store.engines import EngineChoice, EngineUnavailableError, choose_engine
 from ..store.model_store import ModelRecord, ModelStore
 from ..store.modelinfo import ModelInfo, ModelInfoCache, capabilities
-from .layout import MemoryReport
+from .layout import LayoutOptions, MemoryReport
 from .layout.fit import fit_report, read_file_layers
 from .runner_process import RunnerError, RunnerOptions
 from .scheduler import Lease, LoadSpec, Scheduler
@@ -92,8 +92,7 @@ class GenerationSettings:
     runner: RunnerOptions
     explicit: frozenset[str]
     sampling: dict[str, Any]
-    num_gpu: int = -1  # layers on GPUs (Ollama's option; -1: as many as fit)
-    main_gpu: int | None = None
+    layout: LayoutOptions = LayoutOptions()  # the request's num_gpu and main_gpu
 
 
 class Service:
@@ -197,13 +196,11 @@ class Service:
         sampling = {k: merged[k] for k in _SAMPLING if k in merged}
         if sampling.get("num_predict", -1) < 0:
             sampling["num_predict"] = 10 * num_ctx  # Ollama's cap on runaway generation
-        main_gpu = merged.get("main_gpu")
         return GenerationSettings(
             runner,
             frozenset(k for k in given if k in RUNTIME_OPTIONS),
             sampling,
-            num_gpu=int(merged.get("num_gpu", -1)),
-            main_gpu=int(main_gpu) if main_gpu is not None else None,
+            layout=LayoutOptions.from_request(merged),
         )
 
     def memory(self, target: Target, settings: GenerationSettings) -> dict[str, int]:
@@ -245,12 +242,11 @@ class Service:
             parallel_choices=choices,
             parallel_reason=reason,
             fit=lambda options: self.fit(target, replace(settings, runner=options)),
-            num_gpu=settings.num_gpu,
-            main_gpu=settings.main_gpu,
+            layout_options=settings.layout,
         )
 
     def fit(self, target: Target, settings: GenerationSettings) -> MemoryReport:
-        """The load protocol's FIT for these settings, from the model file (blocking; see
+        """The all-CPU memory report (FIT) for these settings, from the model file (blocking; see
         `layout.fit`): weights and KV cache per layer, the graph as `memory` gives it."""
         o = settings.runner
         projector = None

@@ -1,9 +1,11 @@
-"""The fit step computed by the service from the model file (nothing loaded, nothing allocated).
+"""What a model takes in memory, computed by the service from the model file (nothing loaded,
+nothing allocated): the report the layout is planned from (`planning.plan_from_file`).
 
-The runner is not asked: the service plans every layout from the file before the runner
-starts (the runner then allocates what `--layout` says, and a start that runs out of memory
-on a device is retried on the CPU). The all-CPU FIT report is arithmetic on the GGUF, which
-the service reads anyway:
+The runner is not asked, and nothing is negotiated with it: the service plans every layout from
+the file before the runner starts; the runner then allocates what `--layout` says, and a start
+that runs out of memory on a device is retried on the CPU (the scheduler) -- the runner's real
+allocation failure is the signal, which no estimate could replace. The all-CPU report is
+arithmetic on the GGUF, which the service reads anyway:
 
 * weights per layer: the bytes of the file's tensors, `blk.N.*` for block N, `output.*` and
   `output_norm.*` for the output layer (index `blocks`), everything else (the token embedding,
@@ -28,11 +30,7 @@ on an H200: bench/results/gpu-h200-2026-11-27.json); `placed_report` adds it the
 the device holding the layer, and every GPU given layers gets a graph buffer of the same
 estimate (ggml's scheduler reserves a worst-case compute buffer on each device it splits the
 graph over, as Ollama counts it); a projector placed on a GPU takes its weights and graph there.
-
-`FileFitRunner` answers the load protocol with these reports: FIT and ALLOC give the report
-of the layout asked for (the runner allocates while it starts, with `--layout`; a start that
-runs out of memory on a device fails with the device named, and the scheduler retries on the
-CPU), COMMIT and CLOSE succeed (the scheduler starts the runner after the commit).
+A GPU given no layers is absent from the placed report (the search then gives it nothing).
 """
 
 from __future__ import annotations
@@ -46,11 +44,10 @@ from pathlib import Path
 from ....engine.gguf import GGUFFile
 from ....engine.kvcache.types import KVCacheType
 from ...store.modelinfo import _per_layer
-from .memory import DeviceId, DeviceMemory, Layout, LoadOperation, LoadReply, MemoryReport
+from .memory import DeviceId, DeviceMemory, Layout, MemoryReport
 
 __all__ = [
     "FileLayers",
-    "FileFitRunner",
     "fit_report",
     "placed_report",
     "read_file_layers",
@@ -186,15 +183,3 @@ def placed_report(report: MemoryReport, layout: Layout) -> MemoryReport:
         projector_graph=report.projector_graph,
         output_copy=report.output_copy,
     )
-
-
-class FileFitRunner:
-    """The load protocol answered from the model file (see the module docstring)."""
-
-    def __init__(self, report: MemoryReport) -> None:
-        self.report = report
-        self.operations: list[LoadOperation] = []
-
-    async def load(self, operation: LoadOperation, layout: Layout) -> LoadReply:
-        self.operations.append(operation)
-        return LoadReply(placed_report(self.report, layout))

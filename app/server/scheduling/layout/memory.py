@@ -1,5 +1,5 @@
-"""The data of the load protocol's layout search: devices as discovery sees them, what a runner's
-*fit* reports, and the layout the service asks for.
+"""The data of the layout search: devices as discovery sees them, what a layout takes on each
+device (computed from the model file, `fit.py`), and the layout the runner is started with.
 
 Layer indices: `0 .. blocks-1` are the repeating blocks, index `blocks` is the output layer
 (`output`, `output_norm`; Ollama's convention), so every per-layer list has `blocks + 1` entries.
@@ -9,7 +9,6 @@ All sizes are bytes.
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -25,8 +24,6 @@ __all__ = [
     "MemoryReport",
     "GpuLayers",
     "Layout",
-    "LoadOperation",
-    "LoadReply",
     "human_bytes",
 ]
 
@@ -95,9 +92,9 @@ class DeviceMemory:
 
 @dataclass(frozen=True)
 class MemoryReport:
-    """What a runner's fit (or alloc) says a layout takes, device by device. Nothing in it was
-    necessarily allocated. `gpus` holds the GPUs the runner can see, each with its share (zeros
-    for a GPU given no layers). `vision` says the model has a vision projector/encoder;
+    """What a layout takes, device by device, as planned from the model file (`fit.py`): nothing
+    in it was allocated. `gpus` holds the GPUs the search may give layers to, each with its
+    share (zeros for one given no layers). `vision` says the model has a vision projector/encoder;
     `projector` and `projector_graph` are its weights and compute buffer, wherever the layout
     put it."""
 
@@ -132,8 +129,8 @@ class MemoryReport:
 
     @classmethod
     def empty(cls, layers: int, vision: bool = False) -> MemoryReport:
-        """The report before any fit: every layer is free, so the first layout puts everything
-        on the GPUs and the first fit says what it really takes."""
+        """The report before any plan: every layer is free, so the first layout puts everything
+        on the first GPU and the file's report for it says what it really takes."""
         zeros = (0,) * layers
         return cls(cpu=DeviceMemory(zeros, zeros), vision=vision)
 
@@ -148,7 +145,7 @@ class GpuLayers:
 
 @dataclass(frozen=True)
 class Layout:
-    """What the service asks a runner to fit, allocate or commit: which layers go on which GPU
+    """What the service starts a runner with (`--layout`): which layers go on which GPU
     (every other layer is on the CPU) and where the vision projector/encoder goes (None: CPU).
 
     Canonical: GPUs without layers are dropped and the rest are ordered by their first layer, so
@@ -195,28 +192,6 @@ class Layout:
         if not self.gpus:
             return "CPU only"
         return f"{self.offloaded}/{layers} layers on " + ", ".join(str(g.device) for g in self.gpus)
-
-
-class LoadOperation(enum.Enum):
-    """The runner's load operations, in order: fit reports memory and allocates nothing; alloc
-    allocates every buffer without reading weights and keeps them; commit reads the weights into
-    the allocated buffers; close frees everything."""
-
-    FIT = "fit"
-    ALLOC = "alloc"
-    COMMIT = "commit"
-    CLOSE = "close"
-
-
-@dataclass(frozen=True)
-class LoadReply:
-    """A runner's answer to a load operation: the memory the layout takes (for a failed alloc,
-    up to and including the allocation that failed) and, on failure, the device that ran out
-    (None: not known; `CPU` for system memory)."""
-
-    memory: MemoryReport
-    success: bool = True
-    failed_device: DeviceId | None = None
 
 
 def human_bytes(n: int) -> str:

@@ -1,6 +1,9 @@
-"""The layout search: from the GPUs discovery found and a runner's latest memory report, the
-layers to place on each GPU (`plan_layout`). Pure: no I/O, no clock; the same inputs give the
-same layout.
+"""The layout search: from the GPUs discovery found and a memory report (what a layout takes on
+each device, computed from the model file: `fit.py`), the layers to place on each GPU
+(`plan_layout`). Pure: no I/O, no clock; the same inputs give the same layout. The service
+plans from the file only (`planning.plan_from_file`); no runner is asked, and no allocation is
+retried with less memory: the runner's own allocation failure at start is the retry signal (the
+scheduler starts it again on the CPU).
 
 The rules, learned from Ollama's `llm/server.go` (buildLayout, assignLayers, findBestFit,
 greedyFit, verifyLayout):
@@ -9,9 +12,9 @@ greedyFit, verifyLayout):
 * GPUs are ordered discrete before integrated, then by free memory, largest first (`main_gpu`,
   when set, goes first). A model never mixes libraries (CUDA with ROCm or Vulkan): each library's
   GPUs are planned alone and the one that offloads the most layers wins.
-* Usable memory on a GPU = free - backoff x free - the backend's minimum - the per-GPU overhead
-  (HEARTH_GPU_OVERHEAD) - its graph buffer in the report. A GPU the runner did not report is
-  given nothing.
+* Usable memory on a GPU = free - the backend's minimum - the per-GPU overhead
+  (HEARTH_GPU_OVERHEAD) - its graph buffer in the report. A GPU absent from the report is given
+  nothing.
 * A vision projector/encoder (weights + compute buffer) goes on the first GPU in that order with
   room for it, before any layer; with no room it stays on the CPU.
 * Layers fill GPUs from the last layer down, so the output layer (the last index) sits with the
@@ -23,7 +26,8 @@ greedyFit, verifyLayout):
   that still places the most layers). GPUs up to the last one holding a graph in the report stay
   in use, so successive plans do not oscillate.
 * `num_gpu` >= 0 caps the layers offloaded; on the last attempt it is honoured even past the
-  free memory (the user asked), unless other models are loaded (`require_full`).
+  free memory (the user asked), unless other models are loaded (`require_full`); a runner that
+  then runs out of memory at start is started again on the CPU.
 * `tensor_split` gives each GPU (discovery order) a share of the layers; all GPUs with a share
   are used, each takes at most its share and at most its usable memory.
 * The CPU holds the input weights, its graph, the layers left over and perhaps the projector; if
@@ -36,6 +40,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from .memory import DeviceId, Gpu, Layout, MemoryReport, SystemMemory, human_bytes
 
@@ -51,8 +56,8 @@ __all__ = [
 
 
 class LayoutRequestError(ValueError):
-    """The placement options cannot be honoured (a `tensor_split` with no positive share, a
-    `num_gpu` whose layout cannot be allocated): the service answers 400."""
+    """The placement options cannot be honoured (a `tensor_split` with more shares than GPUs or
+    no positive share): the service answers 400."""
 
 
 class ModelTooLarge(ValueError):
@@ -67,7 +72,10 @@ class LoadRequiresEviction(Exception):
 
 @dataclass(frozen=True)
 class LayoutOptions:
-    """The placement a request (options) and the service (settings, state) ask for."""
+    """The placement a request (options) and the service (settings, state) ask for: the one
+    record that travels from a request's settings (`from_request`: num_gpu, main_gpu) through
+    the scheduler's load spec to the search, where the service adds `overhead` and
+    `require_full`. `tensor_split` and `spread` are the search's (no request option sets them)."""
 
     num_gpu: int = -1  # layers to offload, output layer included; -1: as many as fit
     # Index into the GPUs as discovered: tried first, so it also gets the projector.
@@ -78,6 +86,16 @@ class LayoutOptions:
     overhead: int = 0  # bytes kept free on every GPU (HEARTH_GPU_OVERHEAD)
     spread: bool = False  # use every GPU instead of as few as possible
     require_full: bool = False  # other models are loaded: a partial fit means evict one first
+
+    @classmethod
+    def from_request(cls, options: Mapping[str, Any]) -> LayoutOptions:
+        """The request's part, from its merged options (Ollama's "num_gpu", "main_gpu";
+        absent or None: as many layers as fit, no GPU first)."""
+        num_gpu, main_gpu = options.get("num_gpu"), options.get("main_gpu")
+        return cls(
+            num_gpu=int(num_gpu) if num_gpu is not None else -1,
+            main_gpu=int(main_gpu) if main_gpu is not None else None,
+        )
 
 
 @dataclass(frozen=True)
@@ -113,12 +131,10 @@ def plan_layout(
     system: SystemMemory,
     report: MemoryReport,
     options: LayoutOptions = LayoutOptions(),
-    backoff: Mapping[DeviceId, float] | None = None,
 ) -> Plan:
-    """The layout for the latest `report` (`MemoryReport.empty(layers)` before any fit).
+    """The layout for `report` (`MemoryReport.empty(layers)`: every layer free).
 
-    `backoff` is, per GPU, the share of its free memory to leave alone after allocations there
-    failed. Raises `ModelTooLarge` when the CPU's part exceeds free RAM + swap,
+    Raises `ModelTooLarge` when the CPU's part exceeds free RAM + swap,
     `LoadRequiresEviction` when `options.require_full` and the layout is partial, and
     `LayoutRequestError` for a `tensor_split` that cannot apply. A `main_gpu` past the last
     GPU (or with none) is ignored, as Ollama does (its option defaults hold main_gpu 0), and
@@ -132,7 +148,7 @@ def plan_layout(
     best_projector: DeviceId | None = None
     best_count = -1
     for group in _by_library(ordered):
-        slots = _slots(group, report, options, backoff or {}, sizes)
+        slots = _slots(group, report, options, sizes)
         projector = _place_projector(slots, report, options)
         last_used = max((i for i, s in enumerate(slots) if report.graph(s.gpu.device)), default=0)
         assignment = _assign_layers(sizes, slots, options, last_used)
@@ -140,7 +156,7 @@ def plan_layout(
         if count > best_count:
             best_assignment, best_projector, best_count = assignment, projector, count
     layout = Layout.of(best_assignment, best_projector)
-    return _verify(gpus, system, report, options, layout, sizes, backoff or {})
+    return _verify(gpus, system, report, options, layout, sizes)
 
 
 def _main_gpu_exists(gpus: Sequence[Gpu], options: LayoutOptions) -> bool:
@@ -178,10 +194,10 @@ def _by_library(ordered: list[tuple[int, Gpu]]) -> list[list[tuple[int, Gpu]]]:
     return list(groups.values())
 
 
-def _usable(gpu: Gpu, report: MemoryReport, options: LayoutOptions, backoff: float) -> int:
+def _usable(gpu: Gpu, report: MemoryReport, options: LayoutOptions) -> int:
     if gpu.device not in report.gpus:
-        return 0  # the runner does not see this GPU (before the first fit, every layer is 0)
-    reserved = int(gpu.free * backoff) + gpu.minimum_memory + options.overhead
+        return 0  # not in the report (the empty report has none, and every layer is 0 there)
+    reserved = gpu.minimum_memory + options.overhead
     return max(0, gpu.free - reserved - report.graph(gpu.device))
 
 
@@ -189,7 +205,6 @@ def _slots(
     group: list[tuple[int, Gpu]],
     report: MemoryReport,
     options: LayoutOptions,
-    backoff: Mapping[DeviceId, float],
     sizes: Sequence[int],
 ) -> list[_Slot]:
     slots = []
@@ -199,7 +214,7 @@ def _slots(
     for index, gpu in group:
         if split and split[index] == 0:
             continue
-        usable = _usable(gpu, report, options, backoff.get(gpu.device, 0.0))
+        usable = _usable(gpu, report, options)
         share = split[index] / total_share * sum(sizes) if split else None
         # With explicit placement, GPUs are equal: they split by memory, iGPUs included.
         slots.append(_Slot(gpu, usable, share, gpu.integrated and not user_placed))
@@ -309,7 +324,6 @@ def _verify(
     options: LayoutOptions,
     layout: Layout,
     sizes: Sequence[int],
-    backoff: Mapping[DeviceId, float],
 ) -> Plan:
     projector = report.projector + report.projector_graph
     cpu = report.input_weights + report.cpu.graph
@@ -337,7 +351,7 @@ def _verify(
     available = system.free + system.free_swap
     if cpu > available:
         raise ModelTooLarge(_too_large(gpus, system, report, options, layout, cpu, gpu_bytes))
-    note = explain(gpus, report, options, layout, backoff)
+    note = explain(gpus, report, options, layout)
     return Plan(layout, total, cpu, gpu_bytes, note)
 
 
@@ -377,10 +391,8 @@ def explain(
     report: MemoryReport,
     options: LayoutOptions,
     layout: Layout,
-    backoff: Mapping[DeviceId, float] | None = None,
 ) -> str:
     """One sentence for the log: where `layout` puts the model and, when on the CPU, why."""
-    backoff = backoff or {}
     total = report.layers
     where = layout.describe(total)
     if not gpus:
@@ -388,10 +400,7 @@ def explain(
     elif options.num_gpu == 0:
         note = "num_gpu is 0: running on the CPU"
     elif not layout.gpus:
-        room = ", ".join(
-            f"{g.device} {human_bytes(_usable(g, report, options, backoff.get(g.device, 0.0)))}"
-            for g in gpus
-        )
+        room = ", ".join(f"{g.device} {human_bytes(_usable(g, report, options))}" for g in gpus)
         note = (
             f"not enough GPU memory for one layer and its compute graph ({room} usable): "
             "running on the CPU"

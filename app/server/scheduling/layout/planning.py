@@ -1,0 +1,60 @@
+"""The layout of a model planned from its file: `plan_from_file`.
+
+The service plans every layout before the runner starts, from the model file's all-CPU memory
+report (`fit.fit_report`) and the devices discovery found; no runner is asked. The search
+(`plan_layout`) needs to know what a layout takes on each device, and that depends on the
+layout: a GPU gets a graph (compute) buffer only once it holds layers, and a tied output
+layer's copy of the token embedding only counts on a GPU. So the plan is refined: plan from an
+empty report (every layer free: the whole model on the first GPU in the search's order), move
+the file's bytes onto that layout (`fit.placed_report`), plan again from that, and so on while
+the layout shrinks; a layout planned twice, or one with more layers on GPUs, ends the search
+(layouts only shrink, as in Ollama's `ollamaServer.Load`, so it always ends). As a GPU appears
+in the placed report only with layers, the model stays on the GPUs of the first plan: one GPU.
+
+Nothing here allocates or backs off: the runner allocates what `--layout` says while it starts,
+and its real allocation failure is the signal that counts (the scheduler starts it again on the
+CPU), which a plan from the file cannot foresee.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .fit import placed_report
+from .memory import Gpu, Layout, MemoryReport, SystemMemory
+from .search import LayoutOptions, explain, plan_layout
+
+__all__ = ["FilePlan", "plan_from_file"]
+
+
+@dataclass(frozen=True)
+class FilePlan:
+    """The layout planned, the file's bytes moved onto it, and where it runs in one sentence
+    for the log ("no GPU found: running on the CPU", "18/19 layers on CUDA0, the rest on the
+    CPU")."""
+
+    layout: Layout
+    memory: MemoryReport
+    note: str
+
+
+def plan_from_file(
+    gpus: Sequence[Gpu],
+    system: SystemMemory,
+    report: MemoryReport,
+    options: LayoutOptions = LayoutOptions(),
+) -> FilePlan:
+    """The layout for the model whose all-CPU memory `report` (from its file) is given, on
+    `gpus` and `system` (see the module docstring). Raises what `plan_layout` raises:
+    `ModelTooLarge`, `LoadRequiresEviction` (`options.require_full`), `LayoutRequestError`."""
+    empty = MemoryReport.empty(report.layers, report.vision)
+    layout = plan_layout(gpus, system, empty, options).layout
+    seen: set[Layout] = set()
+    while True:
+        memory = placed_report(report, layout)
+        seen.add(layout)
+        new = plan_layout(gpus, system, memory, options).layout
+        if new in seen or new.offloaded > layout.offloaded:
+            return FilePlan(layout, memory, explain(gpus, memory, options, layout))
+        layout = new
