@@ -20,7 +20,7 @@ from hearth.plugins.testing import TinyTransformer, write_tiny_model
 from hearth.server.config import ServerConfig
 from hearth.server.scheduling.layout import ModelTooLarge, SystemMemory
 from hearth.server.scheduling.layout.fit import fit_report, read_file_layers
-from hearth.server.scheduling.load_layout import Placed, Placement
+from hearth.server.scheduling.load_layout import Placed, Placement, layout_json
 from hearth.server.scheduling.runner_process import RunnerOptions
 from hearth.server.scheduling.scheduler import LoadSpec, Scheduler
 
@@ -363,6 +363,25 @@ def test_a_gpu_layout_reaches_the_runner_and_a_failed_start_runs_on_the_cpu(smal
     two = DevicePlacement.from_json(json.loads(launcher.started[0].options.layout))
     # the last two blocks; the output layer stays on the CPU (llama.cpp's n_gpu_layers rule)
     assert two.layers == {"CUDA0": (spec.layers - 2, spec.layers - 1)}
+
+
+def test_layout_json_is_the_runner_s_layout_argument():
+    """`--layout` on the wire: ggml's device names, the layers of each GPU, the projector's
+    device; the runner reads it back to the same placement; None for the CPU."""
+    from hearth.engine.ml.placement import DevicePlacement
+    from hearth.server.scheduling.layout import DeviceId, Layout
+
+    cuda0, rpc1 = DeviceId("CUDA", "0"), DeviceId("RPC", "1")
+    layout = Layout.of([(rpc1, [3, 4]), (cuda0, [1, 2])], projector=cuda0)
+    wire = layout_json(layout)
+    assert wire == (
+        '{"gpus":[{"device":"CUDA0","layers":[1,2]},{"device":"RPC1","layers":[3,4]}],'
+        '"projector":"CUDA0"}'
+    )
+    back = DevicePlacement.from_json(json.loads(wire))
+    assert back == DevicePlacement({"CUDA0": (1, 2), "RPC1": (3, 4)}, "CUDA0")
+    assert layout_json(Layout(projector=cuda0)) == '{"gpus":[],"projector":"CUDA0"}'
+    assert layout_json(Layout()) is None
 
 
 def test_num_gpu_past_the_gpu_s_memory_is_started_as_planned_and_its_failure_runs_on_the_cpu(

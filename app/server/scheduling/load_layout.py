@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from ...engine.ml.devices import system_free_swap
+from ...engine.ml.placement import DevicePlacement
 from .layout import (
     CPU,
     FilePlan,
@@ -55,13 +56,16 @@ def system_memory(free: int | None) -> SystemMemory | None:
 
 
 def layout_json(layout: Layout) -> str | None:
-    """`layout` as the runner's `--layout` (device names as ggml's: "CUDA0", "RPC1"); None
-    for the all-CPU layout."""
+    """`layout` as the runner's `--layout` (device names as ggml's: "CUDA0", "RPC1"), in the
+    shape the runner reads back (`DevicePlacement`, which owns it both ways); None for the
+    all-CPU layout."""
     if not layout.devices:
         return None
-    gpus = [{"device": str(g.device), "layers": list(g.layers)} for g in layout.gpus]
-    projector = str(layout.projector) if layout.projector is not None else None
-    return json.dumps({"gpus": gpus, "projector": projector}, separators=(",", ":"))
+    placement = DevicePlacement(
+        {str(g.device): g.layers for g in layout.gpus},
+        str(layout.projector) if layout.projector is not None else None,
+    )
+    return json.dumps(placement.as_json(), separators=(",", ":"))
 
 
 @dataclass(frozen=True)
