@@ -77,7 +77,7 @@ class SystemMemory:
 
 @dataclass(frozen=True)
 class DeviceMemory:
-    """One device's part of a fit report: per layer (`blocks + 1` entries, the last one the
+    """One device's part of a memory report: per layer (`blocks + 1` entries, the last one the
     output layer) the bytes of weights and of KV cache placed on it, and its graph (compute)
     buffer, the largest the worst-case reservations asked for."""
 

@@ -13,7 +13,10 @@ in the placed report only with layers, the model stays on the GPUs of the first 
 
 Nothing here allocates or backs off: the runner allocates what `--layout` says while it starts,
 and its real allocation failure is the signal that counts (the scheduler starts it again on the
-CPU), which a plan from the file cannot foresee.
+CPU), which a plan from the file cannot foresee. Ollama's loop also tries the counts between two
+plans that swing by more than one layer (a runner's graph growing with the output layer); the
+file's reports do not swing that way (a layout grows by at most the output layer), so that step
+is not here either.
 """
 
 from __future__ import annotations

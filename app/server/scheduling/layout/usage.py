@@ -1,7 +1,8 @@
 """What a chosen layout puts on each device, for /api/ps and /api/show: per device the layers it
-holds and the bytes of weights, KV cache and graph (compute) buffer, from the FIT/ALLOC report the
-layout search converged on (`MemoryReport`). The CPU row also holds the input weights (token
-embedding: always on the CPU) and the vision projector when the layout leaves it there."""
+holds and the bytes of weights, KV cache and graph (compute) buffer, from the file's report
+moved onto the layout (`MemoryReport`, `planning.plan_from_file`). The CPU row also holds the
+input weights (token embedding: always on the CPU) and the vision projector when the layout
+leaves it there."""
 
 from __future__ import annotations
 
