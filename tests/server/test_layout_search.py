@@ -34,6 +34,7 @@ from hearth.server.scheduling.layout import (
     plan_layout,
 )
 from hearth.server.scheduling.layout.fit import placed_report
+from hearth.server.scheduling.layout.usage import device_usage
 
 MIN = 457 * MiB  # the CUDA/ROCm/Vulkan minimum Ollama keeps free
 # Ollama's test machine: 1 GiB RAM, 512 MiB free, 256 MiB swap free.
@@ -230,7 +231,7 @@ def plan(
     """`plan_from_file` on the model's file report; its report is the file's moved onto the
     layout, and a fresh plan from that report does not shrink the layout (it has settled)."""
     done = plan_from_file(gpus, system, model.report, options)
-    assert done.memory == placed_report(model.report, done.layout)
+    assert done.memory == placed_report(model.report, done.layout, [g.device for g in gpus])
     again = plan_layout(gpus, system, done.memory, options).layout
     assert again.offloaded >= done.layout.offloaded
     return done
@@ -259,11 +260,14 @@ def test_one_gpu_with_room_for_some():
 def test_the_graph_counts_once_the_gpu_holds_layers():
     # 50 MiB usable once the graph is there: no block fits. The first plan (every layer free)
     # puts the model on the GPU; the file's report for it brings the graph, and the plan from
-    # that report leaves the GPU, so the CPU wins.
+    # that report leaves the GPU, so the CPU wins. The sentence gives the GPU's memory beyond
+    # the driver's share (250 MiB) and the graph that must fit there with a layer.
     done = plan(TEXT, [card("0", 50 * MiB)])
     assert done.layout == Layout()
-    assert done.note.startswith("not enough GPU memory for one layer and its compute graph")
-    assert done.note.endswith("running on the CPU")
+    assert done.note == (
+        "not enough GPU memory for one layer and its 200.0 MiB compute graph "
+        "(CUDA0 250.0 MiB usable): running on the CPU"
+    )
 
 
 def test_a_tied_output_copy_counts_on_the_gpu_holding_the_output_layer():
@@ -292,14 +296,39 @@ def test_two_gpus_where_one_is_enough_uses_the_larger_one():
     assert plan(TEXT, gpus).layout == cuda(("1", [0, 1, 2, 3, 4]))
 
 
-def test_the_file_plan_stays_on_the_gpu_of_its_first_layout():
-    # Two GPUs that hold the model only together: the first plan puts it on the larger one, a
-    # GPU enters the placed report only with layers, so the blocks that fit there are planned
-    # and the rest stays on the CPU (the search's rules for several GPUs: part 3).
+def test_a_model_too_large_for_one_gpu_spreads_over_two():
+    # Two GPUs of 1 GiB usable each (with their graphs), 1.5 GiB of blocks and a 50 MiB output
+    # layer: neither holds the model alone, so its layers spread over both, each GPU holding
+    # layers gets a graph, and the CPU keeps the input weights and its own graph only.
+    model = FakeModel(blocks=15)
+    done = plan(model, [card("0", GiB), card("1", GiB)])
+    assert done.layout.offloaded == 16
+    assert [g.device for g in done.layout.gpus] == [dev("0"), dev("1")]
+    assert done.note == "16/16 layers on CUDA0, CUDA1"
+    assert done.memory.graph(dev("0")) == done.memory.graph(dev("1")) == GRAPH
+    on_gpus = sum(done.memory.gpus[d].size for d in (dev("0"), dev("1")))
+    assert on_gpus == 1550 * MiB + 2 * GRAPH
+    assert done.memory.cpu.size == GRAPH
+    (cpu, *gpus) = device_usage(done.memory, done.layout)
+    assert (cpu.layers, cpu.weights, cpu.cache) == (0, model.input_weights, 0)
+    assert all(u.graph == GRAPH and u.total <= GiB + GRAPH for u in gpus)
+
+
+def test_a_file_plan_over_two_unequal_gpus_is_the_search_s_with_every_graph_counted():
+    # 300 and 150 MiB usable with their graphs, 450 MiB of layers: the plan from the file ends
+    # where the search does on a report holding both graphs (part 3's two unequal GPUs).
     gpus = [card("0", 300 * MiB), card("1", 150 * MiB)]
     done = plan(TEXT, gpus)
-    assert done.layout == cuda(("0", [1, 2, 3]))
-    assert list(done.memory.gpus) == [dev("0")]
+    assert done.layout == cuda(("0", [0, 1, 2]), ("1", [3, 4]))
+    assert done.layout == search(TEXT, gpus).layout
+
+
+def test_a_model_too_large_for_one_rpc_worker_spreads_over_two():
+    # RPC workers are GPUs to the layout: two of 300 MiB usable share the 450 MiB of layers.
+    workers = [card("0", 300 * MiB, "RPC"), card("1", 300 * MiB, "RPC")]
+    done = plan(TEXT, workers)
+    assert done.layout.offloaded == 5
+    assert {g.device for g in done.layout.gpus} == {dev("0", "RPC"), dev("1", "RPC")}
 
 
 def test_output_layer_stays_on_the_cpu_when_not_everything_fits():

@@ -365,6 +365,44 @@ def test_a_gpu_layout_reaches_the_runner_and_a_failed_start_runs_on_the_cpu(smal
     assert two.layers == {"CUDA0": (spec.layers - 2, spec.layers - 1)}
 
 
+@pytest.mark.parametrize("library", ["CUDA", "RPC"])
+def test_a_model_too_large_for_one_gpu_is_started_across_two(small, library):
+    """Two simulated GPUs (or RPC workers), each with room for 3/4 of the model's layers: the
+    runner starts with the layers spread over both, and /api/ps shows each one's share."""
+    from hearth.engine.ml.placement import DevicePlacement
+    from hearth.server.api.ollama_models import _ps_entry
+    from hearth.server.scheduling.layout import DeviceId, Gpu
+
+    path, spec = small
+    layers = sum(fit_report(read_file_layers(path), 2048).layer_sizes())
+    free = Gpu(DeviceId(library, "0"), 0).minimum_memory + layers * 3 // 4
+    gpus = [Gpu(DeviceId(library, str(i)), free=free, total=8 * GiB) for i in range(2)]
+
+    async def found() -> list[Gpu]:
+        return gpus
+
+    async def go() -> tuple[FakeLauncher, dict]:
+        launcher = FakeLauncher()
+        placement = Placement(system=lambda: SystemMemory(GiB, GiB, 0), gpus=found)
+        s = Scheduler(ServerConfig(), launcher, lambda: 100 * GiB, placement)
+        (await s.acquire(load_spec(path, "a:latest", 2048), 60)).release()
+        ps = _ps_entry(s.loaded()[0])
+        await s.close()
+        return launcher, ps
+
+    launcher, ps = asyncio.run(go())
+    placed = DevicePlacement.from_json(json.loads(launcher.started[0].options.layout))
+    first, second = f"{library}0", f"{library}1"
+    assert set(placed.layers) == {first, second}
+    assert sorted(i for ls in placed.layers.values() for i in ls) == list(range(spec.layers + 1))
+    everything = spec.layers + 1
+    assert ps["hearth"]["layout"] == f"{everything}/{everything} layers on {first}, {second}"
+    devices = {d["device"]: d for d in ps["hearth"]["devices"]}
+    assert devices["CPU"]["layers"] == 0 and devices["CPU"]["cache"] == 0
+    assert devices[first]["layers"] + devices[second]["layers"] == everything
+    assert ps["size_vram"] == layers
+
+
 def test_layout_json_is_the_runner_s_layout_argument():
     """`--layout` on the wire: ggml's device names, the layers of each GPU, the projector's
     device; the runner reads it back to the same placement; None for the CPU."""

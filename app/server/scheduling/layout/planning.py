@@ -8,8 +8,10 @@ layer's copy of the token embedding only counts on a GPU. So the plan is refined
 empty report (every layer free: the whole model on the first GPU in the search's order), move
 the file's bytes onto that layout (`fit.placed_report`), plan again from that, and so on while
 the layout shrinks; a layout planned twice, or one with more layers on GPUs, ends the search
-(layouts only shrink, as in Ollama's `ollamaServer.Load`, so it always ends). As a GPU appears
-in the placed report only with layers, the model stays on the GPUs of the first plan: one GPU.
+(layouts only shrink, as in Ollama's `ollamaServer.Load`, so it always ends). Every GPU found
+is in each placed report, with no graph until it holds layers (as every GPU Ollama's runner
+sees is in its report): a model one GPU cannot hold spreads over the next ones by free memory,
+and the next plan counts the graph on each GPU it reached; one that fits one GPU stays there.
 
 Nothing here allocates or backs off: the runner allocates what `--layout` says while it starts,
 and its real allocation failure is the signal that counts (the scheduler starts it again on the
@@ -53,9 +55,10 @@ def plan_from_file(
     `ModelTooLarge`, `LoadRequiresEviction` (`options.require_full`), `LayoutRequestError`."""
     empty = MemoryReport.empty(report.layers, report.vision)
     layout = plan_layout(gpus, system, empty, options).layout
+    devices = [g.device for g in gpus]
     seen: set[Layout] = set()
     while True:
-        memory = placed_report(report, layout)
+        memory = placed_report(report, layout, devices)
         seen.add(layout)
         new = plan_layout(gpus, system, memory, options).layout
         if new in seen or new.offloaded > layout.offloaded:

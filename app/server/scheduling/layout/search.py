@@ -194,11 +194,16 @@ def _by_library(ordered: list[tuple[int, Gpu]]) -> list[list[tuple[int, Gpu]]]:
     return list(groups.values())
 
 
+def _room(gpu: Gpu, options: LayoutOptions) -> int:
+    """What the model may take on `gpu`: its free memory less the backend's minimum and the
+    per-GPU overhead (its graph buffer comes out of this)."""
+    return max(0, gpu.free - gpu.minimum_memory - options.overhead)
+
+
 def _usable(gpu: Gpu, report: MemoryReport, options: LayoutOptions) -> int:
     if gpu.device not in report.gpus:
         return 0  # not in the report (the empty report has none, and every layer is 0 there)
-    reserved = gpu.minimum_memory + options.overhead
-    return max(0, gpu.free - reserved - report.graph(gpu.device))
+    return max(0, _room(gpu, options) - report.graph(gpu.device))
 
 
 def _slots(
@@ -374,7 +379,7 @@ def _too_large(
     ]
     for gpu in gpus:
         used = gpu_bytes.get(gpu.device, 0)
-        room = max(0, gpu.free - gpu.minimum_memory - options.overhead)
+        room = _room(gpu, options)
         parts.append(
             f"{gpu.label} takes {human_bytes(used)} ({used} bytes) and has {human_bytes(room)} "
             f"({room} bytes) available ({human_bytes(gpu.free)} free, less "
@@ -400,9 +405,10 @@ def explain(
     elif options.num_gpu == 0:
         note = "num_gpu is 0: running on the CPU"
     elif not layout.gpus:
-        room = ", ".join(f"{g.device} {human_bytes(_usable(g, report, options))}" for g in gpus)
+        room = ", ".join(f"{g.device} {human_bytes(_room(g, options))}" for g in gpus)
+        graph = f"{human_bytes(report.cpu.graph)} " if report.cpu.graph else ""
         note = (
-            f"not enough GPU memory for one layer and its compute graph ({room} usable): "
+            f"not enough GPU memory for one layer and its {graph}compute graph ({room} usable): "
             "running on the CPU"
         )
     elif layout.offloaded < total:
