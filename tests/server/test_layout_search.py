@@ -229,11 +229,16 @@ def plan(
     system: SystemMemory = ROOMY,
 ) -> FilePlan:
     """`plan_from_file` on the model's file report; its report is the file's moved onto the
-    layout, and a fresh plan from that report does not shrink the layout (it has settled)."""
+    layout, a fresh plan from that report does not shrink the layout (it has settled), and
+    each GPU has room for what the layout puts there, its graph included (unless num_gpu
+    asked for more)."""
     done = plan_from_file(gpus, system, model.report, options)
-    assert done.memory == placed_report(model.report, done.layout, [g.device for g in gpus])
+    assert done.memory == placed_report(model.report, done.layout)
     again = plan_layout(gpus, system, done.memory, options).layout
     assert again.offloaded >= done.layout.offloaded
+    free = {g.device: g.free - g.minimum_memory - options.overhead for g in gpus}
+    for usage in device_usage(done.memory, done.layout)[1:]:
+        assert options.num_gpu >= 0 or usage.total <= free[usage.device], usage
     return done
 
 
@@ -531,20 +536,26 @@ def test_a_gpu_missing_from_the_report_gets_nothing():
     assert plan.layout == lay(("gpu0", [0, 1]))
 
 
-def test_gpus_up_to_the_last_with_a_graph_stay_in_use():
-    # gpu0 alone could hold the three layers, but the last fit put a graph (10 MiB) on gpu1:
-    # both stay in use, so plans do not swing. The smallest factor that places the three
-    # layers gives gpu1 (118 MiB usable) one layer and gpu0 the first two.
-    report = cpu_report(L3x50, [G0_256, G1_128 := gpu("gpu1", 128 * MiB + MIN)])
+def test_gpus_up_to_the_last_holding_layers_stay_in_use():
+    # gpu0 alone could hold the three layers, but the last plan put layer 2 and a graph (10 MiB)
+    # on gpu1: both stay in use, so plans do not swing. The smallest factor that places the
+    # three layers gives gpu1 (118 MiB usable) one layer and gpu0 the first two.
+    G1_128 = gpu("gpu1", 128 * MiB + MIN)
     zeros = (0,) * 3
     report = MemoryReport(
-        cpu=report.cpu,
+        cpu=DeviceMemory((50 * MiB, 50 * MiB, 0), zeros),
         gpus={
             G0_256.device: DeviceMemory(zeros, zeros),
-            G1_128.device: DeviceMemory(zeros, zeros, 10 * MiB),
+            G1_128.device: DeviceMemory((0, 0, 50 * MiB), zeros, 10 * MiB),
         },
     )
     plan = plan_layout([G0_256, G1_128], OLLAMA_SYSTEM, report)
     assert plan.layout == lay(("gpu0", [0, 1]), ("gpu1", [2]))
     assert plan.gpu_bytes == {G0_256.device: 100 * MiB, G1_128.device: 60 * MiB}
     assert plan.cpu_bytes == 0
+    # A graph alone (the file's plan charges every GPU one) keeps no GPU in use: gpu0 suffices.
+    charged = MemoryReport(
+        cpu=DeviceMemory((50 * MiB,) * 3, zeros),
+        gpus={device: DeviceMemory(zeros, zeros, 10 * MiB) for device in report.gpus},
+    )
+    assert plan_layout([G0_256, G1_128], OLLAMA_SYSTEM, charged).layout == lay(("gpu0", [0, 1, 2]))

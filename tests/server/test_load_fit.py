@@ -365,8 +365,12 @@ def test_a_gpu_layout_reaches_the_runner_and_a_failed_start_runs_on_the_cpu(smal
     assert two.layers == {"CUDA0": (spec.layers - 2, spec.layers - 1)}
 
 
-@pytest.mark.parametrize("library", ["CUDA", "RPC"])
-def test_a_model_too_large_for_one_gpu_is_started_across_two(small, library):
+@pytest.mark.parametrize(
+    "devices",
+    [(("CUDA", "0"), ("CUDA", "1")), (("RPC", "0"), ("RPC", "1"))],
+    ids=["two GPUs", "two RPC workers"],
+)
+def test_a_model_too_large_for_one_gpu_is_started_across_two(small, devices):
     """Two simulated GPUs (or RPC workers), each with room for 3/4 of the model's layers: the
     runner starts with the layers spread over both, and /api/ps shows each one's share."""
     from hearth.engine.ml.placement import DevicePlacement
@@ -375,8 +379,8 @@ def test_a_model_too_large_for_one_gpu_is_started_across_two(small, library):
 
     path, spec = small
     layers = sum(fit_report(read_file_layers(path), 2048).layer_sizes())
-    free = Gpu(DeviceId(library, "0"), 0).minimum_memory + layers * 3 // 4
-    gpus = [Gpu(DeviceId(library, str(i)), free=free, total=8 * GiB) for i in range(2)]
+    free = Gpu(DeviceId("CUDA", "0"), 0).minimum_memory + layers * 3 // 4
+    gpus = [Gpu(DeviceId(*device), free=free, total=8 * GiB) for device in devices]
 
     async def found() -> list[Gpu]:
         return gpus
@@ -392,7 +396,7 @@ def test_a_model_too_large_for_one_gpu_is_started_across_two(small, library):
 
     launcher, ps = asyncio.run(go())
     placed = DevicePlacement.from_json(json.loads(launcher.started[0].options.layout))
-    first, second = f"{library}0", f"{library}1"
+    first, second = ("".join(device) for device in devices)
     assert set(placed.layers) == {first, second}
     assert sorted(i for ls in placed.layers.values() for i in ls) == list(range(spec.layers + 1))
     everything = spec.layers + 1

@@ -30,9 +30,8 @@ on an H200: bench/results/gpu-h200-2026-11-27.json); `placed_report` adds it the
 the device holding the layer, and every GPU given layers gets a graph buffer of the same
 estimate (ggml's scheduler reserves a worst-case compute buffer on each device it splits the
 graph over, as Ollama counts it); a projector placed on a GPU takes its weights and graph there.
-Every GPU the search may use is in the placed report, one given no layers with zeros and no
-graph, as in the report Ollama's runner gives for every GPU it sees: the search then counts all
-of its free memory, so a model that outgrows its GPUs can spread to the next one.
+A GPU given no layers is absent from the placed report (`planning` charges it the graph it
+would take before the search sees it).
 """
 
 from __future__ import annotations
@@ -40,7 +39,6 @@ from __future__ import annotations
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -160,12 +158,9 @@ def fit_report(
     )
 
 
-def placed_report(
-    report: MemoryReport, layout: Layout, gpus: Iterable[DeviceId] = ()
-) -> MemoryReport:
+def placed_report(report: MemoryReport, layout: Layout) -> MemoryReport:
     """The all-CPU `report` with each layer's bytes moved to the device `layout` gives it (see
-    the module docstring). The `gpus` the layout gives no layers are present with zeros and no
-    graph; GPUs neither named there nor used by the layout are absent."""
+    the module docstring). GPUs the layout does not use are absent."""
     layers = report.layers
     cpu_weights, cpu_cache = list(report.cpu.weights), list(report.cpu.cache)
     moved: dict[DeviceId, tuple[list[int], list[int]]] = {}
@@ -179,12 +174,10 @@ def placed_report(
                 weights[i] += report.output_copy
             cpu_weights[i] = cpu_cache[i] = 0
     graph = report.cpu.graph
-    zeros = (0,) * layers
-    placed = {device: DeviceMemory(zeros, zeros) for device in gpus}
-    placed |= {device: DeviceMemory(tuple(w), tuple(c), graph) for device, (w, c) in moved.items()}
+    gpus = {device: DeviceMemory(tuple(w), tuple(c), graph) for device, (w, c) in moved.items()}
     return MemoryReport(  # the projector's bytes stay apart: the search counts them by device
         cpu=DeviceMemory(tuple(cpu_weights), tuple(cpu_cache), graph),
-        gpus=placed,
+        gpus=gpus,
         input_weights=report.input_weights,
         vision=report.vision,
         projector=report.projector,

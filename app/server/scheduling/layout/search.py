@@ -23,8 +23,10 @@ greedyFit, verifyLayout):
   tries again without the output layer (repeating blocks are worth more on a GPU).
 * As few GPUs as possible are used (the first one alone, then the first two, ...); among the
   GPUs in use, the layers spread in proportion to usable memory (the smallest capacity factor
-  that still places the most layers). GPUs up to the last one holding a graph in the report stay
-  in use, so successive plans do not oscillate.
+  that still places the most layers). GPUs up to the last one holding layers in the report stay
+  in use, so successive plans do not oscillate (Ollama's rule names the GPUs holding a graph,
+  which its runner reports where it placed layers; the file's plan charges every GPU its graph
+  before it holds any: `planning.py`).
 * `num_gpu` >= 0 caps the layers offloaded; on the last attempt it is honoured even past the
   free memory (the user asked), unless other models are loaded (`require_full`); a runner that
   then runs out of memory at start is started again on the CPU.
@@ -150,7 +152,7 @@ def plan_layout(
     for group in _by_library(ordered):
         slots = _slots(group, report, options, sizes)
         projector = _place_projector(slots, report, options)
-        last_used = max((i for i, s in enumerate(slots) if report.graph(s.gpu.device)), default=0)
+        last_used = max((i for i, s in enumerate(slots) if _holds_layers(report, s)), default=0)
         assignment = _assign_layers(sizes, slots, options, last_used)
         count = sum(len(ls) for _, ls in assignment)
         if count > best_count:
@@ -204,6 +206,11 @@ def _usable(gpu: Gpu, report: MemoryReport, options: LayoutOptions) -> int:
     if gpu.device not in report.gpus:
         return 0  # not in the report (the empty report has none, and every layer is 0 there)
     return max(0, _room(gpu, options) - report.graph(gpu.device))
+
+
+def _holds_layers(report: MemoryReport, slot: _Slot) -> bool:
+    mem = report.gpus.get(slot.gpu.device)
+    return mem is not None and (any(mem.weights) or any(mem.cache))
 
 
 def _slots(
