@@ -10,6 +10,7 @@ tests/server/test_load_fit.py's."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -334,6 +335,16 @@ def test_a_model_too_large_for_one_rpc_worker_spreads_over_two():
     done = plan(TEXT, workers)
     assert done.layout.offloaded == 5
     assert {g.device for g in done.layout.gpus} == {dev("0", "RPC"), dev("1", "RPC")}
+
+
+@pytest.mark.parametrize("libraries", [("CUDA",) * 3, ("CUDA", "Vulkan", "CUDA")])
+@pytest.mark.parametrize("model", [TEXT, FakeModel(blocks=8), FakeModel(output_copy=100 * MiB)])
+def test_every_plan_over_three_gpus_fits_the_gpus_it_uses(libraries, model):
+    # `plan` checks that each GPU has room for its layers and graph, and that the plan settled.
+    rooms = (0, 150 * MiB, 300 * MiB, 600 * MiB)
+    for three in itertools.product(rooms, repeat=3):
+        named = enumerate(zip(three, libraries, strict=True))
+        plan(model, [card(str(i), room, library) for i, (room, library) in named])
 
 
 def test_output_layer_stays_on_the_cpu_when_not_everything_fits():
