@@ -337,7 +337,27 @@ def test_a_model_too_large_for_one_rpc_worker_spreads_over_two():
     assert {g.device for g in done.layout.gpus} == {dev("0", "RPC"), dev("1", "RPC")}
 
 
-@pytest.mark.parametrize("libraries", [("CUDA",) * 3, ("CUDA", "Vulkan", "CUDA")])
+def test_rpc_workers_join_the_gpus_of_any_library():
+    # Workers are other machines' devices, driven through ggml's RPC backend beside the local
+    # one: a model too large for the local GPU spreads onto a worker, whatever the GPU's library.
+    for library in ("CUDA", "ROCm", "Vulkan"):
+        gpus = [card("0", 300 * MiB, library), card("0", 300 * MiB, "RPC")]
+        done = plan(TEXT, gpus)
+        assert done.layout.offloaded == 5, library
+        assert {g.device for g in done.layout.gpus} == {dev("0", library), dev("0", "RPC")}
+    # Two local libraries still do not mix; the workers go with the one that offloads the most.
+    gpus = [
+        card("0", 200 * MiB, "CUDA"),
+        card("0", 100 * MiB, "Vulkan"),
+        card("0", 250 * MiB, "RPC"),
+    ]
+    done = plan(TEXT, gpus)
+    assert {g.device for g in done.layout.gpus} == {dev("0", "CUDA"), dev("0", "RPC")}
+
+
+@pytest.mark.parametrize(
+    "libraries", [("CUDA",) * 3, ("CUDA", "Vulkan", "CUDA"), ("CUDA", "RPC", "Vulkan")]
+)
 @pytest.mark.parametrize("model", [TEXT, FakeModel(blocks=8), FakeModel(output_copy=100 * MiB)])
 def test_every_plan_over_three_gpus_fits_the_gpus_it_uses(libraries, model):
     # `plan` checks that each GPU has room for its layers and graph, and that the plan settled.

@@ -367,12 +367,13 @@ def test_a_gpu_layout_reaches_the_runner_and_a_failed_start_runs_on_the_cpu(smal
 
 @pytest.mark.parametrize(
     "devices",
-    [(("CUDA", "0"), ("CUDA", "1")), (("RPC", "0"), ("RPC", "1"))],
-    ids=["two GPUs", "two RPC workers"],
+    [(("CUDA", "0"), ("CUDA", "1")), (("RPC", "0"), ("RPC", "1")), (("CUDA", "0"), ("RPC", "0"))],
+    ids=["two GPUs", "two RPC workers", "a GPU and an RPC worker"],
 )
 def test_a_model_too_large_for_one_gpu_is_started_across_two(small, devices):
-    """Two simulated GPUs (or RPC workers), each with room for 3/4 of the model's layers: the
-    runner starts with the layers spread over both, and /api/ps shows each one's share."""
+    """Two simulated GPUs (or RPC workers, or one of each), each with room for 3/4 of the
+    model's layers: the runner starts with the layers spread over both, and /api/ps shows each
+    one's share."""
     from hearth.engine.ml.placement import DevicePlacement
     from hearth.server.api.ollama_models import _ps_entry
     from hearth.server.scheduling.layout import DeviceId, Gpu

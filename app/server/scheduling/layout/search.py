@@ -10,8 +10,10 @@ greedyFit, verifyLayout):
 
 * A layer's size is its weights plus its KV cache, summed over every device in the report.
 * GPUs are ordered discrete before integrated, then by free memory, largest first (`main_gpu`,
-  when set, goes first). A model never mixes libraries (CUDA with ROCm or Vulkan): each library's
-  GPUs are planned alone and the one that offloads the most layers wins.
+  when set, goes first). A model never mixes libraries (CUDA with ROCm or Vulkan, which may
+  name the same card twice): each library's GPUs are planned alone and the one that offloads
+  the most layers wins. RPC workers (other machines' devices, through ggml's RPC backend beside
+  the local one; Ollama has none) join every library's GPUs, or are planned alone without any.
 * Usable memory on a GPU = free - the backend's minimum - the per-GPU overhead
   (HEARTH_GPU_OVERHEAD) - its graph buffer in the report. A GPU absent from the report is given
   nothing.
@@ -178,6 +180,9 @@ def _check_split(gpus: Sequence[Gpu], options: LayoutOptions) -> None:
             )
 
 
+_RPC = "RPC"  # ggml's RPC backend: its devices are other machines'
+
+
 def _ordered(gpus: Sequence[Gpu], options: LayoutOptions) -> list[tuple[int, Gpu]]:
     """(discovery index, GPU) in the order the search uses them."""
     indexed = list(enumerate(gpus))
@@ -190,10 +195,12 @@ def _ordered(gpus: Sequence[Gpu], options: LayoutOptions) -> list[tuple[int, Gpu
 
 
 def _by_library(ordered: list[tuple[int, Gpu]]) -> list[list[tuple[int, Gpu]]]:
-    groups: dict[str, list[tuple[int, Gpu]]] = {}
-    for item in ordered:
-        groups.setdefault(item[1].device.library, []).append(item)
-    return list(groups.values())
+    """The GPUs of each local library with the RPC workers, in the search's order (the workers
+    alone when there is no local GPU)."""
+    libraries = dict.fromkeys(g.device.library for _, g in ordered if g.device.library != _RPC)
+    if not libraries:
+        return [ordered] if ordered else []
+    return [[(i, g) for i, g in ordered if g.device.library in (lib, _RPC)] for lib in libraries]
 
 
 def _room(gpu: Gpu, options: LayoutOptions) -> int:
