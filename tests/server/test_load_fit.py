@@ -456,9 +456,14 @@ def test_num_gpu_past_the_gpu_s_memory_is_started_as_planned_and_its_failure_run
         await s.close()
         return launcher, where
 
-    # without num_gpu the plan keeps the model off that GPU
-    launcher, where = asyncio.run(go(-1, None))
+    # without num_gpu the plan keeps the model off that GPU, and the log says what it has
+    with caplog.at_level(logging.INFO, logger="hearth.scheduler"):
+        launcher, where = asyncio.run(go(-1, None))
     assert launcher.started[0].options.layout is None and where == "CPU only"
+    assert (
+        "layout for a:latest: 0/4 layers on GPU (not enough GPU memory for one layer and its "
+        "compute graph (CUDA0 64.0 KiB usable)): running on the CPU"
+    ) in caplog.messages
     # with it, the layout asked for reaches the runner
     everything = spec.layers + 1
     launcher, where = asyncio.run(go(everything, None))
