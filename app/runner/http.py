@@ -15,7 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from .core import RequestError, Runner
-from .protocol import CompletionError, CompletionRequest, from_wire, to_wire
+from .protocol import CompletionError, CompletionRequest, ProtocolError, from_wire, to_wire
 
 __all__ = ["RunnerState", "make_server"]
 
@@ -124,6 +124,8 @@ class _Handler(BaseHTTPRequestHandler):
             route(runner, body)
         except RequestError as e:
             self._json(400, {"error": str(e)})
+        except ProtocolError as e:  # an unknown field, a value of the wrong type
+            self._json(400, to_wire(CompletionError(error=f"the request breaks the protocol: {e}")))
         except (TypeError, ValueError) as e:
             self._json(400, {"error": f"bad request: {e}"})
 

@@ -41,6 +41,7 @@ from .protocol import (
     CompletionChunk,
     CompletionDone,
     CompletionError,
+    CompletionOptions,
     CompletionRequest,
     TokenLogprob,
 )
@@ -76,7 +77,7 @@ class SequenceSettings:
 def settings_from_request(req: CompletionRequest) -> SequenceSettings:
     """A request's settings (its options' types were checked on arrival: protocol.from_wire);
     options left out take the defaults. ValueError says what is wrong."""
-    opts = req.options
+    opts: CompletionOptions = req.options
     given = {f.name: getattr(opts, f.name) for f in fields(SamplingOptions)}
     top = req.top_logprobs
     if not 0 <= top <= 20:

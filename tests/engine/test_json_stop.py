@@ -214,7 +214,7 @@ def test_json_output_with_stop_strings_always_parses(llama, fmt):
         if done.done_reason == "stop":
             doc = json.loads(text)
             assert fmt == "json" or set(doc) == {"name", "tags", "n"}
-    finished = [d for _, d in with_stops if d["done_reason"] == "stop"]
+    finished = [d for _, d in with_stops if d.done_reason == "stop"]
     assert len(finished) >= 10
     assert len({t for t, _ in with_stops}) >= 10  # many different documents
     assert sum(any(s in t for s in STOPS) for t, _ in with_stops) >= 10

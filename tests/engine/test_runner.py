@@ -108,7 +108,7 @@ def test_the_pipelined_loop_gives_exactly_what_the_serial_one_gives(llama, llama
             assert p_done.eval_count == s_done.eval_count
     assert llama_pipelined.loop.max_batch_seen >= 4
     _, again = collect(llama_pipelined.completion(reqs[3]))  # alone, after the others
-    assert again["context"] == serial[3][1]["context"]
+    assert again.context == serial[3][1].context
 
 
 @pytest.mark.slow
