@@ -30,8 +30,8 @@ from hearth.server.scheduling.service import completion_options
 
 def merged(params: dict[str, Any], request: dict[str, Any]) -> dict[str, Any]:
     """As Service.settings merges them: the Modelfile's parameters, the request's over them."""
-    dump = Options.model_validate
-    return {**dump(params).model_dump(exclude_none=True), **dump(request).model_dump(exclude_none=True)}  # fmt: skip
+    given = [Options.model_validate(d).model_dump(exclude_none=True) for d in (params, request)]
+    return {**given[0], **given[1]}
 
 
 def test_the_options_record_takes_the_request_over_the_model_and_leaves_runtime_out():
