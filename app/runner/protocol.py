@@ -305,18 +305,15 @@ def from_wire(cls: type[T], data: Any, where: str = "") -> T:
             f"unknown field {_path(where, unknown[0])!r} in {cls.__name__} "
             f"(its fields: {', '.join(hints)})"
         )
+    missing = [
+        _path(where, f.name)
+        for f in fields(cls)  # type: ignore[arg-type]
+        if f.default is MISSING and f.default_factory is MISSING and f.name not in data
+    ]
+    if missing:
+        raise ProtocolError(f"{cls.__name__} lacks {', '.join(missing)}")
     values = {name: _value(value, hints[name], _path(where, name)) for name, value in data.items()}
-    try:
-        return cls(**values)
-    except TypeError:  # a required field is missing
-        missing = [
-            f.name
-            for f in fields(cls)  # type: ignore[arg-type]
-            if f.default is MISSING and f.default_factory is MISSING and f.name not in data
-        ]
-        raise ProtocolError(
-            f"{cls.__name__} lacks {', '.join(_path(where, n) for n in missing)}"
-        ) from None
+    return cls(**values)
 
 
 def completion_line(data: Any) -> CompletionChunk | CompletionDone | CompletionError:
