@@ -505,7 +505,7 @@ def test_a_vision_model_over_its_memory_limit_fails_at_load_with_a_sentence(visi
     )
     with pytest.raises(OutOfMemoryError) as err:
         Runner(config)
-    assert err.value.needed == memory["total"] and err.value.available == limit
+    assert err.value.needed == memory.total and err.value.available == limit
     message = str(err.value)
     assert message.startswith("this model needs ") and "weights" in message
     assert "try a smaller context length" in message
