@@ -39,7 +39,14 @@ from machine import cpu_description  # noqa: E402
 from prompts import LONG_PROMPT  # noqa: E402
 
 from hearth.default_model import default_model_path  # noqa: E402
-from hearth.runner.protocol import CompletionRequest, RunnerOptions  # noqa: E402
+from hearth.runner.protocol import (  # noqa: E402
+    CompletionDone,
+    CompletionOptions,
+    CompletionRequest,
+    EngineKind,
+    RunnerOptions,
+    to_wire,
+)
 from hearth.server.scheduling.runner_process import RunnerProcess  # noqa: E402
 
 PROMPT = (
@@ -100,12 +107,12 @@ print(json.dumps({"one": run(req["one"], req["n"]), "four": run(req["four"], req
 
 async def _complete(runner: RunnerProcess, prompt: str, n: int) -> dict[str, Any]:
     # Greedy and no penalties: the same work as the bare side's argmax.
-    options = {"temperature": 0, "num_predict": n, "repeat_penalty": 1}
+    options = CompletionOptions(temperature=0, num_predict=n, repeat_penalty=1)
     req = CompletionRequest(prompt=prompt, options=options)
     done: dict[str, Any] = {}
     async for line in runner.completion(req):
-        if line.get("done"):
-            done = line
+        if isinstance(line, CompletionDone):
+            done = to_wire(line)
     return done
 
 
@@ -163,7 +170,9 @@ async def main() -> None:
         args.rounds, args.tokens = 1, 8
     model = str(args.model or default_model_path())
     print(f"model {Path(model).name}, {args.threads} threads, {cpu_description()}")
-    options = RunnerOptions(num_ctx=1024, parallel=4, threads=args.threads, engine="llamacpp")
+    options = RunnerOptions(
+        num_ctx=1024, parallel=4, threads=args.threads, engine=EngineKind.LLAMACPP
+    )
     runner = await RunnerProcess.start(model, options)
     compat, bare = [], []
     try:

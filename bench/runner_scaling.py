@@ -27,7 +27,13 @@ from machine import cpu_description  # noqa: E402
 
 from hearth.default_model import default_model_path  # noqa: E402
 from hearth.runner.core import Runner, RunnerConfig  # noqa: E402
-from hearth.runner.protocol import CompletionRequest  # noqa: E402
+from hearth.runner.protocol import (  # noqa: E402
+    CompletionDone,
+    CompletionError,
+    CompletionOptions,
+    CompletionRequest,
+    to_wire,
+)
 
 PROMPTS = [
     "Write a short story about a lighthouse keeper who",
@@ -38,18 +44,19 @@ PROMPTS = [
 
 
 def _finish(seq) -> dict:  # seq: a runner Sequence
+    """The last line, as JSON."""
     done = None
     while (event := seq.events.get()) is not None:
-        if "error" in event:
-            raise RuntimeError(event["error"])
-        done = event if event.get("done") else done
+        if isinstance(event, CompletionError):
+            raise RuntimeError(event.error)
+        done = event if isinstance(event, CompletionDone) else done
     assert done is not None
-    return done
+    return to_wire(done)
 
 
 def _streams(runner: Runner, prompts: list[str], tokens: int, round_no: int) -> float:
     """Generated tokens per second, all streams together, first submit to last done."""
-    options = {"temperature": 0, "repeat_penalty": 1.0, "num_predict": tokens}
+    options = CompletionOptions(temperature=0, repeat_penalty=1.0, num_predict=tokens)
     # A distinct prefix per round so the prompt cache cannot help.
     reqs = [CompletionRequest(prompt=f"[{round_no}] {p}", options=options) for p in prompts]
     results: list[dict] = []
@@ -113,7 +120,7 @@ def _history(n_words: int = 1100) -> list[dict]:
 def _chat_turns(runner: Runner, template: str, bos: str, round_no: int) -> tuple[float, float]:
     from hearth.server.prompting.templates import render_chat
 
-    options = {"temperature": 0, "repeat_penalty": 1.0, "num_predict": 48}
+    options = CompletionOptions(temperature=0, repeat_penalty=1.0, num_predict=48)
     messages = _history()
     messages[0]["content"] = f"({round_no}) " + messages[0]["content"]
     first = render_chat(template, messages, bos_token=bos)

@@ -45,27 +45,27 @@ def _runner(req: dict) -> dict:
     """The whole runner path: batching loop, sampling, streaming events (in-process)."""
     sys.path.insert(0, req["repo"])
     from hearth.runner.core import Runner, RunnerConfig
-    from hearth.runner.protocol import CompletionRequest
+    from hearth.runner.protocol import CompletionDone, CompletionOptions, CompletionRequest
 
     runner = Runner(
         RunnerConfig(req["model"], num_ctx=req["n_ctx"], num_batch=req["n_batch"],
                      threads=req["threads"])
     )  # fmt: skip
     results = []
-    options = {"temperature": 0, "repeat_penalty": 1.0, "num_predict": req["generate"]}
+    options = CompletionOptions(temperature=0, repeat_penalty=1.0, num_predict=req["generate"])
     for i in range(req["reps"] + 1):  # the first round warms up
         # A different first token each round so nothing comes from the prompt cache.
         ids = [req["ids"][0], 1000 + i, *req["ids"][2:]]
         seq = runner.completion(CompletionRequest(tokens=ids, options=options))
         done = None
         while (event := seq.events.get()) is not None:
-            done = event if event.get("done") else done
-        assert done is not None and done["prompt_cached"] <= 1
+            done = event if isinstance(event, CompletionDone) else done
+        assert done is not None and done.prompt_cached <= 1
         results.append(
             {
-                "prompt_s": done["prompt_eval_duration"] / 1e9,
-                "gen_s": done["eval_duration"] / 1e9,
-                "gen_n": done["eval_count"],
+                "prompt_s": done.prompt_eval_duration / 1e9,
+                "gen_s": done.eval_duration / 1e9,
+                "gen_n": done.eval_count,
             }
         )
     runner.close()

@@ -12,7 +12,7 @@ import sys
 
 from .. import __version__
 from ..default_model import DEFAULT_MODEL
-from ..runner.protocol import ENGINES, RunnerOptions
+from ..runner.protocol import ENGINES, EngineKind, KVCacheType, RunnerOptions
 from .desktop import add_install_desktop, display_libraries_sentence, install_desktop_command
 
 __all__ = ["main", "build_parser"]
@@ -51,11 +51,12 @@ def _add_runner(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     runner.add_argument("--num-batch", type=int, default=d.num_batch)
     runner.add_argument("--threads", type=int, default=d.threads)
     runner.add_argument("--flash-attention", action="store_true", default=d.flash_attention)
-    runner.add_argument("--kv-type", default=d.kv_type, choices=["f16", "q8_0", "q4_0"])
+    runner.add_argument("--kv-type", type=KVCacheType, default=d.kv_type, choices=list(KVCacheType))
     runner.add_argument("--memory-limit", type=int, default=d.memory_limit, help="bytes at most")
     runner.add_argument("--projector", default=d.projector, help="vision projector .gguf")
     runner.add_argument(
         "--engine",
+        type=EngineKind,
         default=d.engine,
         choices=list(ENGINES),
         help="forward engine: hearth or llama.cpp",

@@ -15,7 +15,14 @@ from ..engine.kvcache.types import KVCacheType
 from ..engine.ml.api import DType
 from ..engine.tokenizer import Tokenizer
 from .loop import BatchLoop, PassEngine
-from .protocol import ENGINES, CompletionRequest, EngineKind, RunnerOptions
+from .protocol import (
+    ENGINES,
+    CompletionRequest,
+    EngineKind,
+    RunnerInfo,
+    RunnerMemory,
+    RunnerOptions,
+)
 from .sequence import PromptTooLongError, Sequence, SequenceSettings, settings_from_request
 
 if TYPE_CHECKING:
@@ -236,24 +243,21 @@ class Runner:
     def detokenize(self, tokens: list[int]) -> str:
         return self.tokenizer.decode(tokens)
 
-    def info(self) -> dict[str, Any]:
+    def info(self) -> RunnerInfo:
         mem = self.memory
-        return {
-            "architecture": self.architecture,
-            "engine": self.config.engine,
-            "context_length": self.context_length,
-            "num_ctx": self.engine.num_ctx,
-            "parallel": self.engine.parallel,
-            "vocab_size": self.tokenizer.vocab_size,
-            "memory": {
-                "weights": mem.weights,
-                "cache": mem.cache,
-                "graph": mem.graph,
-                "total": mem.total,
-            },
-            "devices": self._device_memory(),
-            "batch_invariance": self.invariance.to_json() if self.invariance else None,
-        }
+        return RunnerInfo(
+            architecture=self.architecture,
+            engine=EngineKind(self.config.engine),
+            context_length=self.context_length,
+            num_ctx=self.engine.num_ctx,
+            parallel=self.engine.parallel,
+            vocab_size=self.tokenizer.vocab_size,
+            memory=RunnerMemory(
+                weights=mem.weights, cache=mem.cache, graph=mem.graph, total=mem.total
+            ),
+            devices=self._device_memory(),
+            batch_invariance=self.invariance.to_json() if self.invariance else None,
+        )
 
     def _device_memory(self) -> dict[str, dict[str, int]]:
         """Bytes per device (the llama.cpp engine: the buffers its log reported)."""

@@ -15,7 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from .core import RequestError, Runner
-from .protocol import CompletionRequest, from_dict
+from .protocol import CompletionError, CompletionRequest, ProtocolError, from_wire, to_wire
 
 __all__ = ["RunnerState", "make_server"]
 
@@ -100,7 +100,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(200, {"status": s.status, "progress": s.progress, "error": s.error})
         elif self.path == "/info":
             if (runner := self._runner()) is not None:
-                self._json(200, runner.info())
+                self._json(200, to_wire(runner.info()))
         else:
             self._json(404, {"error": f"no route {self.path}"})
 
@@ -124,17 +124,19 @@ class _Handler(BaseHTTPRequestHandler):
             route(runner, body)
         except RequestError as e:
             self._json(400, {"error": str(e)})
+        except ProtocolError as e:  # an unknown field, a value of the wrong type
+            self._json(400, to_wire(CompletionError(error=f"the request breaks the protocol: {e}")))
         except (TypeError, ValueError) as e:
             self._json(400, {"error": f"bad request: {e}"})
 
     def _completion(self, runner: Runner, body: dict[str, Any]) -> None:
-        seq = runner.completion(from_dict(CompletionRequest, body))
+        seq = runner.completion(from_wire(CompletionRequest, body))
         self.send_response(200)
         self.send_header("Content-Type", "application/x-ndjson")
         self.end_headers()
         try:
             while (event := seq.events.get()) is not None:
-                self.wfile.write(json.dumps(event).encode() + b"\n")
+                self.wfile.write(json.dumps(to_wire(event)).encode() + b"\n")
                 self.wfile.flush()
         except OSError:  # the client went away: stop generating for it
             seq.cancelled.set()
@@ -145,10 +147,10 @@ class _Handler(BaseHTTPRequestHandler):
             raise RequestError("input must be a string or a list of token ids")
         seq = runner.embedding(text, bool(body.get("truncate", True)))
         result = seq.events.get()
-        if result is None or "error" in result:
-            self._json(500 if result is None else 400, result or {"error": "no result"})
+        if result is None or isinstance(result, CompletionError):
+            self._json(500 if result is None else 400, to_wire(result or {"error": "no result"}))
         else:
-            self._json(200, result)
+            self._json(200, to_wire(result))
 
     def _tokenize(self, runner: Runner, body: dict[str, Any]) -> None:
         content = body.get("content")

@@ -18,7 +18,7 @@ from ..engine.gguf import GGUFError
 from ..engine.ml.api import OutOfMemoryError
 from .core import Runner, RunnerConfig
 from .http import RunnerState, make_server
-from .protocol import TOKEN_ENV, EngineKind, RunnerOptions
+from .protocol import TOKEN_ENV, EngineKind, RunnerOptions, to_wire
 
 __all__ = ["main"]
 
@@ -101,7 +101,7 @@ def main(args: Any) -> int:
         return 1
     state.runner = runner
     state.status = "ready"
-    info = runner.info()
+    info = to_wire(runner.info())
     _emit({"event": "ready", "memory": info["memory"], "info": info})
     stop.wait()
     server.shutdown()

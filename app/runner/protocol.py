@@ -1,7 +1,10 @@
 """The runner protocol: how the service talks to a `hearth runner` subprocess.
 
 One runner process serves one loaded model; a native crash (a ggml abort, running out of
-memory) ends only that process. This module is the whole contract between the two sides.
+memory) ends only that process. This module is the whole contract between the two sides: the
+runner writes the records below (hearth.runner.sequence, .http, .core) and the service reads
+them (hearth.server.scheduling.runner_process, .scheduler, .service); a test checks that every
+record here is used by both.
 
 Starting
 --------
@@ -11,6 +14,7 @@ The service starts::
         [--threads T] [--flash-attention] [--kv-type f16|q8_0|q4_0] [--memory-limit BYTES]
         [--projector PATH] [--layout JSON] [--engine hearth|llamacpp]
 
+(`RunnerOptions.args`; `--kv-type` is a `KVCacheType`, `--engine` an `EngineKind`).
 `--engine` picks the forward engine under the same protocol: Hearth's own (default) or
 llama.cpp's (llama-cpp-python; for architectures no Hearth plugin registers). The service
 decides which (see hearth.server.store.engines); `ready`'s `info.engine` says which runs.
@@ -20,8 +24,8 @@ with the environment variable ``HEARTH_RUNNER_TOKEN`` set to a random secret. Th
 
 * ``{"event": "listening", "port": 43817}`` first, as soon as requests can be accepted;
 * ``{"event": "progress", "fraction": 0.42}`` while the weights load;
-* ``{"event": "ready", "memory": {...}, "info": {...}}`` once the model is loaded, the KV cache
-  allocated and the worst-case graphs reserved; or
+* ``{"event": "ready", "memory": RunnerMemory, "info": RunnerInfo}`` once the model is
+  loaded, the KV cache allocated and the worst-case graphs reserved; or
 * ``{"event": "error", "message": "..."}`` followed by exit status 1 when the model cannot be
   loaded (damaged file, unknown architecture, does not fit in memory: the message says so in a
   sentence, with the numbers).
@@ -36,15 +40,16 @@ Closing a streaming response early cancels the request; the runner frees its seq
 
 ``GET /health`` -> ``{"status": "loading"|"ready"|"error", "progress": float, "error": str|null}``
 
-``GET /info`` -> ``{"architecture", "context_length", "num_ctx", "parallel", "vocab_size",
-"memory": {"weights", "cache", "graph", "total"}, "devices": {"CPU": {"weights", "cache",
-"graph"}, "RPC0": {...}}, "capabilities": [...] }`` (`devices`: bytes per device of the
-layout the runner was started with, `--layout`).
+``GET /info`` -> `RunnerInfo`: architecture, engine, context_length, num_ctx, parallel,
+vocab_size, `memory` (a `RunnerMemory`: weights, cache, graph, total), `devices` (bytes per
+device and part of the layout the runner was started with, `--layout`) and
+`batch_invariance`.
 
-``POST /completion`` with a `CompletionRequest` body streams `CompletionChunk` lines, then one
-`CompletionDone` line; if the request fails at any point the last line is
-``{"error": "sentence"}`` instead (HTTP status stays 200 once streaming has begun; a request
-that is malformed from the start gets 400 with ``{"error": ...}``).
+``POST /completion`` with a `CompletionRequest` body (its `options` a `CompletionOptions`)
+streams `CompletionChunk` lines, then one `CompletionDone` line; if the request fails at any
+point the last line is a `CompletionError` (``{"error": "sentence"}``) instead (HTTP status
+stays 200 once streaming has begun; a request that is malformed from the start gets 400 with
+a `CompletionError`).
 
 ``POST /embedding`` with ``{"input": str | [int], "truncate": bool}`` ->
 ``{"embedding": [float], "prompt_eval_count": int}`` (400 ``{"error"}`` when too long and
@@ -53,26 +58,44 @@ truncate is false).
 ``POST /tokenize`` ``{"content": str, "add_special": bool, "parse_special": bool}`` ->
 ``{"tokens": [int]}``; ``POST /detokenize`` ``{"tokens": [int]}`` -> ``{"content": str}``.
 
+The records travel as JSON objects with their field names (`to_wire`; a field that is None is
+left out, so its default applies) and are read strictly (`from_wire`): a field the record does
+not have, or a value of the wrong type, is a `ProtocolError` naming it. The runner answers such
+a request with 400 and that sentence; the service fails the request with it when a runner's
+line breaks the protocol. Nothing unknown is silently ignored: both sides ship together.
+
 Prompt caching, context shift and truncation happen in the runner; the final line reports what
 happened (`truncated`, `shifted`, `prompt_cached`) so the service can tell its client.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
-from enum import StrEnum
-from typing import Any
+import contextlib
+import types
+from dataclasses import MISSING, dataclass, field, fields, is_dataclass
+from enum import Enum, StrEnum
+from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
+
+from ..engine.kvcache.types import KVCacheType
 
 __all__ = [
     "TOKEN_ENV",
     "ENGINES",
     "EngineKind",
+    "KVCacheType",
+    "RunnerOptions",
+    "CompletionOptions",
     "CompletionRequest",
+    "TokenLogprob",
     "CompletionChunk",
     "CompletionDone",
-    "TokenLogprob",
-    "RunnerOptions",
-    "from_dict",
+    "CompletionError",
+    "RunnerMemory",
+    "RunnerInfo",
+    "ProtocolError",
+    "to_wire",
+    "from_wire",
+    "completion_line",
 ]
 
 TOKEN_ENV = "HEARTH_RUNNER_TOKEN"
@@ -88,6 +111,11 @@ class EngineKind(StrEnum):
 ENGINES = tuple(EngineKind)
 
 
+class ProtocolError(ValueError):
+    """A message that breaks this protocol: an unknown field, or a value of the wrong type.
+    The sentence names the field (`options.temperature`)."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class RunnerOptions:
     """How a runner serves its model: the command-line options above, with their defaults."""
@@ -97,10 +125,10 @@ class RunnerOptions:
     num_batch: int = 512
     threads: int | None = None  # None = physical cores
     flash_attention: bool = False
-    kv_type: str = "f16"  # f16 | q8_0 | q4_0 (the last two need flash attention)
+    kv_type: KVCacheType = KVCacheType.F16  # q8_0 and q4_0 need flash attention
     memory_limit: int | None = None  # bytes; a model needing more fails at load
     projector: str | None = None  # a vision projector GGUF beside the model (mmproj-*.gguf)
-    engine: str = EngineKind.HEARTH  # an EngineKind
+    engine: EngineKind = EngineKind.HEARTH
     # Where layers go: the service's layout as JSON, {"gpus": [{"device": "CUDA0" | "RPC0",
     # "layers": [0, 1, ...]}], "projector": device | null} (layer `blocks` is the output
     # layer); None: everything on the CPU. RPC devices come from HEARTH_RPC_SERVERS.
@@ -109,7 +137,7 @@ class RunnerOptions:
     def args(self) -> list[str]:
         """These options as `hearth runner` arguments."""
         out = ["--num-ctx", str(self.num_ctx), "--parallel", str(self.parallel)]
-        out += ["--num-batch", str(self.num_batch), "--kv-type", self.kv_type]
+        out += ["--num-batch", str(self.num_batch), "--kv-type", str(self.kv_type)]
         if self.threads:
             out += ["--threads", str(self.threads)]
         if self.flash_attention:
@@ -118,24 +146,49 @@ class RunnerOptions:
             out += ["--memory-limit", str(self.memory_limit)]
         if self.projector:
             out += ["--projector", self.projector]
-        if self.engine != "hearth":
-            out += ["--engine", self.engine]
+        if self.engine != EngineKind.HEARTH:
+            out += ["--engine", str(self.engine)]
         if self.layout:
             out += ["--layout", self.layout]
         return out
 
 
-@dataclass
+@dataclass(frozen=True, kw_only=True)
+class CompletionOptions:
+    """A completion's sampling and length options, with Ollama's names: everything the runner
+    honours per request. None (left out of the JSON) means the runner's default (Ollama's:
+    temperature 0.8, top_k 40, top_p 0.9, min_p 0, seed -1 = random, repeat_penalty 1.1,
+    repeat_last_n 64, presence and frequency penalty 0, num_predict -1 = until the end of
+    the turn, num_keep 4)."""
+
+    temperature: float | None = None
+    top_k: int | None = None
+    top_p: float | None = None
+    min_p: float | None = None
+    seed: int | None = None
+    repeat_penalty: float | None = None
+    repeat_last_n: int | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    num_predict: int | None = None  # tokens to generate at most; negative: no limit
+    num_keep: int | None = None  # prompt tokens kept by truncation and shifts; -1: all
+    stop: list[str] = field(default_factory=list)  # the output ends before any of these
+
+    @classmethod
+    def names(cls) -> frozenset[str]:
+        """The option names this record carries (Ollama's)."""
+        return frozenset(f.name for f in fields(cls))
+
+
+@dataclass(kw_only=True)
 class CompletionRequest:
     """One generation. Give `prompt` (text: special tokens are parsed, BOS is added per the
-    file) or `tokens` (ids, used as they are). `options` uses Ollama's names: temperature,
-    top_k, top_p, min_p, seed, repeat_penalty, repeat_last_n, presence_penalty,
-    frequency_penalty, num_predict, num_keep, stop."""
+    file) or `tokens` (ids, used as they are)."""
 
     prompt: str | None = None
     tokens: list[int] | None = None
     images: list[str] = field(default_factory=list)  # base64, referenced as [img-N] in prompt
-    options: dict[str, Any] = field(default_factory=dict)
+    options: CompletionOptions = field(default_factory=CompletionOptions)
     format: str | dict[str, Any] | None = None  # "json" or a JSON Schema: constrained output
     logprobs: bool = False
     top_logprobs: int = 0  # 0..20 alternatives per token
@@ -144,22 +197,30 @@ class CompletionRequest:
     cache_prompt: bool = True
 
 
-@dataclass
+@dataclass(frozen=True, kw_only=True)
 class TokenLogprob:
+    """One token's log-probability (Ollama's shape): its text, its bytes (the text may be part
+    of a UTF-8 character), and with `top_logprobs` the most likely alternatives."""
+
     token: str
     logprob: float
     bytes: list[int]
-    top_logprobs: list[dict[str, Any]] = field(default_factory=list)
+    top_logprobs: list[TokenLogprob] | None = None  # None: not asked for (left out)
 
 
-@dataclass
+@dataclass(frozen=True, kw_only=True)
 class CompletionChunk:
+    """Generated text (one token's, or several sent together), with its tokens' logprobs
+    when the request asked for them (else None, left out)."""
+
     content: str
     logprobs: list[TokenLogprob] | None = None
 
 
-@dataclass
+@dataclass(frozen=True, kw_only=True)
 class CompletionDone:
+    """The last line of a completion that finished."""
+
     done: bool = True
     done_reason: str = "stop"  # "stop" (end of turn or a stop string) | "length"
     prompt_eval_count: int = 0  # prompt tokens actually evaluated (cached ones excluded)
@@ -172,11 +233,172 @@ class CompletionDone:
     context: list[int] = field(default_factory=list)  # prompt + generated ids (Ollama's)
 
 
-def to_dict(obj: Any) -> dict[str, Any]:
-    return asdict(obj)
+@dataclass(frozen=True, kw_only=True)
+class CompletionError:
+    """The last line of a completion that failed, and the body of a 4xx answer."""
+
+    error: str  # a sentence for the user
 
 
-def from_dict(cls: type, data: dict[str, Any]) -> Any:
-    """Build a protocol dataclass from a dict, ignoring unknown keys (forward compatible)."""
-    names = {f.name for f in fields(cls)}
-    return cls(**{k: v for k, v in data.items() if k in names})
+@dataclass(frozen=True, kw_only=True)
+class RunnerMemory:
+    """Bytes the loaded model takes: weights, KV cache, graph (compute) buffers, and their sum."""
+
+    weights: int
+    cache: int
+    graph: int
+    total: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunnerInfo:
+    """`GET /info`, and `info` in the `ready` event: what the runner loaded and measured."""
+
+    architecture: str
+    engine: EngineKind
+    context_length: int  # the model's trained context (0: the file does not say)
+    num_ctx: int
+    parallel: int
+    vocab_size: int
+    memory: RunnerMemory
+    # Bytes per device and part ({"CPU": {"weights", "cache", "graph"}, "CUDA0": ...}) of
+    # the layout the runner was started with (`--layout`).
+    devices: dict[str, dict[str, int]] = field(default_factory=dict)
+    # Whether "same tokens under any load" holds, and why (engine/ml/invariance.py; None
+    # on llama.cpp's engine).
+    batch_invariance: dict[str, Any] | None = None
+
+
+# -- JSON ------------------------------------------------------------------------------------
+
+T = TypeVar("T")
+
+
+def to_wire(obj: Any) -> Any:
+    """A protocol record as JSON data: fields that are None are left out; nested records and
+    lists of them are converted too; enums become their values."""
+    if is_dataclass(obj) and not isinstance(obj, type):
+        return {
+            f.name: to_wire(value)
+            for f in fields(obj)
+            if (value := getattr(obj, f.name)) is not None
+        }
+    if isinstance(obj, list | tuple):
+        return [to_wire(v) for v in obj]
+    if isinstance(obj, dict):
+        return {k: to_wire(v) for k, v in obj.items()}
+    if isinstance(obj, Enum):
+        return obj.value
+    return obj
+
+
+def from_wire(cls: type[T], data: Any, where: str = "") -> T:
+    """A protocol record from JSON data, checked: an unknown field or a value of the wrong
+    type is a ProtocolError naming it (`where` prefixes the names, for nested records)."""
+    label = where or cls.__name__
+    if not isinstance(data, dict):
+        raise ProtocolError(f"{label} must be a JSON object, not {_shown(data)}")
+    hints = _hints(cls)
+    unknown = sorted(set(data) - hints.keys())
+    if unknown:
+        raise ProtocolError(
+            f"unknown field {_path(where, unknown[0])!r} in {cls.__name__} "
+            f"(its fields: {', '.join(hints)})"
+        )
+    missing = [
+        _path(where, f.name)
+        for f in fields(cls)  # type: ignore[arg-type]
+        if f.default is MISSING and f.default_factory is MISSING and f.name not in data
+    ]
+    if missing:
+        raise ProtocolError(f"{cls.__name__} lacks {', '.join(missing)}")
+    values = {name: _value(value, hints[name], _path(where, name)) for name, value in data.items()}
+    return cls(**values)
+
+
+def completion_line(data: Any) -> CompletionChunk | CompletionDone | CompletionError:
+    """One line of a completion's stream: an error (it has `error`), the last line (it has
+    `done`) or a chunk."""
+    if isinstance(data, dict) and "error" in data:
+        return from_wire(CompletionError, data)
+    if isinstance(data, dict) and "done" in data:
+        return from_wire(CompletionDone, data)
+    return from_wire(CompletionChunk, data)
+
+
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    """A record's field types, resolved (once per record)."""
+    if cls not in _HINTS:
+        names = {f.name for f in fields(cls)}
+        _HINTS[cls] = {k: v for k, v in get_type_hints(cls).items() if k in names}
+    return _HINTS[cls]
+
+
+def _path(where: str, name: str) -> str:
+    return f"{where}.{name}" if where else name
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _value(value: Any, hint: Any, where: str) -> Any:
+    """`value` checked against the type `hint` (and converted: a record, an enum, a float)."""
+    origin = get_origin(hint)
+    if origin in (Union, types.UnionType):
+        options = [h for h in get_args(hint) if h is not type(None)]
+        if value is None and len(options) < len(get_args(hint)):
+            return None
+        if len(options) == 1:  # `X | None`: the error X's check gives is the more precise
+            return _value(value, options[0], where)
+        for option in options:
+            with contextlib.suppress(ProtocolError):
+                return _value(value, option, where)
+        raise ProtocolError(f"{where} must be {_described(hint)}, not {_shown(value)}")
+    if hint is Any:
+        return value
+    if isinstance(hint, type) and is_dataclass(hint):
+        return from_wire(hint, value, where)
+    if isinstance(hint, type) and issubclass(hint, Enum):
+        try:
+            return hint(value)
+        except ValueError:
+            raise ProtocolError(
+                f"{where} must be one of {', '.join(str(m.value) for m in hint)}, "
+                f"not {_shown(value)}"
+            ) from None
+    if origin is list:
+        if not isinstance(value, list):
+            raise ProtocolError(f"{where} must be {_described(hint)}, not {_shown(value)}")
+        (item,) = get_args(hint)
+        return [_value(v, item, f"{where}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+            raise ProtocolError(f"{where} must be {_described(hint)}, not {_shown(value)}")
+        _, item = get_args(hint)
+        return {k: _value(v, item, _path(where, k)) for k, v in value.items()}
+    plain = hint in (int, float) and isinstance(value, bool)  # JSON's true is not a number
+    wanted = (int, float) if hint is float else hint
+    if plain or not isinstance(value, wanted):
+        raise ProtocolError(f"{where} must be {_described(hint)}, not {_shown(value)}")
+    return float(value) if hint is float else value
+
+
+def _described(hint: Any) -> str:
+    """A type as the sentence of an error says it ("a number or null")."""
+    origin = get_origin(hint)
+    if origin in (Union, types.UnionType):
+        return " or ".join(_described(h) for h in get_args(hint))
+    if origin is list:
+        return f"a list of {_described(get_args(hint)[0]).removeprefix('a ').removeprefix('an ')}s"
+    if origin is dict:
+        return "a JSON object"
+    if isinstance(hint, type) and is_dataclass(hint):
+        return "a JSON object"
+    names = {type(None): "null", bool: "true or false", int: "an integer", float: "a number",
+             str: "a string", Any: "any value"}  # fmt: skip
+    return names.get(hint, getattr(hint, "__name__", str(hint)))

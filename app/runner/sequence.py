@@ -28,7 +28,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -37,21 +37,19 @@ from .. import env
 from ..engine.prompt_cache import Slot, group_start
 from ..engine.sampling import Sampler, SamplingOptions, log_softmax
 from ..engine.tokenizer import StreamDecoder, Tokenizer
-from .protocol import CompletionRequest
+from .protocol import (
+    CompletionChunk,
+    CompletionDone,
+    CompletionError,
+    CompletionOptions,
+    CompletionRequest,
+    TokenLogprob,
+)
 
-__all__ = ["Sequence", "SequenceSettings", "PromptTooLongError", "settings_from_request"]
+__all__ = ["Sequence", "SequenceSettings", "PromptTooLongError", "settings_from_request", "Event"]
 
-_SAMPLING_KEYS = {
-    "temperature",
-    "top_k",
-    "top_p",
-    "min_p",
-    "seed",
-    "repeat_penalty",
-    "repeat_last_n",
-    "presence_penalty",
-    "frequency_penalty",
-}
+# What a sequence's `events` carry: a completion's protocol lines, or an embedding's result.
+Event = CompletionChunk | CompletionDone | CompletionError | dict[str, Any]
 
 
 def _stream_interval() -> float:
@@ -77,35 +75,22 @@ class SequenceSettings:
 
 
 def settings_from_request(req: CompletionRequest) -> SequenceSettings:
-    """Validate a request's options (Ollama names); ValueError says what is wrong."""
-    opts = dict(req.options or {})
-    sampling_args: dict[str, Any] = {}
-    for key in _SAMPLING_KEYS & opts.keys():
-        value = opts[key]
-        if value is None:
-            continue
-        caster = int if key in ("top_k", "seed", "repeat_last_n") else float
-        try:
-            sampling_args[key] = caster(value)
-        except (TypeError, ValueError):
-            raise ValueError(f"option {key} must be a number, not {value!r}") from None
-    stop = opts.get("stop") or ()
-    if isinstance(stop, str):
-        stop = (stop,)
-    if not all(isinstance(s, str) for s in stop):
-        raise ValueError("option stop must be a string or a list of strings")
-    top = int(req.top_logprobs or 0)
+    """A request's settings (its options' types were checked on arrival: protocol.from_wire);
+    options left out take the defaults. ValueError says what is wrong."""
+    opts: CompletionOptions = req.options
+    given = {f.name: getattr(opts, f.name) for f in fields(SamplingOptions)}
+    top = req.top_logprobs
     if not 0 <= top <= 20:
         raise ValueError("top_logprobs must be between 0 and 20")
     return SequenceSettings(
-        sampling=SamplingOptions(**sampling_args),
-        num_predict=int(opts.get("num_predict", -1) if opts.get("num_predict") is not None else -1),
-        num_keep=int(opts.get("num_keep", 4) if opts.get("num_keep") is not None else 4),
-        stop=tuple(stop),
-        logprobs=bool(req.logprobs or top > 0),
+        sampling=SamplingOptions(**{k: v for k, v in given.items() if v is not None}),
+        num_predict=-1 if opts.num_predict is None else opts.num_predict,
+        num_keep=4 if opts.num_keep is None else opts.num_keep,
+        stop=tuple(opts.stop),
+        logprobs=req.logprobs or top > 0,
         top_logprobs=top,
-        truncate=bool(req.truncate),
-        shift=bool(req.shift),
+        truncate=req.truncate,
+        shift=req.shift,
     )
 
 
@@ -151,7 +136,7 @@ class Sequence:
         cap = 10 * num_ctx  # a runaway generation through repeated shifts ends here
         n = settings.num_predict
         self.num_predict = cap if n < 0 or n > cap else n
-        self.events: queue.Queue[dict[str, Any] | None] = queue.Queue()
+        self.events: queue.Queue[Event | None] = queue.Queue()
         self.cancelled = threading.Event()
         self.slot: Slot | None = None
         self.pending: list[int] = []  # inputs still to evaluate (prompt rest, or the last token)
@@ -165,7 +150,7 @@ class Sequence:
         self._cut = False  # a stop string ended the output (the text after it is dropped)
         # With structured output, where the streamed text is a whole document (see above).
         self._doc = constraint.reader() if constraint is not None and self._stops else None
-        self._held_logprobs: list[dict[str, Any]] = []
+        self._held_logprobs: list[TokenLogprob] = []
         self.generated: list[int] = []  # sampled tokens, in order
         self.fed = 0  # generated tokens evaluated into the cache (set by the loop)
         self.placeholder_planned = False  # the next token has a planned input (loop)
@@ -175,7 +160,7 @@ class Sequence:
         self._text_len = 0
         self._sent_len = 0
         self._out_text = ""  # sent text not yet put on `events` (see stream chunks above)
-        self._out_logprobs: list[dict[str, Any]] = []
+        self._out_logprobs: list[TokenLogprob] = []
         self._out_since = 0.0  # when the oldest of it was sampled
         self._t_token = 0.0  # when the last token was sampled
         self._token_gap = float("inf")  # the time between the last two tokens
@@ -267,23 +252,23 @@ class Sequence:
             c.advance(token)
         return token
 
-    def _logprob(self, logits: np.ndarray, token: int) -> dict[str, Any]:
+    def _logprob(self, logits: np.ndarray, token: int) -> TokenLogprob:
         lp = log_softmax(logits)
-        entry = self._token_entry(token, float(lp[token]))
         k = self.settings.top_logprobs
+        top = None
         if k:
             idx = np.argpartition(lp, lp.shape[0] - k)[lp.shape[0] - k :]
             idx = idx[np.argsort(-lp[idx], kind="stable")]
-            entry["top_logprobs"] = [self._token_entry(int(i), float(lp[i])) for i in idx]
-        return entry
+            top = [self._token_entry(int(i), float(lp[i])) for i in idx]
+        return self._token_entry(token, float(lp[token]), top)
 
-    def _token_entry(self, token: int, logprob: float) -> dict[str, Any]:
+    def _token_entry(
+        self, token: int, logprob: float, top: list[TokenLogprob] | None = None
+    ) -> TokenLogprob:
         raw = self.tokenizer.token_bytes(token)
-        return {
-            "token": raw.decode("utf-8", "replace"),
-            "logprob": logprob,
-            "bytes": list(raw),
-        }
+        return TokenLogprob(
+            token=raw.decode("utf-8", "replace"), logprob=logprob, bytes=list(raw), top_logprobs=top
+        )
 
     def _emit(self, text: str) -> bool:
         """Send what is safe to send; True when a stop string matched (the output ends there)."""
@@ -354,11 +339,9 @@ class Sequence:
         """Put the unsent text (and its logprobs) on `events` as one chunk now."""
         if not (self._out_text or self._out_logprobs):
             return
-        chunk: dict[str, Any] = {"content": self._out_text}
-        if self.settings.logprobs:
-            chunk["logprobs"] = self._out_logprobs
+        logprobs = self._out_logprobs if self.settings.logprobs else None
+        self.events.put(CompletionChunk(content=self._out_text, logprobs=logprobs))
         self._out_text, self._out_logprobs = "", []
-        self.events.put(chunk)
 
     def finish(self, reason: str) -> None:
         if self.done:
@@ -374,18 +357,17 @@ class Sequence:
         now = time.perf_counter()
         first = self.t_first or now
         self.events.put(
-            {
-                "done": True,
-                "done_reason": reason,
-                "prompt_eval_count": self.prompt_evaluated,
-                "prompt_cached": self.prompt_cached,
-                "prompt_eval_duration": int((first - self.t_start) * 1e9),
-                "eval_count": len(self.generated),
-                "eval_duration": int((now - first) * 1e9),
-                "truncated": self.truncated,
-                "shifted": self.shifted,
-                "context": self.prompt + self.generated[: self._sent_tokens],
-            }
+            CompletionDone(
+                done_reason=reason,
+                prompt_eval_count=self.prompt_evaluated,
+                prompt_cached=self.prompt_cached,
+                prompt_eval_duration=int((first - self.t_start) * 1e9),
+                eval_count=len(self.generated),
+                eval_duration=int((now - first) * 1e9),
+                truncated=self.truncated,
+                shifted=self.shifted,
+                context=self.prompt + self.generated[: self._sent_tokens],
+            )
         )
         self.events.put(None)
 
@@ -394,7 +376,7 @@ class Sequence:
             return
         self.done = True
         self.flush_stream()  # what was generated before the failure still arrives
-        self.events.put({"error": message})
+        self.events.put(CompletionError(error=message))
         self.events.put(None)
 
     def tokens_to_keep(self) -> int:

@@ -69,17 +69,17 @@ def _logits(path: Path, placement: object, num_ctx: int = 128, num_batch: int = 
 
 def _runner_text(path: Path, layout: str | None, pipelined: bool) -> str:
     from hearth.runner.core import Runner, RunnerConfig
-    from hearth.runner.protocol import CompletionRequest
+    from hearth.runner.protocol import CompletionChunk, CompletionOptions, CompletionRequest
 
     runner = Runner(RunnerConfig(str(path), layout=layout, pipelined=pipelined))
     try:
         text = ""
         for prompt in ("The capital of France is", "Once upon a time"):
-            options = {"temperature": 0, "num_predict": 16}
+            options = CompletionOptions(temperature=0, num_predict=16)
             seq = runner.completion(CompletionRequest(prompt=prompt, options=options))
             while (event := seq.events.get()) is not None:
-                text += event.get("content", "")
-                print(f"event {sorted(event)[:4]}", file=sys.stderr, flush=True)
+                text += event.content if isinstance(event, CompletionChunk) else ""
+                print(f"event {type(event).__name__}", file=sys.stderr, flush=True)
         return text
     finally:
         runner.close()

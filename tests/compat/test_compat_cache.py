@@ -10,26 +10,34 @@ from typing import Any
 
 import pytest
 
-from hearth.runner.protocol import CompletionRequest, RunnerOptions
+from hearth.runner.protocol import (
+    CompletionDone,
+    CompletionOptions,
+    CompletionRequest,
+    EngineKind,
+    RunnerOptions,
+    to_wire,
+)
 from hearth.server.scheduling.runner_process import RunnerProcess
 
 pytestmark = pytest.mark.slow
 
 PROMPT = "Once upon a time there was a small village by the sea where every morning"
-GREEDY = {"temperature": 0, "repeat_penalty": 1.0, "num_predict": 12}
-OPTIONS = RunnerOptions(num_ctx=256, parallel=2, engine="llamacpp")
+GREEDY = CompletionOptions(temperature=0, repeat_penalty=1.0, num_predict=12)
+OPTIONS = RunnerOptions(num_ctx=256, parallel=2, engine=EngineKind.LLAMACPP)
 
 
-async def _complete(runner: RunnerProcess, prompt: str) -> tuple[list[float], dict[str, Any]]:
-    """The chosen tokens' logprobs and the final object."""
+async def _complete(runner: RunnerProcess, prompt: str) -> tuple[list[float], CompletionDone]:
+    """The chosen tokens' logprobs and the final line."""
     request = CompletionRequest(prompt=prompt, options=GREEDY, logprobs=True)
     logprobs: list[float] = []
-    done: dict[str, Any] = {}
+    done = None
     async for event in runner.completion(request):
-        if event.get("done"):
+        if isinstance(event, CompletionDone):
             done = event
         else:
-            logprobs += [lp["logprob"] for lp in event.get("logprobs", [])]
+            logprobs += [lp.logprob for lp in event.logprobs or []]
+    assert done is not None
     return logprobs, done
 
 
@@ -38,7 +46,7 @@ def test_a_prefix_shared_across_streams_gives_what_reuse_in_one_stream_gives(
 ):
     follow_up = PROMPT + " the fishermen"
 
-    async def turns(multi_user: bool) -> list[tuple[list[float], dict[str, Any]]]:
+    async def turns(multi_user: bool) -> list[tuple[list[float], CompletionDone]]:
         monkeypatch.setenv("HEARTH_MULTIUSER_CACHE", "1" if multi_user else "0")
         runner = await RunnerProcess.start(str(tiny_llama_path), OPTIONS)
         try:
@@ -52,20 +60,20 @@ def test_a_prefix_shared_across_streams_gives_what_reuse_in_one_stream_gives(
     # Single-user: the follow-up reuses slot 0 itself; the same split of work (the prompt
     # in one pass, the rest in the next), so llama.cpp computes the same numbers.
     (_, first_single), (reused_lp, reused), _ = asyncio.run(turns(False))
-    assert first["context"] == first_single["context"]
-    prefix = copied["prompt_cached"]
-    assert prefix > 0 and prefix == reused["prompt_cached"]
-    assert copied["context"] == reused["context"]
+    assert first.context == first_single.context
+    prefix = copied.prompt_cached
+    assert prefix > 0 and prefix == reused.prompt_cached
+    assert copied.context == reused.context
     assert copied_lp == reused_lp  # bit for bit: the copied cells are the cells
     # Slot 0 kept its own content: the first prompt again reuses all of it (the loop
     # evaluates prompt rows two or more at a time: the last two are evaluated again).
-    assert again["context"] == first["context"]
-    prompt_len = first["prompt_cached"] + first["prompt_eval_count"]
-    assert again["prompt_cached"] == prompt_len - 2
+    assert again.context == first.context
+    prompt_len = first.prompt_cached + first.prompt_eval_count
+    assert again.prompt_cached == prompt_len - 2
 
 
 def test_a_second_turn_evaluates_only_the_new_tokens(tiny_llama_path):
-    async def run() -> tuple[dict[str, Any], dict[str, Any]]:
+    async def run() -> tuple[CompletionDone, CompletionDone]:
         runner = await RunnerProcess.start(str(tiny_llama_path), OPTIONS)
         try:
             _, first = await _complete(runner, PROMPT + " a bell")
@@ -77,16 +85,16 @@ def test_a_second_turn_evaluates_only_the_new_tokens(tiny_llama_path):
     first, second = asyncio.run(run())
     # The first prompt is a prefix of the second: all of it is reused (but the last two
     # inputs, evaluated again as one run)
-    first_len = first["prompt_cached"] + first["prompt_eval_count"]
-    assert second["prompt_cached"] >= first_len - 2
-    assert first["done_reason"] == second["done_reason"] == "length"
+    first_len = first.prompt_cached + first.prompt_eval_count
+    assert second.prompt_cached >= first_len - 2
+    assert first.done_reason == second.done_reason == "length"
 
 
 def test_memory_is_what_llamacpp_allocated_per_device(tiny_llama_path):
     async def run() -> dict[str, Any]:
         runner = await RunnerProcess.start(str(tiny_llama_path), OPTIONS)
         try:
-            return dict(runner.info)
+            return to_wire(runner.info)
         finally:
             await runner.stop()
 

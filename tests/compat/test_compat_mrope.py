@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import base64
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -17,7 +16,13 @@ from compat.mtmd_models import build_or_skip
 from compat.qwen2vl_gguf import build_tiny_qwen2vl, sample_png
 from hearth.plugins.testing import run_oracle
 from hearth.plugins.testing.llamacpp_mtmd import LLAMACPP_MTMD
-from hearth.runner.protocol import CompletionRequest, RunnerOptions
+from hearth.runner.protocol import (
+    CompletionDone,
+    CompletionOptions,
+    CompletionRequest,
+    EngineKind,
+    RunnerOptions,
+)
 from hearth.server.scheduling.runner_process import RunnerProcess
 
 pytestmark = pytest.mark.slow
@@ -50,9 +55,11 @@ def _libmtmd(files: tuple[Path, Path], picture: str, prompt: str, tmp: Path) -> 
 
 async def _answers(
     files: tuple[Path, Path], turns: list[tuple[str, str]]
-) -> list[tuple[bytes, dict[str, Any]]]:
+) -> list[tuple[bytes, CompletionDone]]:
     """Our greedy answers (bytes, from the logprobs) to each (prompt, picture), in one runner."""
-    options = RunnerOptions(num_ctx=512, parallel=2, engine="llamacpp", projector=str(files[1]))
+    options = RunnerOptions(
+        num_ctx=512, parallel=2, engine=EngineKind.LLAMACPP, projector=str(files[1])
+    )
     runner = await RunnerProcess.start(str(files[0]), options)
     out = []
     try:
@@ -60,15 +67,16 @@ async def _answers(
             request = CompletionRequest(
                 prompt=prompt,
                 images=[base64.b64encode(sample_png(picture)).decode()],
-                options={"temperature": 0, "repeat_penalty": 1.0, "num_predict": PREDICT},
+                options=CompletionOptions(temperature=0, repeat_penalty=1.0, num_predict=PREDICT),
                 logprobs=True,
             )
-            answer, done = b"", {}
+            answer, done = b"", None
             async for event in runner.completion(request):
-                if event.get("done"):
+                if isinstance(event, CompletionDone):
                     done = event
-                for lp in event.get("logprobs", []):
-                    answer += bytes(lp["bytes"])
+                else:
+                    for lp in event.logprobs or []:
+                        answer += bytes(lp.bytes)
             out.append((answer, done))
     finally:
         await runner.stop()
@@ -83,7 +91,7 @@ def test_image_answers_equal_libmtmd(qwen2vl: tuple[Path, Path], tmp_path: Path)
     assert [answer for answer, _ in got] == expected
     assert expected[0] != expected[1]  # the pictures are told apart
     for _, done in got:
-        assert done["eval_count"] == PREDICT
+        assert done.eval_count == PREDICT
 
 
 def test_a_second_turn_reuses_the_image_and_equals_libmtmd(
@@ -97,5 +105,5 @@ def test_a_second_turn_reuses_the_image_and_equals_libmtmd(
     )
     assert got == _libmtmd(qwen2vl, "gradient", second, tmp_path)
     # The image and the text around it came from the cache (16 embeddings at least).
-    assert done2["prompt_cached"] >= 16
-    assert done2["prompt_cached"] + done2["prompt_eval_count"] > done1["prompt_eval_count"]
+    assert done2.prompt_cached >= 16
+    assert done2.prompt_cached + done2.prompt_eval_count > done1.prompt_eval_count

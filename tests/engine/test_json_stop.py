@@ -20,7 +20,12 @@ from hearth.engine.grammar import JsonConstraint, TokenTable, schema_from_format
 from hearth.engine.sampling import SamplingOptions
 from hearth.engine.tokenizer import Tokenizer, load_tokenizer
 from hearth.runner.core import Runner, RunnerConfig
-from hearth.runner.protocol import CompletionRequest
+from hearth.runner.protocol import (
+    CompletionDone,
+    CompletionError,
+    CompletionOptions,
+    CompletionRequest,
+)
 from hearth.runner.sequence import Sequence, SequenceSettings
 
 EOS = "<eos>"
@@ -58,7 +63,7 @@ class Script:
         self.tok = tok
         self.seq = Sequence([1], settings, tok, num_ctx=256, constraint=constraint)
         self.chunks: list[str] = []
-        self.done: dict[str, Any] | None = None
+        self.done: CompletionDone | None = None
 
     def feed(self, text: str) -> bool:
         """Feed `text` byte by byte (or end-of-sequence); False once the sequence ended."""
@@ -94,11 +99,11 @@ class Script:
             event = self.seq.events.get_nowait()
             if event is None:
                 continue
-            assert "error" not in event, event
-            if event.get("done"):
+            assert not isinstance(event, CompletionError), event
+            if isinstance(event, CompletionDone):
                 self.done = event
             else:
-                self.chunks.append(event["content"])
+                self.chunks.append(event.content)
 
 
 @pytest.mark.parametrize("fmt", ["json", SCHEMA])
@@ -106,7 +111,7 @@ class Script:
 def test_a_stop_string_inside_the_document_is_ignored(vocab, fmt, stop):
     s = Script(vocab, [stop], fmt)
     assert s.run(DOC) == DOC
-    assert s.done is not None and s.done["done_reason"] == "stop"  # the grammar's end
+    assert s.done is not None and s.done.done_reason == "stop"  # the grammar's end
     assert json.loads(s.text)["n"] == 12
 
 
@@ -131,7 +136,7 @@ def test_text_that_cannot_be_cut_is_streamed_at_once(vocab):
 def test_a_stop_string_after_a_whole_number_ends_it(vocab):
     s = Script(vocab, ["34"], {"type": "integer"})
     assert s.run("12", "3", "4", "5", EOS) == "12"
-    assert s.done is not None and s.done["done_reason"] == "stop"
+    assert s.done is not None and s.done.done_reason == "stop"
     assert s.seq.generated == [s._byte(b) for b in b"1234"]  # "34" completed, then the end
     one = Script(vocab, ["3"], {"type": "integer"})
     one.feed("12")
@@ -152,7 +157,7 @@ def test_held_text_is_sent_when_the_stop_string_never_completes(vocab):
     s.feed("123")
     assert s.text == "12"  # "3" may begin "34"
     assert s.run(EOS) == "123"
-    assert s.done is not None and s.done["context"][1:] == s.seq.generated
+    assert s.done is not None and s.done.context[1:] == s.seq.generated
     assert Script(vocab, ["world"], None).run("Hello wor", EOS) == "Hello wor"
 
 
@@ -160,7 +165,7 @@ def test_without_format_stop_strings_cut_as_before(vocab):
     for stop in [",", "}", '"', "a"]:
         s = Script(vocab, [stop], None)
         assert s.run(DOC) == DOC[: DOC.index(stop)]
-        assert s.done is not None and s.done["done_reason"] == "stop"
+        assert s.done is not None and s.done.done_reason == "stop"
     s = Script(vocab, ["cd"], None)
     s.feed("abc")
     assert s.text == "ab"  # the start of a stop string is never sent
@@ -179,18 +184,18 @@ def llama(tiny_llama_path):
 
 def _generate(
     runner: Runner, fmt: Any, stop: list[str], n: int, num_predict: int = 900
-) -> list[tuple[str, dict]]:
+) -> list[tuple[str, CompletionDone]]:
     """n sampled outputs (seeds and temperatures vary), submitted together."""
     reqs = [
         CompletionRequest(
             tokens=[1, 5, 6, 7],
             format=fmt,
-            options={
-                "seed": i,
-                "temperature": (0.7, 1.0, 1.3)[i % 3],
-                "num_predict": num_predict,
-                "stop": stop,
-            },
+            options=CompletionOptions(
+                seed=i,
+                temperature=(0.7, 1.0, 1.3)[i % 3],
+                num_predict=num_predict,
+                stop=stop,
+            ),
         )  # fmt: skip
         for i in range(n)
     ]
@@ -206,10 +211,10 @@ def test_json_output_with_stop_strings_always_parses(llama, fmt):
     without = _generate(llama, fmt, [], 12)
     for (text, done), (free, _) in zip(with_stops, without, strict=True):
         assert text == free  # a stop string inside a document changes nothing
-        if done["done_reason"] == "stop":
+        if done.done_reason == "stop":
             doc = json.loads(text)
             assert fmt == "json" or set(doc) == {"name", "tags", "n"}
-    finished = [d for _, d in with_stops if d["done_reason"] == "stop"]
+    finished = [d for _, d in with_stops if d.done_reason == "stop"]
     assert len(finished) >= 10
     assert len({t for t, _ in with_stops}) >= 10  # many different documents
     assert sum(any(s in t for s in STOPS) for t, _ in with_stops) >= 10
@@ -220,7 +225,7 @@ def test_a_stop_string_cuts_a_top_level_integer_only_where_it_is_whole(llama):
     without = _generate(llama, {"type": "integer"}, [], 12)
     cuts = 0
     for (text, done), (free, _) in zip(with_stop, without, strict=True):
-        assert isinstance(json.loads(text), int) and done["done_reason"] == "stop"
+        assert isinstance(json.loads(text), int) and done.done_reason == "stop"
         assert free.startswith(text)
         if text != free:
             cuts += 1
@@ -237,5 +242,5 @@ def test_without_format_the_runner_still_cuts_at_stop_strings(llama):
         assert "a" not in text and free.startswith(text)
         if "a" in free:
             cuts += 1
-            assert text == free[: free.index("a")] and done["done_reason"] == "stop"
+            assert text == free[: free.index("a")] and done.done_reason == "stop"
     assert cuts >= 4

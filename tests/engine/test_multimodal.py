@@ -23,6 +23,7 @@ from hearth.engine.multimodal_store import is_placeholder
 from hearth.plugins import ArchitectureRegistry, ArchitectureSpec
 from hearth.plugins.testing import LLAMACPP_LOGITS, run_oracle
 from hearth.runner.core import RequestError, Runner, RunnerConfig
+from hearth.runner.protocol import CompletionDone, CompletionOptions, CompletionRequest
 from hearth_llama import Config
 from hearth_llama import Model as Llama
 
@@ -87,8 +88,8 @@ def registry(model: type[Llama]) -> ArchitectureRegistry:
     return reg
 
 
-def greedy(**kw: Any) -> dict[str, Any]:
-    return {"temperature": 0, "repeat_penalty": 1.0, "num_predict": 6, **kw}
+def greedy(**kw: Any) -> CompletionOptions:
+    return CompletionOptions(**{"temperature": 0, "repeat_penalty": 1.0, "num_predict": 6, **kw})
 
 
 @pytest.fixture(scope="module")
@@ -101,9 +102,9 @@ def runner(tiny_llama_path):
     r.close()
 
 
-def complete(runner: Runner, prompt: str, images: list[bytes], **options: Any) -> tuple[str, dict]:
-    from hearth.runner.protocol import CompletionRequest
-
+def complete(
+    runner: Runner, prompt: str, images: list[bytes], **options: Any
+) -> tuple[str, CompletionDone]:
     req = CompletionRequest(
         prompt=prompt,
         images=[base64.b64encode(i).decode() for i in images],
@@ -149,15 +150,13 @@ def test_a_picture_gives_the_logits_of_its_tokens_as_llama_cpp_computes_them(
 def test_same_output_as_the_tokens_through_the_runner(runner):
     picture = token_picture(PICTURE_TOKENS)
     text, done = complete(runner, "[img-0] describe", [picture])
-    from hearth.runner.protocol import CompletionRequest
-
     bos = runner.encode("", add_special=True)
     tokens = bos + PICTURE_TOKENS + runner.encode(" describe", add_special=False)
     plain, plain_done = collect(
         runner.completion(CompletionRequest(tokens=tokens, options=greedy(), top_logprobs=5))
     )
     assert text == plain
-    assert done["eval_count"] == plain_done["eval_count"]
+    assert done.eval_count == plain_done.eval_count
 
 
 def test_images_go_first_without_markers_and_markers_place_them(runner):
@@ -188,7 +187,7 @@ def test_a_second_turn_about_the_same_image_encodes_nothing_and_reuses_the_cache
     assert PictureLlama.encodes == before + 1  # recalled from the store: no new encoder graph
     assert runner.engine.multimodal.encoded == computed  # and nothing computed again
     new_text = len(runner.encode(first + " and more?", add_special=False))
-    assert done2["prompt_eval_count"] <= new_text + 1  # only the new text was evaluated
+    assert done2.prompt_eval_count <= new_text + 1  # only the new text was evaluated
 
 
 def test_a_different_image_with_the_same_text_does_not_reuse_the_cache(runner):
@@ -198,7 +197,7 @@ def test_a_different_image_with_the_same_text_does_not_reuse_the_cache(runner):
     _, done = complete(runner, "[img-0] same words", [b])
     words = len(runner.encode(" same words", add_special=False))
     # Nothing after BOS matches: the picture's rows and the words are evaluated again.
-    assert done["prompt_eval_count"] >= 4 + words, done
+    assert done.prompt_eval_count >= 4 + words, done
 
 
 def test_rows_of_one_image_attend_both_ways_when_the_model_says_so(tiny_llama_path):

@@ -8,24 +8,30 @@ import numpy as np
 import pytest
 
 from hearth.runner.core import RequestError, Runner, RunnerConfig
-from hearth.runner.protocol import CompletionRequest
+from hearth.runner.protocol import (
+    CompletionChunk,
+    CompletionDone,
+    CompletionError,
+    CompletionOptions,
+    CompletionRequest,
+)
 
 
-def collect(seq) -> tuple[str, dict]:
+def collect(seq) -> tuple[str, CompletionDone]:
     parts, done = [], None
     while (event := seq.events.get(timeout=600)) is not None:
-        if "error" in event:
-            raise RuntimeError(event["error"])
-        if event.get("done"):
+        if isinstance(event, CompletionError):
+            raise RuntimeError(event.error)
+        if isinstance(event, CompletionDone):
             done = event
         else:
-            parts.append(event["content"])
+            parts.append(event.content)
     assert done is not None
     return "".join(parts), done
 
 
-def greedy(**kw) -> dict:
-    return {"temperature": 0, "repeat_penalty": 1.0, **kw}
+def greedy(**kw) -> CompletionOptions:
+    return CompletionOptions(temperature=0, repeat_penalty=1.0, **kw)
 
 
 @pytest.fixture(scope="module")
@@ -69,8 +75,8 @@ def test_four_sequences_together_give_exactly_what_each_gives_alone(which, reque
     results = [collect(s) for s in together]
     for (a_text, a_done), (t_text, t_done) in zip(alone, results, strict=True):
         assert t_text == a_text
-        assert t_done["context"] == a_done["context"]  # the same token ids
-        assert t_done["eval_count"] == 32
+        assert t_done.context == a_done.context  # the same token ids
+        assert t_done.eval_count == 32
     assert runner.loop.max_batch_seen >= 4
 
 
@@ -98,11 +104,11 @@ def test_the_pipelined_loop_gives_exactly_what_the_serial_one_gives(llama, llama
         results = [collect(s) for s in [llama_pipelined.completion(r) for r in reqs]]
         for (s_text, s_done), (p_text, p_done) in zip(serial, results, strict=True):
             assert p_text == s_text
-            assert p_done["context"] == s_done["context"]
-            assert p_done["eval_count"] == s_done["eval_count"]
+            assert p_done.context == s_done.context
+            assert p_done.eval_count == s_done.eval_count
     assert llama_pipelined.loop.max_batch_seen >= 4
     _, again = collect(llama_pipelined.completion(reqs[3]))  # alone, after the others
-    assert again["context"] == serial[3][1]["context"]
+    assert again.context == serial[3][1].context
 
 
 @pytest.mark.slow
@@ -118,7 +124,7 @@ def test_a_long_prompt_does_not_starve_a_short_one(llama):
     for name, seq in seqs.items():
         _, done = collect(seq)
         # When the loop finished it, on the loop's own clock (not when a reader thread woke).
-        ended[name] = seq.t_start + (done["prompt_eval_duration"] + done["eval_duration"]) / 1e9
+        ended[name] = seq.t_start + (done.prompt_eval_duration + done.eval_duration) / 1e9
     # 231 prompt tokens at 32 per batch take 8 batches; round robin serves the short one first.
     assert ended["short"] < ended["long"]
     assert llama.loop.max_batch_seen <= llama.loop.num_batch  # shared between the two
@@ -130,12 +136,12 @@ def test_a_second_turn_evaluates_only_the_new_tokens(which, request):
     runner = request.getfixturevalue(which)
     first = _requests(runner, 16)[2]
     _, done = collect(runner.completion(first))
-    history = done["context"]  # prompt + reply
+    history = done.context  # prompt + reply
     follow = CompletionRequest(tokens=history + [7, 8, 9, 10, 11], options=greedy(num_predict=4))
     _, done2 = collect(runner.completion(follow))
     # The reply's last token was sampled but never evaluated, so it is new to the cache too.
-    assert done2["prompt_cached"] == len(history) - 1
-    assert done2["prompt_eval_count"] == 6
+    assert done2.prompt_cached == len(history) - 1
+    assert done2.prompt_eval_count == 6
 
 
 @pytest.mark.slow
@@ -145,14 +151,14 @@ def test_generation_continues_past_num_ctx_through_a_shift(which, request):
     n_ctx = runner.engine.num_ctx
     req = _requests(runner, n_ctx + 40)[0]
     text, done = collect(runner.completion(req))
-    assert done["shifted"] is True
-    prompt_len = len(req.tokens) if req.tokens else done["prompt_eval_count"]
-    assert prompt_len + done["eval_count"] > n_ctx + 16  # went on well past the context
+    assert done.shifted is True
+    prompt_len = len(req.tokens) if req.tokens else done.prompt_eval_count
+    assert prompt_len + done.eval_count > n_ctx + 16  # went on well past the context
     # A random model may sample its end-of-text token after the shift; else it ran to the limit.
-    if done["done_reason"] == "length":
-        assert done["eval_count"] == n_ctx + 40
+    if done.done_reason == "length":
+        assert done.eval_count == n_ctx + 40
     else:
-        assert done["done_reason"] == "stop"  # no stop strings were given: end of text
+        assert done.done_reason == "stop"  # no stop strings were given: end of text
     assert len(text) > 0
 
 
@@ -209,18 +215,18 @@ def test_a_shift_re_ropes_the_kept_keys(tiny_llama_path):
 def test_stop_strings_cut_the_text_and_the_cache(gemma):
     req = CompletionRequest(prompt="def add(a, b):", options=greedy(num_predict=32, stop=["def "]))
     text, done = collect(gemma.completion(req))
-    assert "def " not in text and done["done_reason"] == "stop"
+    assert "def " not in text and done.done_reason == "stop"
     # what was sent is all the cache keeps: the follow-up reuses exactly prompt + sent reply
-    assert gemma.tokenizer.decode(done["context"]).endswith(text)
-    again = CompletionRequest(tokens=done["context"] + [108], options=greedy(num_predict=1))
+    assert gemma.tokenizer.decode(done.context).endswith(text)
+    again = CompletionRequest(tokens=done.context + [108], options=greedy(num_predict=1))
     _, done2 = collect(gemma.completion(again))
-    assert done2["prompt_cached"] >= len(done["context"]) - 1
+    assert done2.prompt_cached >= len(done.context) - 1
 
 
 @pytest.mark.slow
 def test_same_seed_same_text_and_other_seeds_differ(gemma):
     def sample(seed: int) -> str:
-        opts = {"temperature": 1.0, "seed": seed, "num_predict": 24, "top_k": 100}
+        opts = CompletionOptions(temperature=1.0, seed=seed, num_predict=24, top_k=100)
         return collect(
             gemma.completion(CompletionRequest(prompt="Once upon a time", options=opts))
         )[0]
@@ -234,7 +240,7 @@ def test_a_too_long_prompt_is_refused_while_another_request_finishes(llama):
     with pytest.raises(RequestError, match="context holds 256"):
         llama.completion(CompletionRequest(tokens=[1] + [5] * 400, truncate=False))
     _, done = collect(ok)
-    assert done["eval_count"] == 8
+    assert done.eval_count == 8
 
 
 def test_a_sequence_that_fills_its_context_without_shift_stops_while_others_go_on(llama):
@@ -244,17 +250,17 @@ def test_a_sequence_that_fills_its_context_without_shift_stops_while_others_go_o
     other = llama.completion(CompletionRequest(tokens=[1, 9, 9], options=greedy(num_predict=20)))
     _, done_full = collect(full)
     _, done_other = collect(other)
-    assert done_full["done_reason"] == "length" and done_full["shifted"] is False
-    assert len(filling.tokens) + done_full["eval_count"] == 257  # up to the context, not beyond
-    assert done_other["eval_count"] == 20 and done_other["done_reason"] == "length"
+    assert done_full.done_reason == "length" and done_full.shifted is False
+    assert len(filling.tokens) + done_full.eval_count == 257  # up to the context, not beyond
+    assert done_other.eval_count == 20 and done_other.done_reason == "length"
 
 
 def test_truncation_keeps_num_keep_and_the_tail_and_says_so(llama):
     prompt = [1] + list(range(3, 403))
     req = CompletionRequest(tokens=prompt, options=greedy(num_predict=2, num_keep=5))
     _, done = collect(llama.completion(req))
-    assert done["truncated"] is True
-    ctx = done["context"][: -done["eval_count"] or None]
+    assert done.truncated is True
+    ctx = done.context[: -done.eval_count or None]
     assert ctx[:5] == prompt[:5] and ctx[-10:] == prompt[-10:] and len(ctx) < 256
 
 
@@ -266,15 +272,15 @@ def test_logprobs_come_from_the_raw_logits(llama):
     chunks = []
     while (event := seq.events.get(timeout=60)) is not None:
         chunks.append(event)
-    lps = [lp for c in chunks if "logprobs" in c for lp in c["logprobs"]]
+    lps = [lp for c in chunks if isinstance(c, CompletionChunk) for lp in c.logprobs or []]
     assert len(lps) == 3
     for lp in lps:
-        tops = lp["top_logprobs"]
+        tops = lp.top_logprobs
         assert len(tops) == 5
-        assert tops[0]["logprob"] >= tops[-1]["logprob"]
+        assert tops[0].logprob >= tops[-1].logprob
         # greedy: the chosen token is the most likely one, with the top logprob
-        assert lp["logprob"] == pytest.approx(tops[0]["logprob"])
-        assert sum(np.exp(t["logprob"]) for t in tops) <= 1.0 + 1e-5
+        assert lp.logprob == pytest.approx(tops[0].logprob)
+        assert sum(np.exp(t.logprob) for t in tops) <= 1.0 + 1e-5
 
 
 def test_cancelling_frees_the_slot(llama):

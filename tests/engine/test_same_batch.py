@@ -65,7 +65,7 @@ def test_a_run_is_never_split_across_batches_and_changes_no_numbers(llama, monke
     assert prompt_batches[0] == list(range(25))  # cut before the run, not inside it
     assert all(len(b) <= 32 for b in batches)
     assert text == plain  # the split does not change the numbers
-    assert done["prompt_eval_count"] == 60
+    assert done.prompt_eval_count == 60
 
 
 @pytest.mark.slow
@@ -79,7 +79,7 @@ def test_a_run_longer_than_a_batch_fails_that_request_only(llama):
     with pytest.raises(RuntimeError, match=r"41 inputs .* one batch but a batch holds 32"):
         collect(bad)
     _, done = collect(good)
-    assert done["eval_count"] == 4
+    assert done.eval_count == 4
 
 
 def test_truncation_drops_a_cut_run_whole_and_refuses_one_inside_num_keep(llama):

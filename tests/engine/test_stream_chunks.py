@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import replace
 from types import SimpleNamespace
-from typing import Any
 
 import numpy as np
 import pytest
@@ -16,7 +16,12 @@ from hearth.engine.gguf import GGUFFile
 from hearth.engine.sampling import SamplingOptions
 from hearth.engine.tokenizer import load_tokenizer
 from hearth.runner.core import Runner, RunnerConfig
-from hearth.runner.protocol import CompletionRequest
+from hearth.runner.protocol import (
+    CompletionChunk,
+    CompletionDone,
+    CompletionOptions,
+    CompletionRequest,
+)
 from hearth.runner.sequence import Sequence, SequenceSettings
 
 
@@ -56,7 +61,7 @@ def _generate(tok, clock: Clock, gaps_ms: list[float], interval: float, logprobs
         num_predict=len(gaps_ms),
     )
     seq = Sequence([1], settings, tok, num_ctx=512)
-    chunks: list[tuple[float, dict[str, Any]]] = []
+    chunks: list[tuple[float, CompletionChunk]] = []
     done = None
 
     def drain() -> None:
@@ -65,7 +70,7 @@ def _generate(tok, clock: Clock, gaps_ms: list[float], interval: float, logprobs
             event = seq.events.get_nowait()
             if event is None:
                 continue
-            if event.get("done"):
+            if isinstance(event, CompletionDone):
                 done = event
             else:
                 chunks.append((clock.now, event))
@@ -85,16 +90,16 @@ def _generate(tok, clock: Clock, gaps_ms: list[float], interval: float, logprobs
 def test_fast_tokens_are_sent_several_to_a_chunk_within_the_interval(tok, clock):
     gaps = [10.0] * 40  # 100 tokens a second, 50 ms interval
     text, chunks, done = _generate(tok, clock, gaps, interval=0.05)
-    assert "".join(c["content"] for _, c in chunks) == text  # all of it, in order
-    assert chunks[0][1]["content"] == text[0]  # the first token at once
+    assert "".join(c.content for _, c in chunks) == text  # all of it, in order
+    assert chunks[0][1].content == text[0]  # the first token at once
     assert len(chunks) < len(text) / 3  # several tokens to a chunk
     # No text waited longer than the interval: token i was sampled at 10 ms * (i + 1).
     sent = 0
     for at, chunk in chunks:
         oldest = clock_start(clock, gaps) + sum(gaps[: sent + 1]) / 1000
         assert at - oldest <= 0.05 + 1e-9
-        sent += len(chunk["content"])
-    assert done["eval_count"] == len(text)
+        sent += len(chunk.content)
+    assert done.eval_count == len(text)
 
 
 def clock_start(clock: Clock, gaps: list[float]) -> float:
@@ -104,16 +109,16 @@ def clock_start(clock: Clock, gaps: list[float]) -> float:
 
 def test_slow_tokens_and_interval_zero_send_every_token_alone(tok, clock):
     text, chunks, _ = _generate(tok, clock, [80.0] * 10, interval=0.05)
-    assert [c["content"] for _, c in chunks] == list(text)
+    assert [c.content for _, c in chunks] == list(text)
     text, chunks, _ = _generate(tok, clock, [1.0] * 10, interval=0)
-    assert [c["content"] for _, c in chunks] == list(text)
+    assert [c.content for _, c in chunks] == list(text)
 
 
 def test_a_chunk_carries_the_logprobs_of_its_tokens(tok, clock):
     text, chunks, _ = _generate(tok, clock, [5.0] * 30, interval=0.05, logprobs=True)
     assert len(chunks) < len(text)
     for _, chunk in chunks:
-        assert "".join(lp["token"] for lp in chunk["logprobs"]) == chunk["content"]
+        assert "".join(lp.token for lp in chunk.logprobs) == chunk.content
 
 
 def test_the_interval_comes_from_the_environment(monkeypatch):
@@ -134,7 +139,7 @@ def test_held_text_goes_out_before_another_requests_prompt_is_evaluated(
     monkeypatch.setenv("HEARTH_STREAM_INTERVAL_MS", "100000")
     runner = Runner(RunnerConfig(str(tiny_llama_path), num_ctx=256, parallel=2, num_batch=32))
     try:
-        greedy = {"temperature": 0, "repeat_penalty": 1.0, "num_predict": 200}
+        greedy = CompletionOptions(temperature=0, repeat_penalty=1.0, num_predict=200)
         first = runner.completion(CompletionRequest(tokens=[1, 5, 6, 7], options=greedy))
         deadline = time.monotonic() + 60
         while len(first.generated) < 3 and time.monotonic() < deadline:
@@ -143,16 +148,16 @@ def test_held_text_goes_out_before_another_requests_prompt_is_evaluated(
         rng = np.random.default_rng(1)
         prompt = [1, *rng.integers(3, 500, 20).tolist()]
         second = runner.completion(
-            CompletionRequest(tokens=prompt, options={**greedy, "num_predict": 2})
+            CompletionRequest(tokens=prompt, options=replace(greedy, num_predict=2))
         )
-        events: list[dict[str, Any]] = []
+        events: list[CompletionChunk | CompletionDone] = []
         reader = threading.Thread(target=lambda: _read_all(first, events))
         reader.start()
         _read_all(second, [])
         reader.join(timeout=120)
-        chunks = [e for e in events if "content" in e]
+        chunks = [e for e in events if isinstance(e, CompletionChunk)]
         done = events[-1]
-        assert done.get("done") and done["eval_count"] == 200, done
+        assert isinstance(done, CompletionDone) and done.eval_count == 200, done
         # The first token alone, the held text flushed before the second prompt's pass,
         # the rest with the end.
         assert len(chunks) >= 3
@@ -160,7 +165,7 @@ def test_held_text_goes_out_before_another_requests_prompt_is_evaluated(
         runner.close()
 
 
-def _read_all(seq: Sequence, out: list[dict[str, Any]]) -> None:
+def _read_all(seq: Sequence, out: list[CompletionChunk | CompletionDone]) -> None:
     while (event := seq.events.get(timeout=120)) is not None:
-        assert "error" not in event, event
+        assert isinstance(event, CompletionChunk | CompletionDone), event
         out.append(event)

@@ -15,7 +15,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hearth.runner.protocol import CompletionRequest
+from hearth.runner.protocol import (
+    CompletionChunk,
+    CompletionDone,
+    CompletionRequest,
+    EngineKind,
+    RunnerInfo,
+    RunnerMemory,
+    TokenLogprob,
+)
 from hearth.server.scheduling.runner_process import RunnerError, RunnerOptions, RunnerStartError
 from hearth.server.store.model_store import ModelStore
 
@@ -35,21 +43,27 @@ class FakeRunner:
         self.pid = FakeRunner._next_pid
         self.alive = True
         self.requests: list[CompletionRequest] = []
-        self.info: dict[str, Any] = {
-            "architecture": "llama",
-            "num_ctx": options.num_ctx,
-            "memory": {"weights": 1000, "cache": 200, "graph": 100, "total": 1300},
-        }
+        self.info = RunnerInfo(
+            architecture="llama",
+            engine=EngineKind(options.engine),
+            context_length=0,
+            num_ctx=options.num_ctx,
+            parallel=options.parallel,
+            vocab_size=32000,
+            memory=RunnerMemory(weights=1000, cache=200, graph=100, total=1300),
+        )
 
-    async def completion(self, request: CompletionRequest) -> AsyncIterator[dict[str, Any]]:
+    async def completion(
+        self, request: CompletionRequest
+    ) -> AsyncIterator[CompletionChunk | CompletionDone]:
         self.requests.append(request)
         ctl = self.launcher
         if ctl.refuse:
             raise RunnerError(ctl.refuse)
         text = '{"answer": 42}' if request.format else ctl.script
         words = re.findall(r"\S+\s*", text)
-        limit = request.options.get("num_predict", -1)
-        if isinstance(limit, int) and 0 <= limit < len(words):
+        limit = request.options.num_predict
+        if limit is not None and 0 <= limit < len(words):
             words = words[:limit]
         for i, word in enumerate(words):
             if ctl.gate is not None and i == 1:
@@ -58,26 +72,23 @@ class FakeRunner:
                 self.alive = False
                 raise RunnerError("the model's runner process stopped (status -9)")
             await asyncio.sleep(0)
-            chunk: dict[str, Any] = {"content": word}
+            logprobs = None
             if request.logprobs:
-                top = [{"token": word, "logprob": -0.5, "bytes": list(word.encode())}]
-                chunk["logprobs"] = [
-                    {"token": word, "logprob": -0.5, "bytes": list(word.encode()),
-                     "top_logprobs": top[: request.top_logprobs]}
+                top = [TokenLogprob(token=word, logprob=-0.5, bytes=list(word.encode()))]
+                logprobs = [
+                    TokenLogprob(token=word, logprob=-0.5, bytes=list(word.encode()),
+                                 top_logprobs=top[: request.top_logprobs])
                 ]  # fmt: skip
-            yield chunk
+            yield CompletionChunk(content=word, logprobs=logprobs)
         prompt = request.prompt or ""
-        yield {
-            "done": True,
-            "done_reason": "length" if len(words) < len(re.findall(r"\S+", text)) else "stop",
-            "prompt_eval_count": max(1, len(prompt.split())),
-            "prompt_cached": 0,
-            "prompt_eval_duration": 1000,
-            "eval_count": len(words),
-            "eval_duration": 2000,
-            "truncated": False,
-            "shifted": False,
-        }
+        yield CompletionDone(
+            done_reason="length" if len(words) < len(re.findall(r"\S+", text)) else "stop",
+            prompt_eval_count=max(1, len(prompt.split())),
+            prompt_cached=0,
+            prompt_eval_duration=1000,
+            eval_count=len(words),
+            eval_duration=2000,
+        )
 
     async def embedding(self, text: str | list[int], truncate: bool = True) -> dict[str, Any]:
         n = len(text)

@@ -58,7 +58,7 @@ def test_chat_non_streamed_and_options_reach_the_runner(fake_service):
     assert out["message"] == {"role": "assistant", "content": "Hello from the "}
     assert out["done_reason"] == "length" and out["eval_count"] == 3
     req = fake_service.launcher.started[0].requests[0]
-    assert req.options["temperature"] == 0 and req.options["stop"] == ["x"]
+    assert req.options.temperature == 0 and req.options.stop == ["x"]
 
 
 def test_logprobs_and_structured_output(fake_service):
@@ -234,7 +234,7 @@ def test_openai_chat_completions_and_embeddings(fake_service):
     assert choice["logprobs"]["content"][0]["top_logprobs"][0]["token"] == "Hello "
     assert out["usage"]["completion_tokens"] == 2
     req = fake_service.launcher.started[0].requests[-1]
-    assert req.options["temperature"] == 1.0 and req.options["num_predict"] == 2
+    assert req.options.temperature == 1.0 and req.options.num_predict == 2
     events = sse_events(c.post("/v1/chat/completions", json={
         **CHAT, "stream": True, "stream_options": {"include_usage": True}}))  # fmt: skip
     assert events[-1] == "[DONE]" and events[-2]["usage"]["total_tokens"] > 0

@@ -174,12 +174,12 @@ def test_the_rendered_prompt_is_transformers_token_for_token(reference, runner, 
     theirs, greedy, answer = transformers_answer(reference, turns)
     assert ours == theirs
     assert ("Cutting Knowledge Date" in text) == (chat == "text only")  # the system block
-    request = {"prompt": text, "images": images, "options": dict(GREEDY)}
-    from hearth.runner.protocol import CompletionRequest
+    from hearth.runner.protocol import CompletionOptions, CompletionRequest
 
-    got, _, done = collect(runner.completion(CompletionRequest(**request)))
+    request = CompletionRequest(prompt=text, images=images, options=CompletionOptions(**GREEDY))
+    got, _, done = collect(runner.completion(request))
     print(f"{chat}: {len(ids)} inputs, transformers {greedy}")
-    assert got == answer and done["eval_count"] == 8
+    assert got == answer and done.eval_count == 8
 
 
 # -- the service ----------------------------------------------------------------------------

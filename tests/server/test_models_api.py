@@ -45,7 +45,7 @@ def test_create_from_an_uploaded_blob_as_the_ollama_client_does(fake_service, ti
     c.post("/api/generate", json={"model": "me/uploaded:v1", "prompt": "x", "stream": False,
                                   "options": {"stop": ["X"]}})  # fmt: skip
     req = fake_service.launcher.started[0].requests[0]
-    assert req.options["temperature"] == 0.2 and req.options["stop"] == ["X"]
+    assert req.options.temperature == 0.2 and req.options.stop == ["X"]
     assert req.prompt.startswith("system: Be brief.")
 
 

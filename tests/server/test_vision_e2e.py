@@ -38,7 +38,14 @@ from hearth.plugins.testing.gemma3_vision import (
     sample_images,
 )
 from hearth.runner.core import Runner, RunnerConfig
-from hearth.runner.protocol import CompletionRequest, RunnerOptions
+from hearth.runner.protocol import (
+    CompletionDone,
+    CompletionError,
+    CompletionOptions,
+    CompletionRequest,
+    RunnerOptions,
+    to_wire,
+)
 from hearth.server.scheduling.runner_process import RunnerProcess, RunnerStartError
 
 from .fakes import LiveServer, start_server, stop_server
@@ -356,7 +363,10 @@ def test_the_service_answers_as_the_runner_does_in_process(oc, api, model, visio
                 add_generation_prompt=True,
             )
             request = CompletionRequest(
-                prompt=prompt, images=[b64(IMAGES[name])], options=dict(GREEDY), logprobs=True
+                prompt=prompt,
+                images=[b64(IMAGES[name])],
+                options=CompletionOptions(**GREEDY),
+                logprobs=True,
             )
             text, logprobs, done = collect(runner.completion(request))
             served = raw_chat(api, [ask(path)], logprobs=True)
@@ -364,22 +374,21 @@ def test_the_service_answers_as_the_runner_does_in_process(oc, api, model, visio
             assert [x["token"] for x in served["logprobs"]] == [x["token"] for x in logprobs]
             for a, b in zip(served["logprobs"], logprobs, strict=True):
                 assert a["logprob"] == pytest.approx(b["logprob"], abs=1e-3)
-            assert served["hearth"]["prompt_tokens"] == done["prompt_eval_count"] + done.get(
-                "prompt_cached", 0
-            )
+            assert served["hearth"]["prompt_tokens"] == done.prompt_eval_count + done.prompt_cached
     finally:
         runner.close()
 
 
-def collect(seq: Any) -> tuple[str, list[dict[str, Any]], dict[str, Any]]:
+def collect(seq: Any) -> tuple[str, list[dict[str, Any]], CompletionDone]:
+    """The text, the logprobs as JSON (as the runner sends them) and the last line."""
     parts, logprobs, done = [], [], None
     while (event := seq.events.get(timeout=120)) is not None:
-        assert "error" not in event, event
-        if event.get("done"):
+        assert not isinstance(event, CompletionError), event
+        if isinstance(event, CompletionDone):
             done = event
         else:
-            parts.append(event["content"])
-            logprobs += event.get("logprobs") or []
+            parts.append(event.content)
+            logprobs += [to_wire(lp) for lp in event.logprobs or []]
     assert done is not None
     return "".join(parts), logprobs, done
 
@@ -482,13 +491,13 @@ def test_a_vision_model_over_its_memory_limit_fails_at_load_with_a_sentence(visi
     """The service passes no memory limit to its runners (it evicts idle models instead), so
     the limit is tried where it lives: the runner, in process and as `hearth runner`."""
     text = Runner(RunnerConfig(str(vision.text), num_ctx=512))
-    text_total = text.info()["memory"]["total"]
+    text_total = text.info().memory.total
     text.close()
     both = Runner(RunnerConfig(str(vision.text), projector=str(vision.mmproj), num_ctx=512))
-    memory = both.info()["memory"]
+    memory = both.info().memory
     both.close()
-    assert memory["total"] > text_total + vision.mmproj.stat().st_size // 2  # the projector counts
-    limit = (memory["total"] + text_total) // 2  # the text model fits, the vision model not
+    assert memory.total > text_total + vision.mmproj.stat().st_size // 2  # the projector counts
+    limit = (memory.total + text_total) // 2  # the text model fits, the vision model not
     fits = Runner(RunnerConfig(str(vision.text), num_ctx=512, memory_limit=limit))
     fits.close()
     config = RunnerConfig(
@@ -496,7 +505,7 @@ def test_a_vision_model_over_its_memory_limit_fails_at_load_with_a_sentence(visi
     )
     with pytest.raises(OutOfMemoryError) as err:
         Runner(config)
-    assert err.value.needed == memory["total"] and err.value.available == limit
+    assert err.value.needed == memory.total and err.value.available == limit
     message = str(err.value)
     assert message.startswith("this model needs ") and "weights" in message
     assert "try a smaller context length" in message

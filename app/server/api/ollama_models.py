@@ -15,6 +15,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import PlainTextResponse, Response
 
+from ...runner.protocol import to_wire
 from ..errors import ModelFileMissing, RequestError
 from ..prompting.prompts import FALLBACK_TEMPLATE
 from ..scheduling.layout.usage import device_usage
@@ -185,21 +186,20 @@ def _batch_invariance(svc: Service, name: str) -> dict[str, Any] | None:
     that is loaded now; None before it has been loaded (the kernels are probed at load)."""
     for entry in svc.scheduler.loaded():
         if entry.spec.name == name:
-            found = entry.runner.info.get("batch_invariance")
-            return found if isinstance(found, dict) else None
+            return entry.runner.info.batch_invariance
     return None
 
 
 def _ps_entry(entry: Loaded) -> dict[str, Any]:
     spec, runner = entry.spec, entry.runner
-    memory = dict(runner.info.get("memory") or {})
-    size = int(memory.get("total") or spec.estimate)
+    memory = to_wire(runner.info.memory)
+    size = runner.info.memory.total or spec.estimate
     expires = entry.expires_at if math.isfinite(entry.keep_alive) else math.inf
     return {
         "name": spec.name,
         "model": spec.name,
         "size": size,
-        "size_vram": entry.placed.vram if entry.placed else int(memory.get("vram", 0)),
+        "size_vram": entry.placed.vram if entry.placed else 0,
         "digest": spec.digest,
         "details": spec.details,
         "expires_at": iso(expires),
@@ -211,7 +211,7 @@ def _ps_entry(entry: Loaded) -> dict[str, Any]:
             "active_requests": entry.refs,
             "loaded_at": iso(entry.loaded_at),
             "memory": memory,
-            "batch_invariance": runner.info.get("batch_invariance"),
+            "batch_invariance": runner.info.batch_invariance,
             **(
                 entry.placed.as_json()
                 if entry.placed

@@ -35,6 +35,8 @@ from typing import Annotated, Any, Literal, get_args
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
 from pydantic_core import PydanticCustomError
 
+from ...runner.protocol import CompletionOptions
+
 __all__ = [
     "Options",
     "ToolCall",
@@ -110,19 +112,10 @@ class Options(_Body):
         return [v] if isinstance(v, str) else v
 
 
-RUNTIME_OPTIONS = frozenset(
-    {
-        "num_ctx",
-        "num_batch",
-        "num_thread",
-        "num_gpu",
-        "main_gpu",
-        "use_mmap",
-        "numa",
-        "flash_attention",
-        "engine",
-    }
-)
+# The options that choose (or reload) the runner: all but those a completion sends it
+# (the runner protocol's CompletionOptions) and typical_p (a sampling option the sampler lacks:
+# refused unless off, see refuse_unsampled).
+RUNTIME_OPTIONS = frozenset(Options.model_fields) - CompletionOptions.names() - {"typical_p"}
 
 
 def refuse_unsampled(options: dict[str, Any] | None) -> None:

@@ -20,7 +20,19 @@ import httpx
 
 from ... import env as hearth_env
 from ...program import hearth_command
-from ...runner.protocol import TOKEN_ENV, CompletionRequest, RunnerOptions, to_dict
+from ...runner.protocol import (
+    TOKEN_ENV,
+    CompletionChunk,
+    CompletionDone,
+    CompletionError,
+    CompletionRequest,
+    ProtocolError,
+    RunnerInfo,
+    RunnerOptions,
+    completion_line,
+    from_wire,
+    to_wire,
+)
 
 __all__ = ["RunnerError", "RunnerStartError", "RunnerOptions", "RunnerProcess"]
 
@@ -42,7 +54,7 @@ class RunnerProcess:
         self.proc = proc
         self.port = port
         self._token = token
-        self.info: dict[str, Any] = {}
+        self.info: RunnerInfo  # from the `ready` event, before `start` returns
         self._http = httpx.AsyncClient(
             base_url=f"http://127.0.0.1:{port}",
             headers={"Authorization": f"Bearer {token}"},
@@ -109,8 +121,10 @@ class RunnerProcess:
                     raise RunnerStartError(str(event.get("message", "the model failed to load")))
                 elif kind == "ready":
                     assert runner is not None
-                    runner.info = dict(event.get("info", {}))
-                    runner.info["memory"] = event.get("memory", {})
+                    try:
+                        runner.info = from_wire(RunnerInfo, event.get("info"))
+                    except ProtocolError as e:
+                        raise RunnerStartError(_broken(e)) from None
                     runner._tasks = [drain, asyncio.create_task(_discard(proc.stdout))]
                     return runner
         except BaseException:
@@ -140,14 +154,18 @@ class RunnerProcess:
             return self._died()
         return RunnerError("the runner ended the reply without finishing it")
 
-    async def completion(self, request: CompletionRequest) -> AsyncIterator[dict[str, Any]]:
-        """Yield the runner's NDJSON objects: chunks, then the final `done` object.
+    async def completion(
+        self, request: CompletionRequest
+    ) -> AsyncIterator[CompletionChunk | CompletionDone]:
+        """Yield the runner's lines, read as the protocol's records: chunks, then the final
+        `CompletionDone`.
 
-        Raises RunnerError for an `{"error"}` line, a 4xx answer, or a runner that died.
-        Closing the iterator early cancels the generation in the runner.
+        Raises RunnerError for a `CompletionError` line, a 4xx answer, a line that breaks the
+        protocol, or a runner that died. Closing the iterator early cancels the generation in
+        the runner.
         """
         try:
-            async with self._http.stream("POST", "/completion", json=to_dict(request)) as resp:
+            async with self._http.stream("POST", "/completion", json=to_wire(request)) as resp:
                 if resp.status_code != 200:
                     body = await resp.aread()
                     raise RunnerError(_error_text(body, resp.status_code))
@@ -155,11 +173,11 @@ class RunnerProcess:
                 async for line in resp.aiter_lines():
                     if not line.strip():
                         continue
-                    obj = json.loads(line)
-                    if "error" in obj:
-                        raise RunnerError(str(obj["error"]))
-                    yield obj
-                    if obj.get("done"):
+                    item = _completion_line(line)
+                    if isinstance(item, CompletionError):
+                        raise RunnerError(item.error)
+                    yield item
+                    if isinstance(item, CompletionDone):
                         done = True
                         break
                 if not done:
@@ -222,10 +240,22 @@ def _last_words(tail: str) -> str:
     return lines[-1] if lines else ""
 
 
+def _broken(error: ValueError) -> str:
+    return f"the runner's reply breaks the runner protocol: {error}"
+
+
+def _completion_line(line: str) -> CompletionChunk | CompletionDone | CompletionError:
+    """One line of a completion stream as its record; RunnerError when it is not one."""
+    try:
+        return completion_line(json.loads(line))
+    except ValueError as e:  # not JSON, or a ProtocolError (unknown field, wrong type)
+        raise RunnerError(_broken(e)) from None
+
+
 def _error_text(body: bytes, status: int) -> str:
     try:
-        return str(json.loads(body)["error"])
-    except (ValueError, KeyError, TypeError):
+        return from_wire(CompletionError, json.loads(body)).error
+    except (ValueError, TypeError):  # ProtocolError is a ValueError
         return f"the runner answered HTTP {status}"
 
 

@@ -55,7 +55,13 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, overload
 
 from ...engine.ml.devices import system_available_memory
-from ...runner.protocol import CompletionRequest
+from ...runner.protocol import (
+    CompletionChunk,
+    CompletionDone,
+    CompletionRequest,
+    RunnerInfo,
+    to_wire,
+)
 from ..config import FOREVER, ServerConfig
 from .layout import (
     Layout,
@@ -88,7 +94,7 @@ class RunnerHandle(Protocol):
     """The service's handle on one runner process: what the scheduler needs from it
     (RunnerProcess, or a fake in tests). The process itself runs hearth.runner.core.Runner."""
 
-    info: dict[str, Any]
+    info: RunnerInfo
 
     @property
     def pid(self) -> int: ...
@@ -96,7 +102,9 @@ class RunnerHandle(Protocol):
     @property
     def alive(self) -> bool: ...
 
-    def completion(self, request: CompletionRequest) -> AsyncIterator[dict[str, Any]]: ...
+    def completion(
+        self, request: CompletionRequest
+    ) -> AsyncIterator[CompletionChunk | CompletionDone]: ...
 
     async def embedding(self, text: str | list[int], truncate: bool = True) -> dict[str, Any]: ...
 
@@ -333,7 +341,7 @@ class Scheduler:
                 if placed is not None and spec.options.layout is None and placed.layout.devices:
                     placed = Placed(Layout(), placed.memory, "CPU only")
             if placed is not None:
-                placed = placed.with_measured(runner.info.get("devices"))
+                placed = placed.with_measured(runner.info.devices)
             if self._placement is not None:
                 self._placement.devices_changed()  # the next plan sees what this one holds
             log.info(
@@ -343,11 +351,7 @@ class Scheduler:
                 "" if spec.options.parallel == 1 else "s",
                 spec.parallel_reason or "as asked",
             )
-            memory = runner.info.get("memory")
-            if isinstance(memory, dict):
-                self.measured[spec.key, spec.options.projector] = {
-                    k: int(v) for k, v in memory.items() if isinstance(v, int)
-                }
+            self.measured[spec.key, spec.options.projector] = to_wire(runner.info.memory)
             options = spec.options
             entry = Loaded(spec, runner, asyncio.Semaphore(max(1, options.parallel)), placed=placed)
             self._entries[spec.key] = entry
@@ -569,6 +573,5 @@ class Scheduler:
 
 def _held(entry: Loaded) -> int:
     """Bytes a loaded runner holds: its own report, else the estimate it was loaded with."""
-    memory = entry.runner.info.get("memory")
-    total = memory.get("total") if isinstance(memory, dict) else None
-    return int(total) if isinstance(total, int) and total > 0 else entry.spec.estimate
+    total = entry.runner.info.memory.total
+    return total if total > 0 else entry.spec.estimate

@@ -17,7 +17,17 @@ from typing import Any
 from pydantic import ValidationError
 
 from ...engine.gguf import GGUFError
-from ...runner.protocol import CompletionRequest
+from ...runner.protocol import (
+    CompletionChunk,
+    CompletionDone,
+    CompletionOptions,
+    CompletionRequest,
+    EngineKind,
+    KVCacheType,
+    TokenLogprob,
+    from_wire,
+    to_wire,
+)
 from ..api.schemas import RUNTIME_OPTIONS, ChatMessage, Options
 from ..config import ConfigError, ServerConfig, parse_duration
 from ..errors import ModelFailed, ModelFileMissing, RequestError
@@ -31,25 +41,17 @@ from .layout.fit import fit_report, read_file_layers
 from .runner_process import RunnerError, RunnerOptions
 from .scheduler import Lease, LoadSpec, Scheduler
 
-__all__ = ["Service", "Target", "GenerationSettings", "Generation", "Piece", "pieces"]
+__all__ = [
+    "Service",
+    "Target",
+    "GenerationSettings",
+    "Generation",
+    "Piece",
+    "pieces",
+    "completion_options",
+]
 
 AUTO_PARALLEL = 4  # slots tried when HEARTH_NUM_PARALLEL is unset (Ollama's old default)
-
-_SAMPLING = [
-    "num_keep",
-    "seed",
-    "num_predict",
-    "top_k",
-    "top_p",
-    "min_p",
-    "typical_p",
-    "repeat_last_n",
-    "temperature",
-    "repeat_penalty",
-    "presence_penalty",
-    "frequency_penalty",
-    "stop",
-]
 
 
 @dataclass(frozen=True)
@@ -91,8 +93,23 @@ class GenerationSettings:
 
     runner: RunnerOptions
     explicit: frozenset[str]
-    sampling: dict[str, Any]
+    sampling: CompletionOptions
     layout: LayoutOptions = LayoutOptions()  # the request's num_gpu and main_gpu
+
+
+def completion_options(merged: dict[str, Any], num_ctx: int) -> CompletionOptions:
+    """The options a completion sends its runner, from `merged`: the model's parameters with
+    the request's options over them (both validated by api.schemas.Options). The record's
+    fields name the options it takes; the rest of `merged` picks the runner (RUNTIME_OPTIONS)
+    or was refused unless it is off (typical_p). A num_predict that is unset or negative
+    becomes 10 * num_ctx (Ollama's cap on runaway generation)."""
+    names = CompletionOptions.names()
+    record = from_wire(
+        CompletionOptions, {k: v for k, v in merged.items() if k in names and v is not None}
+    )
+    if record.num_predict is None or record.num_predict < 0:
+        record = replace(record, num_predict=10 * num_ctx)
+    return record
 
 
 class Service:
@@ -179,7 +196,7 @@ class Service:
     def settings(self, target: Target, options: Options | None) -> GenerationSettings:
         given = options.model_dump(exclude_none=True) if options is not None else {}
         merged = {**target.params, **given}
-        engine = self.engine(target, options).engine if target.info.supported else "hearth"
+        engine = self.engine(target, options).engine if target.info.supported else EngineKind.HEARTH
         trained = target.info.context_length or 1 << 24
         num_ctx = max(4, min(int(merged.get("num_ctx") or self.config.context_length), trained))
         flash = bool(merged.get("flash_attention", self.config.flash_attention))
@@ -189,13 +206,12 @@ class Service:
             num_batch=min(int(merged.get("num_batch") or 512), num_ctx),
             threads=merged.get("num_thread") or None,
             flash_attention=flash,
-            kv_type=self.config.kv_cache_type if flash else "f16",  # quantized K/V needs FA
+            # quantized K/V needs flash attention
+            kv_type=KVCacheType(self.config.kv_cache_type) if flash else KVCacheType.F16,
             projector=str(target.projector) if target.projector is not None else None,
             engine=engine,
         )
-        sampling = {k: merged[k] for k in _SAMPLING if k in merged}
-        if sampling.get("num_predict", -1) < 0:
-            sampling["num_predict"] = 10 * num_ctx  # Ollama's cap on runaway generation
+        sampling = completion_options(merged, num_ctx)
         return GenerationSettings(
             runner,
             frozenset(k for k in given if k in RUNTIME_OPTIONS),
@@ -302,7 +318,7 @@ class Service:
 
 class Generation:
     """One completion on a leased runner. Iterate `events()` once: runner chunks, then the
-    final `done` object with `total_duration` and `load_duration` added. A RunnerError raised
+    final `CompletionDone` (when it comes, `total_duration` is set). A RunnerError raised
     from `events()` is a mid-stream failure; the lease is always released."""
 
     def __init__(
@@ -312,8 +328,9 @@ class Generation:
         self.lease = lease
         self.request = request
         self.started = started
-        self._iter: AsyncIterator[dict[str, Any]] | None = None
-        self._first: dict[str, Any] | None = None
+        self.total_duration = 0  # nanoseconds from the request to the last line
+        self._iter: AsyncIterator[CompletionChunk | CompletionDone] | None = None
+        self._first: CompletionChunk | CompletionDone | None = None
         self._closed = False
 
     async def prime(self) -> None:
@@ -328,18 +345,16 @@ class Generation:
     def _failed(self) -> None:
         self.service.scheduler.runner_failed(self.lease.entry)
 
-    async def events(self) -> AsyncIterator[dict[str, Any]]:
+    async def events(self) -> AsyncIterator[CompletionChunk | CompletionDone]:
         assert self._iter is not None
         try:
             item = self._first
             while True:
                 if item is None:
                     raise RunnerError("the runner ended the response without finishing it")
-                if item.get("done"):
-                    final = dict(item)
-                    final["total_duration"] = time.perf_counter_ns() - self.started
-                    final["load_duration"] = self.lease.load_duration
-                    yield final
+                if isinstance(item, CompletionDone):
+                    self.total_duration = time.perf_counter_ns() - self.started
+                    yield item
                     return
                 yield item
                 try:
@@ -366,8 +381,9 @@ class Generation:
 
 @dataclass
 class Piece:
-    """One step of a parsed completion: text split into thinking and content; `final` is the
-    runner's done object (with durations) on the last step, when `tool_calls` are known."""
+    """One step of a parsed completion: text split into thinking and content, its tokens'
+    logprobs as the API shows them; `final` is the runner's `CompletionDone` as JSON, with
+    `total_duration` and `load_duration`, on the last step, when `tool_calls` are known."""
 
     thinking: str = ""
     content: str = ""
@@ -379,10 +395,20 @@ class Piece:
 async def pieces(gen: Generation, parser: OutputParser) -> AsyncIterator[Piece]:
     """The generation's events run through `parser`."""
     async for event in gen.events():
-        if event.get("done"):
-            thinking, content = parser.feed(str(event.get("content") or ""))
+        if isinstance(event, CompletionDone):
+            thinking, content = parser.feed("")  # the parser may settle its state first
             more_thinking, more_content, calls = parser.finish()
-            yield Piece(thinking + more_thinking, content + more_content, None, calls, event)
+            final = {
+                **to_wire(event),
+                "total_duration": gen.total_duration,
+                "load_duration": gen.lease.load_duration,
+            }
+            yield Piece(thinking + more_thinking, content + more_content, None, calls, final)
         else:
-            thinking, content = parser.feed(str(event.get("content") or ""))
-            yield Piece(thinking, content, event.get("logprobs"))
+            thinking, content = parser.feed(event.content)
+            yield Piece(thinking, content, _logprobs_json(event.logprobs))
+
+
+def _logprobs_json(logprobs: list[TokenLogprob] | None) -> list[dict[str, Any]] | None:
+    """A chunk's logprobs as the APIs show them (Ollama's shape: the runner's)."""
+    return None if logprobs is None else [to_wire(lp) for lp in logprobs]

@@ -25,7 +25,7 @@ class EngineUnavailableError(ValueError):
 
 @dataclass(frozen=True)
 class EngineChoice:
-    engine: str  # an EngineKind (the runner's --engine)
+    engine: EngineKind  # the runner's --engine
     reason: str  # a sentence for /api/show and the GUI
 
 
@@ -67,4 +67,4 @@ def choose_engine(
             f"{source}, and the llama.cpp engine needs llama-cpp-python, which is not "
             "installed; reinstall Hearth (./hearth builds it)"
         )
-    return EngineChoice(wanted, source)
+    return EngineChoice(EngineKind(wanted), source)
