@@ -1,5 +1,5 @@
-"""`LlamaCppEngine`: one llama.cpp model and context behind the interface the runner's batching
-loop uses from `ForwardEngine` (see `hearth.runner.loop.PassEngine`).
+"""`LlamaCppEngine`: one llama.cpp model and context with the passes of `ForwardEngine`
+(`plan(PassInput)`, `run`, `forward`; see `hearth.runner.engine.Passes`).
 
 * One context holds every sequence: `n_seq_max = parallel`, and a KV cache of `num_ctx` cells
   per sequence, each sequence in a stream of its own (`kv_unified` off, as llama-server with
