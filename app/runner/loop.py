@@ -5,7 +5,12 @@ robin: a sequence's prompt is split across steps when it does not fit, and the f
 left out entirely becomes the resume point of the next step, so a long prompt cannot starve a
 short one. Rows are laid out in slot order (not round-robin order) so that steady decoding
 keeps one batch shape and reuses its graph. Logits are computed only for the rows that need
-sampling (a sequence's last input).
+sampling (a sequence's last input). A step is three parts: admission (which inputs of which
+sequences go in: `_choose`), row layout (`_lay_out`) and the engine's planning (`_plan`).
+
+The loop owns each active sequence's input side, an `InputFeed` (feed.py: its slot, the inputs
+still to evaluate with their same-batch marks, placeholders); the Sequence owns its output.
+The engine is any `RunnerEngine` (engine.py).
 
 Determinism: a sequence's numbers never depend on what shares its batch or on how its prompt
 was split (per-sequence attention, prompt pieces of at least two rows, see slots.py), so the
