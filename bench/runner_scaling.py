@@ -162,7 +162,7 @@ def main() -> None:
         c4 = statistics.median(r["many"] for r in cpp)
         print(cpu_description())
         print(f"model {Path(model).name}, {args.threads} threads, {args.tokens} tokens/stream")
-        kernel = runner.loaded.backend.few_rows_kernel
+        kernel = runner.engine.loaded.backend.few_rows_kernel
         kinds = ", ".join(sorted(t.name for t in kernel.types)) if kernel else "off"
         print(f"Hearth's few-rows CPU kernel: {kinds} (HEARTH_CPU_KERNELS=0 turns it off)")
         print(f"{'':10}{'hearth':>10}{'llama.cpp':>11}{'ratio':>8}")
@@ -170,7 +170,7 @@ def main() -> None:
         print(f"{'4 streams':10}{four_m:10.1f}{c4:11.1f}{four_m / c4:8.2f}")
         print(f"{'4 vs 1':10}{four_m / one_m:9.2f}x{c4 / c1:10.2f}x")
 
-        loaded = runner.loaded
+        loaded = runner.engine.loaded
         template = loaded.file.metadata.string("tokenizer.chat_template") or (
             loaded.model.default_chat_template
         )

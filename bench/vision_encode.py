@@ -287,6 +287,7 @@ def prepare(folder: Path, s: Sizes) -> dict[str, Path]:
 
 def hearth(files: dict[str, Path], s: Sizes, threads: int, repeats: int) -> dict[str, float]:
     from hearth.engine.forward import ForwardEngine
+    from hearth.engine.input import PassInput
     from hearth.plugins import load_installed_model
     from hearth.runner.prompt_inputs import build_prompt
     from hearth_gemma3.image import preprocess
@@ -323,14 +324,16 @@ def hearth(files: dict[str, Path], s: Sizes, threads: int, repeats: int) -> dict
 
         tokens = np.array(ids, dtype=np.int32)
         engine.cache.remove(0, 0)
-        engine.forward(tokens[:first], np.arange(first), np.zeros(first), np.array([first - 1]))
+        engine.forward(
+            PassInput(tokens[:first], np.arange(first), np.zeros(first), np.array([first - 1]))
+        )
         image = tokens[first : first + n_image]
         positions = np.arange(first, first + n_image)
         times = []
         for _ in range(repeats):
             engine.cache.remove(0, first)
             t0 = time.perf_counter()
-            engine.forward(image, positions, np.zeros(n_image), np.array([n_image - 1]))
+            engine.forward(PassInput(image, positions, np.zeros(n_image), np.array([n_image - 1])))
             times.append(time.perf_counter() - t0)
         out["image_tokens"] = n_image
         out["decode_s"] = statistics.median(times)

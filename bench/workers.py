@@ -18,6 +18,7 @@ import numpy as np
 def _ours(req: dict) -> dict:
     sys.path.insert(0, req["repo"])
     from hearth.engine.forward import ForwardEngine
+    from hearth.engine.input import PassInput
     from hearth.plugins import load_installed_model as load_model
 
     loaded = load_model(req["model"], num_threads=req["threads"])
@@ -28,11 +29,13 @@ def _ours(req: dict) -> dict:
         engine.cache.remove(0, 0)
         n = len(ids)
         t0 = time.perf_counter()
-        logits = engine.forward(ids, np.arange(n), np.zeros(n), np.array([n - 1]))
+        logits = engine.forward(PassInput(ids, np.arange(n), np.zeros(n), np.array([n - 1])))
         t1 = time.perf_counter()
         tok, pos = int(logits[0].argmax()), n
         for _ in range(req["generate"]):
-            logits = engine.forward(np.array([tok]), np.array([pos]), np.array([0]), np.array([0]))
+            logits = engine.forward(
+                PassInput(np.array([tok]), np.array([pos]), np.array([0]), np.array([0]))
+            )
             tok, pos = int(logits[0].argmax()), pos + 1
         t2 = time.perf_counter()
         results.append({"prompt_s": t1 - t0, "gen_s": t2 - t1})

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .architecture import MultimodalNotSupportedError
-from .input import Batch, Multimodal, sequence_runs
+from .input import Batch, Multimodal, PassInput, sequence_runs
 from .kvcache import Cache
 from .memory_use import MemoryUse
 from .ml.api import Context, DType, OutOfMemoryError, Tensor
@@ -249,27 +249,21 @@ class ForwardEngine:
         entry = self.multimodal.info(image)
         return row == 0 and entry is not None and entry.whole
 
-    def plan(
-        self,
-        tokens: np.ndarray,
-        positions: np.ndarray,
-        sequences: np.ndarray,
-        outputs: np.ndarray,
-        hidden: bool = False,
-    ) -> Pass:
+    def plan(self, inputs: PassInput) -> Pass:
         """Assign cache cells and get the graph for one pass (reusing a built one when the
         shapes match). Raises CacheFullError. `Pass.tokens` may be changed before `run()`
         (tokens still being sampled). If the graph may be computing for an earlier pass, call
         this only after that compute has started (its inputs are refilled here)."""
-        tokens = np.array(tokens, dtype=np.int32)
+        hidden = inputs.hidden
+        tokens = np.array(inputs.tokens, dtype=np.int32)
         media = self._media(tokens)  # sets the tokens of whole items' positions
         if media is not None:
             tokens = np.where(tokens < 0, 0, tokens).astype(np.int32)
         if len(tokens) > self.num_batch:  # the memory reserved at load is for num_batch
             raise ValueError(f"a batch of {len(tokens)} inputs; at most {self.num_batch}")
-        positions = np.ascontiguousarray(positions, dtype=np.int32)
-        sequences = np.ascontiguousarray(sequences, dtype=np.int32)
-        outputs = np.ascontiguousarray(outputs, dtype=np.int32)
+        positions = np.ascontiguousarray(inputs.positions, dtype=np.int32)
+        sequences = np.ascontiguousarray(inputs.sequences, dtype=np.int32)
+        outputs = np.ascontiguousarray(inputs.outputs, dtype=np.int32)
         runs = sequence_runs(sequences)
         host = Batch(None, None, None, positions, sequences, outputs, hidden=hidden, runs=runs)  # type: ignore[arg-type]
         layout: tuple[tuple[int, int], ...] = ()
@@ -307,16 +301,9 @@ class ForwardEngine:
         g.ctx.compute(g.output, on_started=on_started)
         return g.output.numpy().reshape(p.graph.batch.n_outputs, -1)
 
-    def forward(
-        self,
-        tokens: np.ndarray,
-        positions: np.ndarray,
-        sequences: np.ndarray,
-        outputs: np.ndarray,
-        hidden: bool = False,
-    ) -> np.ndarray:
+    def forward(self, inputs: PassInput) -> np.ndarray:
         """plan() and run() in one go; `outputs` are row indices into this batch."""
-        return self.run(self.plan(tokens, positions, sequences, outputs, hidden))
+        return self.run(self.plan(inputs))
 
     def close(self) -> None:
         for graph in self._graphs.values():

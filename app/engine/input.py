@@ -1,8 +1,9 @@
 """What goes into a forward pass: inputs (tokens or multimodal items) and batches.
 
 `Input` is one entry of a sequence as the KV cache sees it: a token id, or a placeholder
-position that carries multimodal embeddings. `Batch` is one forward pass over inputs of
-possibly several sequences; its tensors live in the pass's graph context.
+position that carries multimodal embeddings. `PassInput` is what a caller hands an engine for
+one forward pass (host arrays, one row per input); `Batch` is that pass as the plugin's graph
+sees it, its tensors living in the pass's graph context.
 """
 
 from __future__ import annotations
@@ -14,13 +15,35 @@ import numpy as np
 
 from .ml.api import Tensor
 
-__all__ = ["Input", "Multimodal", "Batch", "sequence_runs"]
+__all__ = ["Input", "Multimodal", "PassInput", "Batch", "sequence_runs"]
 
 
 def sequence_runs(ids: np.ndarray) -> list[tuple[int, int]]:
     """(start, count) of each run of equal sequence ids in a batch."""
     cuts = [0, *(np.flatnonzero(np.diff(ids)) + 1).tolist(), len(ids)]
     return [(a, b - a) for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
+
+
+@dataclass
+class PassInput:
+    """The rows of one forward pass, as an engine's `plan()` and `forward()` take them.
+
+    tokens: the input of each row: a token id, or a negative multimodal placeholder
+        (`multimodal_store.placeholder`: image N's position K).
+    positions: each row's position in its sequence.
+    sequences: each row's sequence (the KV-cache sequence: a runner's slot id).
+    outputs: the rows whose outputs are wanted, in the order they come back.
+    hidden: return the final normed hidden states of those rows (embeddings) instead of
+        logits.
+
+    Arrays of any integer type; the engine converts them to int32.
+    """
+
+    tokens: np.ndarray
+    positions: np.ndarray
+    sequences: np.ndarray
+    outputs: np.ndarray
+    hidden: bool = False
 
 
 @dataclass

@@ -5,7 +5,12 @@ robin: a sequence's prompt is split across steps when it does not fit, and the f
 left out entirely becomes the resume point of the next step, so a long prompt cannot starve a
 short one. Rows are laid out in slot order (not round-robin order) so that steady decoding
 keeps one batch shape and reuses its graph. Logits are computed only for the rows that need
-sampling (a sequence's last input).
+sampling (a sequence's last input). A step is three parts: admission (which inputs of which
+sequences go in: `_choose`), row layout (`_lay_out`) and the engine's planning (`_plan`).
+
+The loop owns each active sequence's input side, an `InputFeed` (feed.py: its slot, the inputs
+still to evaluate with their same-batch marks, placeholders); the Sequence owns its output.
+The engine is any `RunnerEngine` (engine.py).
 
 Determinism: a sequence's numbers never depend on what shares its batch or on how its prompt
 was split (per-sequence attention, prompt pieces of at least two rows, see slots.py), so the
@@ -24,69 +29,38 @@ sequence with a message; the loop goes on serving the others.
 from __future__ import annotations
 
 import logging
-import os
 import queue
 import threading
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
 from ..engine.kvcache import CacheFullError
-from ..engine.prompt_cache import InputCache, NoFreeSlotError, ReprocessInputs, group_start
+from ..engine.prompt_cache import InputCache, NoFreeSlotError, ReprocessInputs
+from .engine import PassInput, RunnerEngine
+from .feed import InputFeed, Inputs
 from .sequence import Sequence
 
-__all__ = ["BatchLoop", "PassEngine"]
-
-
-class PassEngine(Protocol):
-    """What the loop uses of an engine: `hearth.engine.forward.ForwardEngine` (Hearth's own)
-    or `hearth.engine.llamacpp.LlamaCppEngine`. `plan()` returns a pass whose `tokens` array
-    may still change before `run()` (tokens being sampled); `cache` is the per-sequence cache
-    the prompt cache (`InputCache`) edits; `pooling` ("mean", "first", "last") is how the
-    loop pools `hidden=True` rows into an embedding."""
-
-    num_ctx: int
-    num_batch: int
-    parallel: int
-    pooling: str
-
-    @property
-    def cache(self) -> Any: ...
-
-    def plan(
-        self,
-        tokens: np.ndarray,
-        positions: np.ndarray,
-        sequences: np.ndarray,
-        outputs: np.ndarray,
-        hidden: bool = False,
-    ) -> Any: ...
-
-    def run(self, p: Any, on_started: Callable[[], None] | None = None) -> np.ndarray: ...
-
-    def forward(
-        self,
-        tokens: np.ndarray,
-        positions: np.ndarray,
-        sequences: np.ndarray,
-        outputs: np.ndarray,
-        hidden: bool = False,
-    ) -> np.ndarray: ...
-
-    def replaces_state(self, token: int) -> bool: ...
-
-    def close(self) -> None: ...
+__all__ = ["BatchLoop"]
 
 
 _log = logging.getLogger("hearth.runner")
 
 
 @dataclass
+class _Chosen:
+    """Inputs of one sequence that go into the next pass."""
+
+    feed: InputFeed
+    inputs: Inputs
+    placeholder: bool  # the single input is a token still being sampled
+
+
+@dataclass
 class _Entry:
-    seq: Sequence
+    feed: InputFeed
     start: int  # batch row of the first input
     count: int
     sample: bool  # the last input's logits are sampled
@@ -111,25 +85,25 @@ class BatchLoop:
 
     def __init__(
         self,
-        engine: PassEngine,
+        engine: RunnerEngine,
         multi_user: bool = False,
         pipelined: bool | None = None,
     ) -> None:
-        """`pipelined` None: when a core is spare (the engine's `backend.num_threads`); an
-        engine without such a backend (llama.cpp, whose cache must not change while it
-        computes) is never pipelined."""
+        """`pipelined` None: when a core is spare (`engine.spare_core`); an engine that
+        cannot plan while it computes (`engine.can_pipeline`: llama.cpp's) never is."""
         self.engine = engine
-        if pipelined is None:
+        if not engine.can_pipeline:
+            pipelined = False
+        elif pipelined is None:
             # Building the next batch while one computes only pays when a core is free for
             # it; otherwise the Python work slows the compute threads down more than it saves.
-            backend = getattr(engine, "backend", None)
-            pipelined = backend is not None and (os.cpu_count() or 1) > backend.num_threads
+            pipelined = engine.spare_core
         self.num_batch = engine.num_batch
         self.num_ctx = engine.num_ctx
         self.slots = InputCache(engine.cache, engine.parallel, engine.num_ctx, multi_user)
         self.pipelined = pipelined
         self._incoming: deque[Sequence] = deque()
-        self._active: list[Sequence] = []
+        self._active: list[InputFeed] = []
         self._next = 0
         self._wake = threading.Condition()
         self._stopping = False
@@ -164,24 +138,6 @@ class BatchLoop:
         while (flight := self._jobs.get()) is not None:
             self._execute(flight)
 
-    def _state_cut(self, seq: Sequence, take: int) -> int:
-        """Where `seq`'s inputs in this pass must end (0: nowhere) so that a whole multimodal
-        item replacing an earlier one of the sequence (`ForwardEngine.replaces_state`: a second
-        mllama image) starts a pass: the inputs before it still attend to the earlier item,
-        which the new one replaces in the cache during its pass."""
-        pending = seq.pending
-        if not any(t < 0 for t in pending[:take]):
-            return 0
-        assert seq.slot is not None
-        replaces = self.engine.replaces_state
-        held = any(replaces(t) for t in seq.slot.tokens if t < 0)
-        for i in range(take):
-            if replaces(pending[i]):
-                if i and held:
-                    return i
-                held = True
-        return 0
-
     def _execute(self, flight: _Flight) -> None:
         try:
             on_started = flight.started.set if flight.started is not None else None
@@ -206,8 +162,8 @@ class BatchLoop:
                 inflight = self._step(inflight)
             except Exception as e:  # never let one bug stop every sequence
                 _log.exception("batch loop step failed")
-                for seq in list(self._active):
-                    self._end(seq, error=f"internal error in the runner: {e}")
+                for feed in list(self._active):
+                    self._end(feed, error=f"internal error in the runner: {e}")
                 inflight = None
         if inflight is not None and inflight.done is not None:
             inflight.done.wait()
@@ -217,9 +173,10 @@ class BatchLoop:
 
     def _step(self, inflight: _Flight | None) -> _Flight | None:
         self._admit()
-        for seq in [s for s in self._active if s.cancelled.is_set() and not s.done]:
-            seq.finish("stop")
-        embedding = next((s for s in self._active if s.embedding and not s.done), None)
+        for feed in self._active:
+            if feed.seq.cancelled.is_set() and not feed.seq.done:
+                feed.seq.finish("stop")
+        embedding = next((f for f in self._active if f.seq.embedding and not f.seq.done), None)
         if inflight is not None:
             assert inflight.started is not None  # only pipelined passes are in flight
             inflight.started.wait()
@@ -236,14 +193,14 @@ class BatchLoop:
             return None
         if nxt is None:
             return None
-        live = [e for e in nxt.entries if not e.seq.done]
+        live = [e for e in nxt.entries if not e.feed.seq.done]
         if not live:
             return None
         self.steps += 1
         if any(e.count > 1 for e in nxt.entries):
             # A pass with prompt inputs takes long: text held for the next chunk goes now.
-            for seq in self._active:
-                seq.flush_stream()
+            for feed in self._active:
+                feed.seq.flush_stream()
         if not self.pipelined:  # compute here: no thread hand-over per token
             self._execute(nxt)
             self._sample(nxt, None)
@@ -254,6 +211,8 @@ class BatchLoop:
         return nxt
 
     def _admit(self) -> None:
+        """Give waiting sequences a slot (with the prompt cache's reusable prefix), in order,
+        while slots are free."""
         while True:
             with self._wake:
                 if not self._incoming:
@@ -270,135 +229,174 @@ class BatchLoop:
                 except NoFreeSlotError:
                     return
                 self._incoming.popleft()
-            seq.start(slot, cached)
-            self._active.append(seq)
+            feed = InputFeed(seq, slot, Inputs(seq.prompt[cached:], seq.marks[cached:]))
+            seq.started(cached, evaluated=len(feed.pending))
+            self._active.append(feed)
 
     # -- building a batch -----------------------------------------------------------------
     def _compose(self, inflight: _Flight | None) -> _Flight | None:
-        awaiting = {id(e.seq) for e in (inflight.entries if inflight else []) if e.sample}
-        tokens: list[int] = []
-        positions: list[int] = []
-        seqs: list[int] = []
-        entries: list[_Entry] = []
-        # (sequence, inputs, their same_batch marks, placeholder)
-        chosen: list[tuple[Sequence, list[int], list[int], bool]] = []
-        active = [s for s in self._active if not s.done and not s.embedding]
-        if not active:
+        """The next pass: which inputs go in (`_choose`), their rows (`_lay_out`), the
+        engine's plan of it (`_plan`). `inflight`: the pass computing now, whose sampled
+        tokens get placeholders in this one."""
+        chosen = self._choose(inflight)
+        if not chosen:
             return None
+        entries, rows, inputs = self._lay_out(chosen)
+        return self._plan(entries, rows, inputs)
+
+    def _choose(self, inflight: _Flight | None) -> list[_Chosen]:
+        """Admission to the pass: round robin from the resume point, each sequence taking
+        what the room left and its own limits allow (`_take`); a sequence awaiting a token
+        from `inflight` takes a placeholder for it. Moves the inputs out of their feeds."""
+        awaiting = {id(e.feed) for e in (inflight.entries if inflight else []) if e.sample}
+        active = [f for f in self._active if not f.seq.done and not f.seq.embedding]
+        if not active:
+            return []
+        chosen: list[_Chosen] = []
         n = len(active)
         start = self._next % n
         left_out = None  # the first sequence with inputs that got no room
         partial = None  # the first one whose inputs were only partly taken
         used = 0  # inputs chosen so far
         for k in range(n):
-            seq = active[(start + k) % n]
-            slot = seq.slot
-            assert slot is not None
-            placeholder = id(seq) in awaiting
-            want = 1 if placeholder else len(seq.pending)
+            feed = active[(start + k) % n]
+            placeholder = id(feed) in awaiting
+            want = 1 if placeholder else len(feed.pending)
             if want == 0:
                 continue
             room = self.num_batch - used
             if room <= 0:
-                left_out = left_out or seq
+                left_out = left_out or feed
                 continue
-            if len(slot.tokens) + 1 > self.num_ctx and not self._make_room(seq, placeholder):
+            if len(feed.slot.tokens) + 1 > self.num_ctx and not self._make_room(feed, placeholder):
                 continue
-            if placeholder and seq.pending:  # reprocessing after a failed shift
+            if placeholder and feed.pending:  # reprocessing after a failed shift
                 continue
-            take = min(room, want, self.num_ctx - len(slot.tokens))
-            if not placeholder:
-                take = group_start(seq.pending_marks, take)  # SameBatch runs stay whole
-            state_cut = 0 if placeholder else self._state_cut(seq, take)
-            if state_cut:
-                take = state_cut  # even one lone row: what precedes a new image goes first
-            elif want >= 2:
-                # Prompt rows go in runs of two or more: ggml computes a lone row with other
-                # kernels, which would make the numbers depend on how the prompt was split.
-                if want - take == 1:
-                    take = group_start(seq.pending_marks, take - 1)
-                if take < 2:
-                    if group_start(seq.pending_marks, self.num_batch) == 0:  # can never fit
-                        self._end(seq, error=self._unbatchable(seq))
-                        continue
-                    left_out = left_out or seq
-                    continue
+            take = self._take(feed, room, want, placeholder)
+            if take is None:
+                left_out = left_out or feed
+                continue
             if take <= 0:
                 continue
-            items = [0] if placeholder else seq.pending[:take]
-            marks = [0] if placeholder else seq.pending_marks[:take]
-            if placeholder:
-                seq.fed += 1
-                seq.placeholder_planned = True
-            else:
-                del seq.pending[:take]
-                del seq.pending_marks[:take]
-            chosen.append((seq, items, marks, placeholder))
+            inputs = feed.plan_placeholder() if placeholder else feed.pending.take(take)
+            chosen.append(_Chosen(feed, inputs, placeholder))
             used += take
-            if seq.pending:
-                partial = partial or seq
-        # Rows in slot order, whatever the round robin's starting point: the batch then has
-        # the same shape step after step, so its built (and allocated) graph is reused.
-        chosen.sort(key=lambda c: c[0].slot.id)  # type: ignore[union-attr]
-        for seq, items, marks, placeholder in chosen:
-            slot = seq.slot
-            assert slot is not None
-            take = len(items)
+            if feed.pending:
+                partial = partial or feed
+        if chosen:
+            # The next step starts with whoever got nothing this time, so no one starves.
+            resume = left_out or partial
+            self._next = active.index(resume) if resume is not None else (start + 1) % n
+        return chosen
+
+    def _take(self, feed: InputFeed, room: int, want: int, placeholder: bool) -> int | None:
+        """How many of the `want` inputs of `feed` go into this pass, `room` rows being left:
+        0 for none now, None for none for lack of room (the sequence resumes the next pass).
+        Ends a sequence whose next inputs can never fit a batch."""
+        take = min(room, want, self.num_ctx - len(feed.slot.tokens))
+        if placeholder:
+            return take
+        pending = feed.pending
+        take = pending.group_start(take)  # SameBatch runs stay whole
+        state_cut = self._state_cut(feed, take)
+        if state_cut:
+            return state_cut  # even one lone row: what precedes a new image goes first
+        if want >= 2:
+            # Prompt rows go in runs of two or more: ggml computes a lone row with other
+            # kernels, which would make the numbers depend on how the prompt was split.
+            if want - take == 1:
+                take = pending.group_start(take - 1)
+            if take < 2:
+                if pending.group_start(self.num_batch) == 0:  # can never fit
+                    self._end(feed, error=self._unbatchable(feed))
+                    return 0
+                return None
+        return take
+
+    def _state_cut(self, feed: InputFeed, take: int) -> int:
+        """Where the feed's inputs in this pass must end (0: nowhere) so that a whole
+        multimodal item replacing an earlier one of the sequence (`engine.replaces_state`: a
+        second mllama image) starts a pass: the inputs before it still attend to the earlier
+        item, which the new one replaces in the cache during its pass."""
+        pending = feed.pending.ids
+        if not any(t < 0 for t in pending[:take]):
+            return 0
+        replaces = self.engine.replaces_state
+        held = any(replaces(t) for t in feed.slot.tokens if t < 0)
+        for i in range(take):
+            if replaces(pending[i]):
+                if i and held:
+                    return i
+                held = True
+        return 0
+
+    def _lay_out(self, chosen: list[_Chosen]) -> tuple[list[_Entry], dict[int, int], PassInput]:
+        """The pass's rows: each sequence's inputs together, at the positions that follow its
+        slot's content (which they extend), and the rows to sample (entry index -> output
+        row). Rows go in slot order, whatever the round robin's starting point: the batch
+        then has the same shape step after step, so its built (and allocated) graph is
+        reused."""
+        tokens: list[int] = []
+        positions: list[int] = []
+        seqs: list[int] = []
+        entries: list[_Entry] = []
+        for c in sorted(chosen, key=lambda c: c.feed.slot.id):
+            slot = c.feed.slot
+            take = len(c.inputs)
             pos0 = len(slot.tokens)
-            entries.append(
-                _Entry(seq, len(tokens), take, sample=not seq.pending, placeholder=placeholder)
-            )
-            tokens.extend(items)
+            sample = not c.feed.pending
+            entries.append(_Entry(c.feed, len(tokens), take, sample, c.placeholder))
+            tokens.extend(c.inputs.ids)
             positions.extend(range(pos0, pos0 + take))
             seqs.extend([slot.id] * take)
-            slot.extend(items, marks)
-        if not entries:
-            return None
-        # The next step starts with whoever got nothing this time, so no one starves.
-        resume = left_out or partial
-        self._next = active.index(resume) if resume is not None else (start + 1) % n
-        rows = {i: e.start + e.count - 1 for i, e in enumerate(entries) if e.sample}
-        out_rows = np.array(list(rows.values()) or [len(tokens) - 1], dtype=np.int32)
-        rows = {i: r for r, i in enumerate(rows)}
+            slot.extend(c.inputs.ids, c.inputs.marks)
+        sampled = {i: e.start + e.count - 1 for i, e in enumerate(entries) if e.sample}
+        outputs = np.array(list(sampled.values()) or [len(tokens) - 1], dtype=np.int32)
+        rows = {i: r for r, i in enumerate(sampled)}
+        inputs = PassInput(
+            np.array(tokens, dtype=np.int32),
+            np.array(positions, dtype=np.int32),
+            np.array(seqs, dtype=np.int32),
+            outputs,
+        )
+        return entries, rows, inputs
+
+    def _plan(
+        self, entries: list[_Entry], rows: dict[int, int], inputs: PassInput
+    ) -> _Flight | None:
+        """The engine's plan of the pass; a full cache ends the pass's sequences."""
         try:
-            plan = self.engine.plan(
-                np.array(tokens, dtype=np.int32),
-                np.array(positions, dtype=np.int32),
-                np.array(seqs, dtype=np.int32),
-                out_rows,
-            )
+            plan = self.engine.plan(inputs)
         except CacheFullError as e:
             for entry in entries:
-                self._end(entry.seq, error=f"{e}; the request was stopped")
+                self._end(entry.feed, error=f"{e}; the request was stopped")
             return None
-        self.max_batch_seen = max(self.max_batch_seen, len(tokens))
+        self.max_batch_seen = max(self.max_batch_seen, len(inputs.tokens))
         return _Flight(plan, entries, rows)
 
-    def _unbatchable(self, seq: Sequence) -> str:
+    def _unbatchable(self, feed: InputFeed) -> str:
         """Why a sequence's next inputs can never be batched (a SameBatch run too long)."""
-        run = seq.pending_marks[0] + 1
+        run = feed.pending.marks[0] + 1
         return (
             f"{run} inputs (an image) must be evaluated in one batch but a batch holds "
             f"{self.num_batch}; raise num_batch"
         )
 
-    def _make_room(self, seq: Sequence, placeholder: bool) -> bool:
+    def _make_room(self, feed: InputFeed, placeholder: bool) -> bool:
         """The sequence's context is full: shift (or reprocess), or end it with 'length'
         (after the token being sampled now, if any, has been sent)."""
-        assert seq.slot is not None
+        seq = feed.seq
         if not seq.settings.shift:
             if placeholder:
-                seq.limit_reached = True
+                feed.limit_reached = True
             else:
                 seq.finish("length")
             return False
         try:
-            self.slots.shift(seq.slot, seq.num_keep)
+            self.slots.shift(feed.slot, seq.num_keep)
         except ReprocessInputs as r:
-            seq.pending = r.kept + seq.pending
-            seq.pending_marks = r.marks + seq.pending_marks
-            seq.slot.set([])
-        seq.shifted = True
+            feed.reprocess(Inputs(r.kept, r.marks))
+        seq.context_shifted()
         return True
 
     # -- after a batch --------------------------------------------------------------------
@@ -406,12 +404,12 @@ class BatchLoop:
         if flight.error is not None:
             message = f"computing failed: {flight.error}"
             for entry in flight.entries:
-                self._end(entry.seq, error=message)
+                self._end(entry.feed, error=message)
             return
         assert flight.logits is not None
-        patches: dict[int, int] = {}
+        patches: dict[int, tuple[InputFeed, int]] = {}  # id(feed) -> its sampled token
         for i, entry in enumerate(flight.entries):
-            seq = entry.seq
+            seq = entry.feed.seq
             if not entry.sample or seq.done:
                 continue
             if seq.cancelled.is_set():
@@ -423,47 +421,38 @@ class BatchLoop:
                 seq.fail(f"sampling failed: {e}")
                 continue
             if token is not None:
-                patches[id(seq)] = token
+                patches[id(entry.feed)] = (entry.feed, token)
         if nxt is not None:
             for entry in nxt.entries:
-                if entry.placeholder and id(entry.seq) in patches:
+                if entry.placeholder and id(entry.feed) in patches:
                     # A placeholder is its sequence's only input and the slot's last token.
-                    token = patches.pop(id(entry.seq))
+                    _, token = patches.pop(id(entry.feed))
                     nxt.plan.tokens[entry.start] = token
-                    entry.seq.slot.tokens[-1] = token  # type: ignore[union-attr]
-                    entry.seq.placeholder_planned = False
-        for seq_id, token in patches.items():  # not planned yet: evaluate next step
-            seq = next(s for s in self._active if id(s) == seq_id)
-            if seq.limit_reached:
-                seq.finish("length")
+                    entry.feed.fill_placeholder(token)
+        for feed, token in patches.values():  # not planned yet: evaluate next step
+            if feed.limit_reached:
+                feed.seq.finish("length")
                 continue
-            seq.pending.append(token)
-            seq.pending_marks.append(0)
-            seq.fed += 1
+            feed.add_sampled(token)
 
     def _reap(self) -> None:
-        for seq in [s for s in self._active if s.done]:
-            self._active.remove(seq)
-            if seq.slot is None:
-                continue
-            if seq.placeholder_planned:  # it ended before its next token existed
-                seq.slot.keep(len(seq.slot.tokens) - 1)
-                seq.fed -= 1
-                seq.placeholder_planned = False
-            self.slots.release(seq.slot, keep=seq.tokens_to_keep())
+        for feed in [f for f in self._active if f.seq.done]:
+            self._active.remove(feed)
+            if feed.placeholder_planned:  # it ended before its next token existed
+                feed.drop_placeholder()
+            self.slots.release(feed.slot, keep=feed.tokens_to_keep())
 
-    def _end(self, seq: Sequence, error: str) -> None:
-        seq.fail(error)
-        if seq in self._active:
-            self._active.remove(seq)
-        if seq.slot is not None and seq.slot.in_use:
-            self.slots.release(seq.slot, keep=0)
+    def _end(self, feed: InputFeed, error: str) -> None:
+        feed.seq.fail(error)
+        if feed in self._active:
+            self._active.remove(feed)
+        if feed.slot.in_use:
+            self.slots.release(feed.slot, keep=0)
 
     # -- embeddings -----------------------------------------------------------------------
-    def _embed(self, seq: Sequence) -> None:
+    def _embed(self, feed: InputFeed) -> None:
         """Pooled, L2-normalised hidden states of the whole input, evaluated in batches."""
-        assert seq.slot is not None
-        tokens = seq.pending
+        tokens = feed.pending.ids
         n = len(tokens)
         pooling = self.engine.pooling
         total = np.zeros(0, dtype=np.float32)
@@ -474,11 +463,13 @@ class BatchLoop:
                 m = len(part)
                 rows = np.arange(m) if pooling == "mean" else np.array([m - 1])
                 hidden = self.engine.forward(
-                    np.array(part),
-                    np.arange(start, start + m),
-                    np.full(m, seq.slot.id),
-                    rows,
-                    hidden=True,
+                    PassInput(
+                        np.array(part),
+                        np.arange(start, start + m),
+                        np.full(m, feed.slot.id),
+                        rows,
+                        hidden=True,
+                    )
                 )
                 if pooling == "mean":
                     total = hidden.sum(axis=0) if not len(total) else total + hidden.sum(axis=0)
@@ -487,14 +478,12 @@ class BatchLoop:
                 elif pooling == "last":
                     vec = hidden[-1]
         except CacheFullError as e:
-            self._end(seq, error=str(e))
+            self._end(feed, error=str(e))
             return
         if pooling == "mean":
             vec = total / n
         assert vec is not None
         norm = float(np.linalg.norm(vec)) or 1.0
-        seq.events.put({"embedding": (vec / norm).tolist(), "prompt_eval_count": n})
-        seq.events.put(None)
-        seq.done = True
-        self._active.remove(seq)
-        self.slots.release(seq.slot, keep=0)
+        feed.seq.embedded((vec / norm).tolist(), n)
+        self._active.remove(feed)
+        self.slots.release(feed.slot, keep=0)

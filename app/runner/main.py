@@ -17,8 +17,9 @@ from .. import env
 from ..engine.gguf import GGUFError
 from ..engine.ml.api import OutOfMemoryError
 from .core import Runner, RunnerConfig
+from .engine import load_errors
 from .http import RunnerState, make_server
-from .protocol import TOKEN_ENV, EngineKind, RunnerOptions, to_wire
+from .protocol import TOKEN_ENV, RunnerOptions, to_wire
 
 __all__ = ["main"]
 
@@ -37,18 +38,6 @@ def _watch_parent(stop: threading.Event) -> None:
         if os.getppid() != parent:
             os.kill(os.getpid(), signal.SIGTERM)
             return
-
-
-def _load_errors(engine: str) -> tuple[type[Exception], ...]:
-    """The engine's "this file cannot be run" errors, imported only for that engine (one
-    process holds either Hearth's ggml or llama.cpp's)."""
-    if engine == EngineKind.LLAMACPP:
-        from ..engine.llamacpp import LlamaCppLoadError
-
-        return (LlamaCppLoadError,)
-    from ..engine.model import ModelLoadError
-
-    return (ModelLoadError,)
 
 
 def main(args: Any) -> int:
@@ -87,7 +76,7 @@ def main(args: Any) -> int:
     )
     errors: tuple[type[Exception], ...] = (
         GGUFError,
-        *_load_errors(config.engine),
+        *load_errors(config.engine),
         OutOfMemoryError,
         ValueError,
         OSError,

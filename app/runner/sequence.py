@@ -1,8 +1,9 @@
 """One request's generation state: its prompt, sampler, stop strings, output stream and stats.
 
-The batching loop owns the order of work; a Sequence decides what each sampled token means:
-end of turn, a stop string, the token limit, text to stream (never half a UTF-8 character and
-never the start of a stop string that may still complete), logprobs.
+The batching loop owns the order of work and the inputs it feeds the cache (feed.py); a
+Sequence owns its output stream: it decides what each sampled token means (end of turn, a stop
+string, the token limit, text to stream: never half a UTF-8 character and never the start of a
+stop string that may still complete, logprobs) and sends the final record.
 
 Stop strings with structured output (`format`): the output must always parse, so a stop string
 only ends the output where the text before it is a whole document by the grammar (read from
@@ -34,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from .. import env
-from ..engine.prompt_cache import Slot, group_start
+from ..engine.prompt_cache import group_start
 from ..engine.sampling import Sampler, SamplingOptions, log_softmax
 from ..engine.tokenizer import StreamDecoder, Tokenizer
 from .protocol import (
@@ -138,9 +139,6 @@ class Sequence:
         self.num_predict = cap if n < 0 or n > cap else n
         self.events: queue.Queue[Event | None] = queue.Queue()
         self.cancelled = threading.Event()
-        self.slot: Slot | None = None
-        self.pending: list[int] = []  # inputs still to evaluate (prompt rest, or the last token)
-        self.pending_marks: list[int] = []  # their same_batch counts
         self.done = False
         self.shifted = False
         self.sampler = Sampler(settings.sampling, history=[t for t in prompt if t >= 0])
@@ -152,9 +150,6 @@ class Sequence:
         self._doc = constraint.reader() if constraint is not None and self._stops else None
         self._held_logprobs: list[TokenLogprob] = []
         self.generated: list[int] = []  # sampled tokens, in order
-        self.fed = 0  # generated tokens evaluated into the cache (set by the loop)
-        self.placeholder_planned = False  # the next token has a planned input (loop)
-        self.limit_reached = False  # the context is full and may not shift: end after sampling
         self._sent_tokens = 0  # generated tokens whose text has been fully sent
         self._text_ends: list[int] = []  # cumulative text length after each generated token
         self._text_len = 0
@@ -192,12 +187,15 @@ class Sequence:
         return prompt[:keep] + prompt[tail:], marks[:keep] + marks[tail:]
 
     # -- the loop drives these -----------------------------------------------------------
-    def start(self, slot: Slot, cached: int) -> None:
-        self.slot = slot
+    def started(self, cached: int, evaluated: int) -> None:
+        """The loop gave the sequence a slot holding `cached` inputs of its prompt; it
+        evaluates the other `evaluated`."""
         self.prompt_cached = cached
-        self.pending = list(self.prompt[cached:])
-        self.pending_marks = list(self.marks[cached:])
-        self.prompt_evaluated = len(self.pending)
+        self.prompt_evaluated = evaluated
+
+    def context_shifted(self) -> None:
+        """The loop shifted (or re-evaluated) the context to make room."""
+        self.shifted = True
 
     def accept_logits(self, logits: np.ndarray) -> int | None:
         """Sample from the logits that follow the last evaluated input. Returns the token to
@@ -379,9 +377,13 @@ class Sequence:
         self.events.put(CompletionError(error=message))
         self.events.put(None)
 
-    def tokens_to_keep(self) -> int:
-        """How many of the slot's tokens the cache should keep after this request: all but
-        the generated tokens whose text was never sent (a stop string trims those)."""
-        assert self.slot is not None
-        unsent = self.fed - min(self.fed, self._sent_tokens)
-        return max(0, len(self.slot.tokens) - unsent)
+    @property
+    def sent_tokens(self) -> int:
+        """How many generated tokens have had all their text sent."""
+        return self._sent_tokens
+
+    def embedded(self, vector: list[float], count: int) -> None:
+        """An embedding request's result: the pooled vector of its `count` inputs."""
+        self.events.put({"embedding": vector, "prompt_eval_count": count})
+        self.events.put(None)
+        self.done = True

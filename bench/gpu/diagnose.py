@@ -50,16 +50,17 @@ def _model(name: str, folder: Path) -> tuple[Path, int]:
 
 def _logits(path: Path, placement: object, num_ctx: int = 128, num_batch: int = 32) -> np.ndarray:
     from hearth.engine.forward import ForwardEngine
+    from hearth.engine.input import PassInput
     from hearth.plugins import load_installed_model as load_model
 
     loaded = load_model(path, num_threads=2, placement=placement)
     engine = ForwardEngine(loaded, num_ctx=num_ctx, num_batch=num_batch)
     try:
         ids = np.random.default_rng(3).integers(3, 200, 32)
-        rows = [engine.forward(ids, np.arange(32), np.zeros(32, int), np.array([31]))]
+        rows = [engine.forward(PassInput(ids, np.arange(32), np.zeros(32, int), np.array([31])))]
         for step, t in enumerate([5, 9, 11]):
             pos = np.array([32 + step])
-            rows.append(engine.forward(np.array([t]), pos, np.array([0]), np.array([0])))
+            rows.append(engine.forward(PassInput(np.array([t]), pos, np.array([0]), np.array([0]))))
             print(f"pass {step + 2} done", file=sys.stderr, flush=True)
         return np.concatenate(rows)
     finally:

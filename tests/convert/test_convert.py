@@ -15,6 +15,7 @@ import pytest
 from hearth.convert import CheckpointError, convert_checkpoint
 from hearth.engine.forward import ForwardEngine
 from hearth.engine.gguf import GGUFFile
+from hearth.engine.input import PassInput
 from hearth.engine.ml.api import DType
 from hearth.plugins import (
     UnsupportedCheckpointError,
@@ -51,7 +52,7 @@ def hearth_run(path: Path, ids: list[int], n_greedy: int = 8) -> tuple[np.ndarra
     try:
         n = len(ids)
         rows = np.arange(n, dtype=np.int32)
-        logits = engine.forward(np.array(ids), rows, np.zeros(n, np.int32), rows)
+        logits = engine.forward(PassInput(np.array(ids), rows, np.zeros(n, np.int32), rows))
         return logits, greedy(engine, logits[-1], n, n_greedy)
     finally:
         engine.close()

@@ -59,6 +59,7 @@ def test_vision_logits_with_an_image_match_transformers(files, converted):
     import torch
 
     from hearth.engine.forward import ForwardEngine
+    from hearth.engine.input import PassInput
     from hearth.engine.ml.api import DType
     from hearth.plugins import load_installed_model
     from hearth.plugins.testing.parity import greedy
@@ -88,7 +89,7 @@ def test_vision_logits_with_an_image_match_transformers(files, converted):
         assert [i if i >= 0 else files.image_token for i in ids] == want["input_ids"][0].tolist()
         n = len(ids)
         rows = np.arange(n, dtype=np.int32)
-        logits = engine.forward(np.array(ids), rows, np.zeros(n, np.int32), rows)
+        logits = engine.forward(PassInput(np.array(ids), rows, np.zeros(n, np.int32), rows))
         ours = greedy(engine, logits[-1], n, 8)
         with torch.no_grad():
             ref = model(**want).logits[0].numpy()
@@ -154,6 +155,7 @@ def test_text_only_gemma3_gives_llama_cpps_logits(text_dir, tmp_path):
     """The 5e-3 above is ggml's GELU, not the conversion: on the same converted file Hearth
     gives llama.cpp's logits (both with an F16 KV cache) within the parity tests' 1e-3."""
     from hearth.engine.forward import ForwardEngine
+    from hearth.engine.input import PassInput
     from hearth.plugins import load_installed_model
     from hearth.plugins.testing.parity import LLAMACPP_LOGITS, run_oracle
 
@@ -166,7 +168,7 @@ def test_text_only_gemma3_gives_llama_cpps_logits(text_dir, tmp_path):
     try:
         rows = np.arange(len(ids), dtype=np.int32)
         zeros = np.zeros(len(ids), np.int32)
-        logits = engine.forward(np.array(ids), rows, zeros, rows)
+        logits = engine.forward(PassInput(np.array(ids), rows, zeros, rows))
     finally:
         engine.close()
         model.close()

@@ -22,6 +22,7 @@ from gguf import GGMLQuantizationType as QT
 
 from hearth.convert.quantize import SCHEMES, TensorInfo, parse_scheme, quantize, quantize_plan
 from hearth.engine.forward import ForwardEngine
+from hearth.engine.input import PassInput
 from hearth.plugins import load_installed_model
 from hearth.plugins.testing import (
     LLAMACPP_LOGITS,
@@ -223,7 +224,7 @@ def _hearth_logits(path: Path, ids: np.ndarray) -> np.ndarray:
     engine = ForwardEngine(loaded, num_ctx=128, num_batch=64)
     try:
         n = len(ids)
-        return engine.forward(ids, np.arange(n), np.zeros(n, int), np.arange(n))
+        return engine.forward(PassInput(ids, np.arange(n), np.zeros(n, int), np.arange(n)))
     finally:
         engine.close()
         loaded.close()

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from hearth.engine.forward import ForwardEngine
+from hearth.engine.input import PassInput
 from hearth.engine.kvcache import CacheFullError
 from hearth.engine.ml.api import OutOfMemoryError
 from hearth.engine.prompt_cache import common_prefix
@@ -23,14 +24,16 @@ def _one_by_one(engine: ForwardEngine, ids: np.ndarray, seq: int = 0) -> np.ndar
     engine.cache.remove(seq, 0)
     logits = None
     for i, t in enumerate(ids):
-        logits = engine.forward(np.array([t]), np.array([i]), np.array([seq]), np.array([0]))
+        logits = engine.forward(
+            PassInput(np.array([t]), np.array([i]), np.array([seq]), np.array([0]))
+        )
     return logits[0]
 
 
 def _batched(engine: ForwardEngine, ids: np.ndarray, seq: int = 0) -> np.ndarray:
     engine.cache.remove(seq, 0)
     n = len(ids)
-    return engine.forward(ids, np.arange(n), np.full(n, seq), np.array([n - 1]))[0]
+    return engine.forward(PassInput(ids, np.arange(n), np.full(n, seq), np.array([n - 1])))[0]
 
 
 @pytest.mark.slow
@@ -74,10 +77,12 @@ def test_two_sequences_in_one_batch_equal_each_alone(tiny_llama_path):
         engine.cache.remove(0, 0)
         engine.cache.remove(1, 0)
         both = engine.forward(
-            np.r_[x, y],
-            np.r_[np.arange(20), np.arange(13)],
-            np.r_[np.zeros(20), np.ones(13)],
-            np.array([19, 32]),
+            PassInput(
+                np.r_[x, y],
+                np.r_[np.arange(20), np.arange(13)],
+                np.r_[np.zeros(20), np.ones(13)],
+                np.array([19, 32]),
+            ),
         )
     finally:
         engine.close()
@@ -101,12 +106,16 @@ def test_decoding_sequences_together_is_bit_identical_to_each_alone(which, lengt
     try:
         alone = []
         for s, ids in enumerate(prompts):
-            engine.forward(ids, np.arange(len(ids)), np.full(len(ids), s), np.array([len(ids) - 1]))
-            one = engine.forward(nexts[s : s + 1], lengths[s : s + 1], np.array([s]), np.zeros(1))
+            engine.forward(
+                PassInput(ids, np.arange(len(ids)), np.full(len(ids), s), np.array([len(ids) - 1]))
+            )
+            one = engine.forward(
+                PassInput(nexts[s : s + 1], lengths[s : s + 1], np.array([s]), np.zeros(1))
+            )
             assert not any(c.stacked for c in caches)
             alone.append(one[0])
             engine.cache.remove(s, len(ids))  # undo the decode step
-        together = engine.forward(nexts, lengths, np.arange(3), np.arange(3))
+        together = engine.forward(PassInput(nexts, lengths, np.arange(3), np.arange(3)))
         assert all(c.stacked for c in caches)
     finally:
         engine.close()
@@ -131,12 +140,14 @@ def test_full_cache_is_an_error_not_a_crash(tiny_llama_path):
         cells = engine.cache.cells
         ids = np.arange(3, 3 + 64)
         for start in range(0, cells, 64):
-            engine.forward(ids, np.arange(start, start + 64), np.zeros(64), np.array([63]))
+            engine.forward(
+                PassInput(ids, np.arange(start, start + 64), np.zeros(64), np.array([63]))
+            )
         with pytest.raises(CacheFullError):
-            engine.forward(ids[:1], np.array([cells]), np.zeros(1), np.array([0]))
+            engine.forward(PassInput(ids[:1], np.array([cells]), np.zeros(1), np.array([0])))
         # the engine still works after the error
         engine.cache.remove(0, 0)
-        out = engine.forward(ids[:4], np.arange(4), np.zeros(4), np.array([3]))
+        out = engine.forward(PassInput(ids[:4], np.arange(4), np.zeros(4), np.array([3])))
         assert np.isfinite(out).all()
     finally:
         engine.close()

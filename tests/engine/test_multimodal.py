@@ -17,7 +17,7 @@ import pytest
 from PIL import Image
 from test_runner import collect
 
-from hearth.engine.input import Input, Multimodal
+from hearth.engine.input import Input, Multimodal, PassInput
 from hearth.engine.ml.api import Context, DType, OutOfMemoryError
 from hearth.engine.multimodal_store import is_placeholder
 from hearth.plugins import ArchitectureRegistry, ArchitectureSpec
@@ -128,7 +128,7 @@ def test_a_picture_gives_the_logits_of_its_tokens_as_llama_cpp_computes_them(
     assert marks[len(bos)] == len(PICTURE_TOKENS) - 1  # the picture stays in one batch
     engine.cache.remove(0, 0)
     ours = engine.forward(
-        np.array(ids), np.arange(len(ids)), np.zeros(len(ids)), np.arange(len(ids))
+        PassInput(np.array(ids), np.arange(len(ids)), np.zeros(len(ids)), np.arange(len(ids)))
     )
     engine.cache.remove(0, 0)
     request = {
@@ -182,10 +182,10 @@ def test_a_second_turn_about_the_same_image_encodes_nothing_and_reuses_the_cache
     before = PictureLlama.encodes
     first, done1 = complete(runner, "[img-0] what is it?", [picture])
     assert PictureLlama.encodes == before + 1
-    computed = runner.engine.multimodal.encoded
+    computed = runner.engine.native.multimodal.encoded
     second, done2 = complete(runner, "[img-0] what is it?" + first + " and more?", [picture])
     assert PictureLlama.encodes == before + 1  # recalled from the store: no new encoder graph
-    assert runner.engine.multimodal.encoded == computed  # and nothing computed again
+    assert runner.engine.native.multimodal.encoded == computed  # and nothing computed again
     new_text = len(runner.encode(first + " and more?", add_special=False))
     assert done2.prompt_eval_count <= new_text + 1  # only the new text was evaluated
 
@@ -211,7 +211,9 @@ def test_rows_of_one_image_attend_both_ways_when_the_model_says_so(tiny_llama_pa
         try:
             ids, _ = r._prompt_with_images("[img-0]ok", [picture])
             n = len(ids)
-            logits = r.engine.forward(np.array(ids), np.arange(n), np.zeros(n), np.arange(n))
+            logits = r.engine.forward(
+                PassInput(np.array(ids), np.arange(n), np.zeros(n), np.arange(n))
+            )
             outs.append(logits)
         finally:
             r.close()
@@ -225,7 +227,7 @@ def test_rows_of_one_image_attend_both_ways_when_the_model_says_so(tiny_llama_pa
 def test_a_text_only_model_refuses_images(tiny_llama_path):
     r = Runner(RunnerConfig(str(tiny_llama_path), num_ctx=64, parallel=1, threads=2))
     try:
-        assert r.engine.vision is None
+        assert r.engine.native.vision is None and not r.engine.sees_images
         with pytest.raises(RequestError, match="cannot see images"):
             r._prompt_with_images("[img-0]", [base64.b64encode(token_picture([1])).decode()])
     finally:
@@ -238,7 +240,7 @@ def test_the_largest_image_is_reserved_at_load(tiny_llama_path):
         registry=registry(PictureLlama),
     )
     try:
-        assert r.engine.vision == (16, r.loaded.config.embedding_length)
+        assert r.engine.native.vision == (16, r.engine.loaded.config.embedding_length)
         assert r.engine.num_batch == 16  # raised so that an image fits one batch
     finally:
         r.close()

@@ -10,6 +10,7 @@ from gguf import GGUFReader
 from rpc_workers import start_workers
 
 from hearth.engine.forward import ForwardEngine
+from hearth.engine.input import PassInput
 from hearth.engine.ml import rpc
 from hearth.engine.ml.placement import DevicePlacement, PlacementError
 from hearth.plugins import load_installed_model as load_model
@@ -38,12 +39,18 @@ def _logits(path, placement: DevicePlacement | None) -> tuple[np.ndarray, dict]:
         ids = np.random.default_rng(3).integers(3, 200, 40)
         n = len(ids)
         # 40 prompt tokens in two passes of 32 + 8, then 3 single-token steps
-        engine.forward(ids[:32], np.arange(32), np.zeros(32, int), np.array([31]))
-        rows = [engine.forward(ids[32:], np.arange(32, n), np.zeros(n - 32, int), np.array([7]))]
+        engine.forward(PassInput(ids[:32], np.arange(32), np.zeros(32, int), np.array([31])))
+        rows = [
+            engine.forward(
+                PassInput(ids[32:], np.arange(32, n), np.zeros(n - 32, int), np.array([7]))
+            )
+        ]
         for step, t in enumerate([5, 9, 11]):
             pos = n + step
             rows.append(
-                engine.forward(np.array([t]), np.array([pos]), np.array([0]), np.array([0]))
+                engine.forward(
+                    PassInput(np.array([t]), np.array([pos]), np.array([0]), np.array([0]))
+                )
             )
         return np.concatenate(rows), device_memory(loaded, engine)
     finally:
@@ -119,10 +126,12 @@ def test_a_graph_reused_after_another_ran_gives_the_cpu_logits(workers, model_pa
                 engine.cache.remove(0, 0)
                 n = len(prompt)
                 seq, last = np.zeros(n, int), np.array([n - 1])
-                rows.append(engine.forward(np.array(prompt), np.arange(n), seq, last))
+                rows.append(engine.forward(PassInput(np.array(prompt), np.arange(n), seq, last)))
                 for k in range(3):  # the same decode graph in both turns
                     pos = np.array([n + k])
-                    rows.append(engine.forward(np.array([5]), pos, np.array([0]), np.array([0])))
+                    rows.append(
+                        engine.forward(PassInput(np.array([5]), pos, np.array([0]), np.array([0])))
+                    )
             assert engine.graphs_reused >= 4
             return np.concatenate(rows)
         finally:

@@ -54,7 +54,7 @@ PROMPTS = ["The capital of France is", "Once upon a time", "def add(a, b):", "Ra
 
 
 def _requests(runner: Runner, n_predict: int) -> list[CompletionRequest]:
-    if runner.loaded.architecture == "gemma3":
+    if runner.architecture == "gemma3":
         return [CompletionRequest(prompt=p, options=greedy(num_predict=n_predict)) for p in PROMPTS]
     rng = np.random.default_rng(0)
     return [
@@ -167,6 +167,7 @@ def test_a_shift_re_ropes_the_kept_keys(tiny_llama_path):
     then equal a fresh evaluation of the kept tokens, and rotating every layer's moved keys
     back by the same delta gives the original keys."""
     from hearth.engine.forward import ForwardEngine
+    from hearth.engine.input import PassInput
     from hearth.engine.ml import DType
     from hearth.engine.prompt_cache import InputCache
     from hearth.plugins import load_installed_model as load_model
@@ -178,7 +179,7 @@ def test_a_shift_re_ropes_the_kept_keys(tiny_llama_path):
         slots = InputCache(cache, 2, 64)
         ids = np.random.default_rng(4).integers(3, 500, 63).tolist()
         slot, _ = slots.acquire(ids)
-        engine.forward(np.array(ids), np.arange(63), np.zeros(63), np.array([62]))
+        engine.forward(PassInput(np.array(ids), np.arange(63), np.zeros(63), np.array([62])))
         slot.set(ids)
         before = {layer: k.numpy().copy() for layer, k in cache._keys.items()}
         discard = slots.shift(slot, num_keep=4)
@@ -187,7 +188,7 @@ def test_a_shift_re_ropes_the_kept_keys(tiny_llama_path):
         assert sorted(cache.cell_pos[moved].tolist()) == list(range(4, 34))
         after = {layer: k.numpy().copy() for layer, k in cache._keys.items()}
         # layer 0: the same keys as evaluating the kept tokens from scratch (in sequence 1)
-        engine.forward(np.array(slot.tokens), np.arange(34), np.ones(34), np.array([33]))
+        engine.forward(PassInput(np.array(slot.tokens), np.arange(34), np.ones(34), np.array([33])))
         fresh = cache._keys[0].numpy()
         for cell in moved:
             twin = cache.region + int(cache.cell_pos[cell])

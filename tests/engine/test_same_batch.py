@@ -37,9 +37,9 @@ def _batches_of(runner: Runner, monkeypatch) -> list[list[int]]:
     seen: list[list[int]] = []
     plan = runner.engine.plan
 
-    def spy(tokens, positions, sequences, outputs, hidden=False):
-        seen.append([int(p) for p in positions])
-        return plan(tokens, positions, sequences, outputs, hidden)
+    def spy(inputs):
+        seen.append([int(p) for p in inputs.positions])
+        return plan(inputs)
 
     monkeypatch.setattr(runner.engine, "plan", spy)
     return seen

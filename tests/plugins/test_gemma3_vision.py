@@ -182,6 +182,7 @@ def test_logits_with_images_match_transformers(ref, files, loaded, text, picture
     import torch
 
     from hearth.engine.forward import ForwardEngine
+    from hearth.engine.input import PassInput
     from hearth.engine.ml.api import DType
     from hearth.plugins.testing.parity import greedy
 
@@ -204,7 +205,7 @@ def test_logits_with_images_match_transformers(ref, files, loaded, text, picture
         assert [i if i >= 0 else files.image_token for i in ids] == want["input_ids"][0].tolist()
         n = len(ids)
         rows = np.arange(n, dtype=np.int32)
-        logits = engine.forward(np.array(ids), rows, np.zeros(n, np.int32), rows)
+        logits = engine.forward(PassInput(np.array(ids), rows, np.zeros(n, np.int32), rows))
         ours = greedy(engine, logits[-1], n, 8)
         with torch.no_grad():
             ref_logits = model(**want).logits[0].numpy()

@@ -27,6 +27,7 @@ import pytest
 from PIL import Image
 
 from hearth.engine.forward import ForwardEngine
+from hearth.engine.input import PassInput
 from hearth.engine.model import load_model
 from hearth.engine.multimodal import encode_image
 from hearth.plugins import default_registry
@@ -164,7 +165,7 @@ def test_logits_and_greedy_tokens_match_libmtmd(loaded, oracle):
         assert [max(t, -1) for t in ids] == theirs["ids"].tolist()
         n = len(ids)
         rows = np.arange(n, dtype=np.int32)
-        logits = engine.forward(np.array(ids), rows, np.zeros(n, np.int32), rows)[-1]
+        logits = engine.forward(PassInput(np.array(ids), rows, np.zeros(n, np.int32), rows))[-1]
         diff = float(np.abs(logits - theirs["logits"]).max())
         top = np.sort(theirs["logits"])[-2:]
         print(

@@ -33,6 +33,7 @@ import pytest
 from PIL import Image
 
 from hearth.engine.forward import ForwardEngine
+from hearth.engine.input import PassInput
 from hearth.engine.ml.api import DType
 from hearth.engine.model import load_model
 from hearth.plugins import default_registry
@@ -147,7 +148,9 @@ def _run(loaded, text: str, image: str) -> tuple[list[int], np.ndarray, list[int
         for start in range(0, len(ids), 64):
             part = np.array(ids[start : start + 64])
             rows = np.arange(start, start + len(part), dtype=np.int32)
-            out.append(engine.forward(part, rows, np.zeros(len(part), np.int32), rows - start))
+            out.append(
+                engine.forward(PassInput(part, rows, np.zeros(len(part), np.int32), rows - start))
+            )
         logits = np.concatenate(out)
         return ids, logits, greedy(engine, logits[-1], len(ids), 8)
     finally:
@@ -223,7 +226,7 @@ def test_a_follow_up_turn_reuses_the_cross_attention_cache(tiny, loaded, monkeyp
         first = _prompt(loaded, engine, text, image)
         n = len(first)
         rows = np.arange(n, dtype=np.int32)
-        logits = engine.forward(np.array(first), rows, np.zeros(n, np.int32), rows[-1:])
+        logits = engine.forward(PassInput(np.array(first), rows, np.zeros(n, np.int32), rows[-1:]))
         answer = greedy(engine, logits[-1], n, 4)
         follow = "<|eot_id|>" + HEADER + "the" + ASSISTANT
         again = _prompt(loaded, engine, text, image)  # the image is recalled, not encoded
@@ -232,7 +235,9 @@ def test_a_follow_up_turn_reuses_the_cross_attention_cache(tiny, loaded, monkeyp
         done = n + len(answer)  # what the cache holds
         new = np.array(second[done:])
         at = np.arange(done, len(second), dtype=np.int32)
-        logits = engine.forward(new, at, np.zeros(len(new), np.int32), np.array([len(new) - 1]))
+        logits = engine.forward(
+            PassInput(new, at, np.zeros(len(new), np.int32), np.array([len(new) - 1]))
+        )
         ref_logits, _ = _reference(model, loaded, second, image, new=1)
         diff = float(np.abs(logits[-1] - ref_logits[-1]).max())
         print(f"turn 2: {len(new)} new inputs of {len(second)}, max |diff| {diff:.2e}")
@@ -251,7 +256,9 @@ def test_two_sequences_with_different_images_batch_together(loaded):
         try:
             ids = _prompt(loaded, engine, *CASES[case])
             rows = np.arange(len(ids), dtype=np.int32)
-            logits = engine.forward(np.array(ids), rows, np.zeros(len(ids), np.int32), rows[-1:])
+            logits = engine.forward(
+                PassInput(np.array(ids), rows, np.zeros(len(ids), np.int32), rows[-1:])
+            )
             alone[case] = (ids, logits[-1], greedy(engine, logits[-1], len(ids), 6))
         finally:
             engine.close()
@@ -262,7 +269,7 @@ def test_two_sequences_with_different_images_batch_together(loaded):
         positions = np.concatenate([np.arange(len(v)) for v in ids.values()])
         seqs = np.repeat([0, 1], [len(v) for v in ids.values()])
         outs = np.array([len(ids["wide"]) - 1, len(tokens) - 1])
-        logits = engine.forward(tokens, positions, seqs, outs)
+        logits = engine.forward(PassInput(tokens, positions, seqs, outs))
         for c, row in zip(alone, logits, strict=True):
             np.testing.assert_allclose(row, alone[c][1], rtol=0, atol=1e-5)
         got = {c: [] for c in alone}
@@ -271,7 +278,9 @@ def test_two_sequences_with_different_images_batch_together(loaded):
             nxt = [int(np.argmax(row)) for row in logits]
             for c, t in zip(alone, nxt, strict=True):
                 got[c].append(t)
-            logits = engine.forward(np.array(nxt), np.array(pos), np.array([0, 1]), np.arange(2))
+            logits = engine.forward(
+                PassInput(np.array(nxt), np.array(pos), np.array([0, 1]), np.arange(2))
+            )
             pos = [p + 1 for p in pos]
         for c in alone:
             assert got[c] == alone[c][2], c

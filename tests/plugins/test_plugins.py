@@ -160,6 +160,7 @@ def _write_bigram(path: Path) -> tuple[np.ndarray, np.ndarray]:
 
 def test_a_model_loads_and_runs_through_the_third_party_plugin(fake_dist, tmp_path):
     from hearth.engine.forward import ForwardEngine
+    from hearth.engine.input import PassInput
     from hearth.engine.model import load_model
     from hearth.plugins import default_registry
 
@@ -169,7 +170,7 @@ def test_a_model_loads_and_runs_through_the_third_party_plugin(fake_dist, tmp_pa
     engine = ForwardEngine(loaded, num_ctx=256, num_batch=16)
     try:
         tokens = np.array([5, 17, 42], dtype=np.int32)
-        logits = engine.forward(tokens, np.arange(3), np.zeros(3), np.array([0, 2]))
+        logits = engine.forward(PassInput(tokens, np.arange(3), np.zeros(3), np.array([0, 2])))
     finally:
         engine.close()
         loaded.close()

@@ -25,7 +25,6 @@ from PIL import Image
 from hearth.convert import convert_checkpoint
 from hearth.plugins import default_converters, default_registry
 from hearth.runner.core import Runner, RunnerConfig
-from hearth.runner.prompt_inputs import build_prompt
 from hearth.server.api.schemas import ChatMessage
 from hearth.server.prompting.prompts import conversation, render
 from hearth_mllama.image import CLIP_MEAN, CLIP_STD
@@ -167,8 +166,7 @@ def test_the_rendered_prompt_is_transformers_token_for_token(reference, runner, 
     conv, images = conversation(hearth_messages(turns))
     text = render(LLAMA32_VISION_TEMPLATE, conv, "<|begin_of_text|>", "<|end_of_text|>")
     data = [base64.b64decode(i) for i in images]
-    loaded = runner.loaded
-    ids, _ = build_prompt(text, data, loaded.model, runner.engine, runner.encode)
+    ids, _ = runner.engine.prompt(text, data)
     image_id = SPEC.vocab - 1
     ours = [image_id if i < 0 else i for i in ids]
     theirs, greedy, answer = transformers_answer(reference, turns)

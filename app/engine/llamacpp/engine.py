@@ -1,5 +1,5 @@
-"""`LlamaCppEngine`: one llama.cpp model and context behind the interface the runner's batching
-loop uses from `ForwardEngine` (see `hearth.runner.loop.PassEngine`).
+"""`LlamaCppEngine`: one llama.cpp model and context with the passes of `ForwardEngine`
+(`plan(PassInput)`, `run`, `forward`; see `hearth.runner.engine.Passes`).
 
 * One context holds every sequence: `n_seq_max = parallel`, and a KV cache of `num_ctx` cells
   per sequence, each sequence in a stream of its own (`kv_unified` off, as llama-server with
@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from ..input import PassInput
 from ..kvcache import CacheFullError, KVCacheType, ShiftNotSupportedError
 from ..memory_use import MemoryUse
 from ..ml.api import OutOfMemoryError
@@ -346,23 +347,16 @@ class LlamaCppEngine:
         """No multimodal state here (see `ForwardEngine.replaces_state`)."""
         return False
 
-    def plan(
-        self,
-        tokens: np.ndarray,
-        positions: np.ndarray,
-        sequences: np.ndarray,
-        outputs: np.ndarray,
-        hidden: bool = False,
-    ) -> LlamaCppPass:
+    def plan(self, inputs: PassInput) -> LlamaCppPass:
         """Record one pass; llama.cpp assigns cache cells and builds the graph in `run()`."""
-        if len(tokens) > self.num_batch:
-            raise ValueError(f"a batch of {len(tokens)} inputs; at most {self.num_batch}")
+        if len(inputs.tokens) > self.num_batch:
+            raise ValueError(f"a batch of {len(inputs.tokens)} inputs; at most {self.num_batch}")
         return LlamaCppPass(
-            np.array(tokens, dtype=np.int32),
-            np.asarray(positions, dtype=np.int32),
-            np.asarray(sequences, dtype=np.int32),
-            np.asarray(outputs, dtype=np.int32),
-            hidden,
+            np.array(inputs.tokens, dtype=np.int32),
+            np.asarray(inputs.positions, dtype=np.int32),
+            np.asarray(inputs.sequences, dtype=np.int32),
+            np.asarray(inputs.outputs, dtype=np.int32),
+            inputs.hidden,
         )
 
     def run(self, p: LlamaCppPass, on_started: Callable[[], None] | None = None) -> np.ndarray:
@@ -456,16 +450,9 @@ class LlamaCppEngine:
             out[k] = np.ctypeslib.as_array(get(self.ctx, row), shape=(width,))
         return out
 
-    def forward(
-        self,
-        tokens: np.ndarray,
-        positions: np.ndarray,
-        sequences: np.ndarray,
-        outputs: np.ndarray,
-        hidden: bool = False,
-    ) -> np.ndarray:
+    def forward(self, inputs: PassInput) -> np.ndarray:
         """plan() and run() in one go; `outputs` are row indices into this batch."""
-        out = self.run(self.plan(tokens, positions, sequences, outputs, hidden))
+        out = self.run(self.plan(inputs))
         return out if out.flags.owndata else out.copy()
 
     def close(self) -> None:

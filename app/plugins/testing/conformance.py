@@ -35,6 +35,7 @@ import numpy as np
 
 from ...engine.architecture import Architectures
 from ...engine.forward import ForwardEngine
+from ...engine.input import PassInput
 from ...engine.model import LoadedModel, load_model
 from ...engine.prompt_cache import InputCache
 from ..registry import default_registry
@@ -207,7 +208,7 @@ class _Suite:
         every row), `[rows, vocab]`."""
         n = len(ids)
         outputs = np.arange(n) if every else np.array([n - 1])
-        return engine.forward(ids, np.arange(start, start + n), np.full(n, seq), outputs)
+        return engine.forward(PassInput(ids, np.arange(start, start + n), np.full(n, seq), outputs))
 
     def close(self, ours: np.ndarray, reference: np.ndarray, rel: float, what: str) -> float:
         """Assert |ours - reference| <= rel * max|reference|; returns the largest difference
@@ -270,13 +271,13 @@ class _Suite:
             for s in range(3):
                 decode_alone.append(self.evaluate(engine, nexts[s : s + 1], lengths[s], s)[0])
                 engine.cache.remove(s, lengths[s])  # undo the decode step
-            decoded = engine.forward(nexts, positions, np.arange(3), np.arange(3))
+            decoded = engine.forward(PassInput(nexts, positions, np.arange(3), np.arange(3)))
             for s in range(3):
                 engine.cache.remove(s, 0)
             rows = np.concatenate(prompts)
             seqs = np.repeat(np.arange(3), lengths)
             pos = np.concatenate([np.arange(n) for n in lengths])
-            mixed = engine.forward(rows, pos, seqs, np.arange(len(rows)))
+            mixed = engine.forward(PassInput(rows, pos, seqs, np.arange(len(rows))))
         for s in range(3):
             same = np.array_equal(decoded[s], decode_alone[s])
             assert same, f"sequence {s} decoded with two others differs from it decoded alone"

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from ...engine.forward import ForwardEngine
+from ...engine.input import PassInput
 
 __all__ = [
     "LLAMACPP_LOGITS",
@@ -101,10 +102,7 @@ def teacher_forced(
         part = ids[start : start + chunk]
         m = len(part)
         logits = engine.forward(
-            part,
-            np.arange(start, start + m),
-            np.full(m, seq),
-            np.arange(m),
+            PassInput(part, np.arange(start, start + m), np.full(m, seq), np.arange(m)),
         )
         argmax[start : start + m] = logits.argmax(-1)
         for j in range(m):
@@ -126,7 +124,9 @@ def greedy(
     for _ in range(n):
         tok = int(np.argmax(logits))
         out.append(tok)
-        logits = engine.forward(np.array([tok]), np.array([pos]), np.array([seq]), np.array([0]))[0]
+        logits = engine.forward(
+            PassInput(np.array([tok]), np.array([pos]), np.array([seq]), np.array([0]))
+        )[0]
         pos += 1
     return out
 

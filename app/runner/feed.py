@@ -1,0 +1,108 @@
+"""What the batching loop feeds each active sequence's KV cache, and how far it has got.
+
+A sequence (sequence.py) owns its output; the loop owns its input side: an `InputFeed` per
+active sequence holds its slot (the KV-cache sequence, see prompt_cache.py), the inputs still
+to evaluate (`Inputs`: ids with their same-batch marks, edited together), how many generated
+tokens have been evaluated into the cache, and the state of a pipelined placeholder (the
+next token's input planned before the token is sampled).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence as Seq
+
+from ..engine.prompt_cache import Slot, group_start
+from .sequence import Sequence
+
+__all__ = ["Inputs", "InputFeed"]
+
+
+class Inputs:
+    """Inputs in order, each an id (a token, or a negative image placeholder,
+    multimodal_store.py) with its same-batch mark (the next `mark` inputs must share this
+    input's batch: an image's positions). Runs of marked inputs are never split by the
+    methods here unless the caller asks for a cut inside one (`group_start` finds a cut that
+    is not)."""
+
+    def __init__(self, ids: Seq[int], marks: Seq[int] | None = None) -> None:
+        self.ids = list(ids)
+        self.marks = list(marks) if marks is not None else [0] * len(self.ids)
+        if len(self.marks) != len(self.ids):
+            raise ValueError("one same-batch mark per input")
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def group_start(self, n: int) -> int:
+        """The largest cut at or before `n` that splits no same-batch run."""
+        return group_start(self.marks, n)
+
+    def take(self, n: int) -> Inputs:
+        """Remove the first `n` inputs and return them."""
+        head = Inputs(self.ids[:n], self.marks[:n])
+        del self.ids[:n], self.marks[:n]
+        return head
+
+    def prepend(self, head: Inputs) -> None:
+        self.ids[:0] = head.ids
+        self.marks[:0] = head.marks
+
+    def append_token(self, token: int) -> None:
+        """A sampled token (never marked)."""
+        self.ids.append(token)
+        self.marks.append(0)
+
+
+class InputFeed:
+    """One active sequence as the loop feeds it (see the module docstring).
+
+    pending: inputs still to evaluate (the prompt's rest, or the last sampled token).
+    fed: generated tokens evaluated into the cache (or planned: a placeholder counts).
+    placeholder_planned: the next token's input is in a planned pass as a placeholder, to be
+        filled once the token is sampled (`fill_placeholder`) or dropped if the sequence ends
+        first (`drop_placeholder`).
+    limit_reached: the context is full and may not shift: the sequence ends after the token
+        being sampled now.
+    """
+
+    def __init__(self, seq: Sequence, slot: Slot, pending: Inputs) -> None:
+        self.seq = seq
+        self.slot = slot
+        self.pending = pending
+        self.fed = 0
+        self.placeholder_planned = False
+        self.limit_reached = False
+
+    def plan_placeholder(self) -> Inputs:
+        """The input of the token being sampled now, planned before it exists."""
+        self.fed += 1
+        self.placeholder_planned = True
+        return Inputs([0])
+
+    def fill_placeholder(self, token: int) -> None:
+        """The planned placeholder, the slot's last input, is `token`."""
+        self.slot.tokens[-1] = token
+        self.placeholder_planned = False
+
+    def drop_placeholder(self) -> None:
+        """The sequence ended before its planned placeholder's token existed."""
+        self.slot.keep(len(self.slot.tokens) - 1)
+        self.fed -= 1
+        self.placeholder_planned = False
+
+    def add_sampled(self, token: int) -> None:
+        """A sampled token not planned yet: it is evaluated in a later pass."""
+        self.pending.append_token(token)
+        self.fed += 1
+
+    def reprocess(self, kept: Inputs) -> None:
+        """The cache could not shift and was cleared: evaluate `kept` again from the start."""
+        self.pending.prepend(kept)
+        self.slot.set([])
+
+    def tokens_to_keep(self) -> int:
+        """How many of the slot's inputs the prompt cache should keep once the sequence is
+        done: all but the generated tokens whose text was never sent (a stop string trims
+        those)."""
+        unsent = self.fed - min(self.fed, self.seq.sent_tokens)
+        return max(0, len(self.slot.tokens) - unsent)
