@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from ..engine.tokenizer import Tokenizer
 from .engine import RunnerEngine, load_engine
 from .loop import BatchLoop
-from .protocol import CompletionRequest, EngineKind, RunnerInfo, RunnerMemory, RunnerOptions
+from .protocol import CompletionRequest, RunnerInfo, RunnerMemory, RunnerOptions
 from .sequence import PromptTooLongError, Sequence, SequenceSettings, settings_from_request
 
 if TYPE_CHECKING:
@@ -151,7 +151,7 @@ class Runner:
         mem = self.memory
         return RunnerInfo(
             architecture=self.architecture,
-            engine=EngineKind(self.config.engine),
+            engine=self.config.engine,
             context_length=self.context_length,
             num_ctx=self.engine.num_ctx,
             parallel=self.engine.parallel,

@@ -27,7 +27,7 @@ from hearth.runner.engine import (
 )
 from hearth.runner.feed import InputFeed, Inputs
 from hearth.runner.loop import BatchLoop
-from hearth.runner.protocol import RunnerOptions
+from hearth.runner.protocol import CompletionChunk, CompletionDone, RunnerOptions
 from hearth.runner.sequence import Sequence, SequenceSettings
 
 RUNNER = Path(runner_package.__file__).parent
@@ -208,8 +208,10 @@ def test_the_loop_runs_any_runner_engine_and_keeps_same_batch_runs_whole(tok, pi
     finally:
         loop.stop()
     for got in events:
-        assert "".join(e.get("content", "") for e in got) == "AAA"
-        assert got[-1]["done_reason"] == "length" and got[-1]["prompt_eval_count"] == 12
+        assert "".join(e.content for e in got if isinstance(e, CompletionChunk)) == "AAA"
+        done = got[-1]
+        assert isinstance(done, CompletionDone)
+        assert done.done_reason == "length" and done.prompt_eval_count == 12
     fed: dict[int, list[int]] = {0: [], 1: []}
     for p in engine.native.passes:  # type: ignore[attr-defined]
         assert len(p.tokens) <= 8
