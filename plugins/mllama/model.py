@@ -50,8 +50,6 @@ from dataclasses import dataclass
 
 from hearth.engine.ml import Context, Tensor, attention, rms_norm, weight
 from hearth.plugins import (
-    Architecture,
-    Batch,
     Block,
     Cache,
     Causal,
@@ -67,8 +65,6 @@ from hearth.plugins import (
     TransformerConfig,
     Weights,
     Wrapper,
-    bind_parts,
-    layers,
     part,
 )
 
@@ -132,7 +128,7 @@ _CHAT_TEMPLATE = (
 )
 
 
-class Model(Transformer[Config, Block]):
+class Model(Transformer[Config, Block | CrossBlock]):
     """Llama 3.2 Vision's text model and, when the files have it, its image encoder (see the
     module docstring and hearth.plugins for the contract)."""
 
@@ -140,20 +136,12 @@ class Model(Transformer[Config, Block]):
     eos_tokens = ("<|eot_id|>", "<|eom_id|>")
 
     def __init__(self, config: Config, weights: Weights) -> None:
-        # Transformer.__init__ binds one block class for every layer; here two kinds alternate.
-        Architecture.__init__(self, config, weights)
-        self.cross = frozenset(config.cross_attention_layers)
-        self.token_embd = weights.require("token_embd.weight", matmul=False)
-        self.output_norm = weights.require("output_norm.weight")
-        self.output = weights.require("output.weight", "token_embd.weight", matmul=True)
-        self.output_bias = weights.get("output.bias")
+        super().__init__(config, weights, Block)
         self.rope_factors = weights.get("rope_freqs.weight", matmul=False)
-        self.all_blocks: list[Block | CrossBlock] = []
-        for i in range(config.block_count):
-            kind: type[Block] | type[CrossBlock] = CrossBlock if i in self.cross else Block
-            self.all_blocks.append(bind_parts(kind, weights, f"blk.{i}."))
-        self.blocks = [b for b in self.all_blocks if isinstance(b, Block)]
         self.vision = VisionEncoder(config.vision, weights) if config.vision is not None else None
+
+    def block_for(self, layer: int) -> type[Block | CrossBlock]:
+        return CrossBlock if layer in self.config.cross_attention_layers else Block
 
     def validate(self) -> None:
         super().validate()
@@ -199,29 +187,20 @@ class Model(Transformer[Config, Block]):
 
     def make_cache(self) -> Cache:
         causal = Causal(shift=self.shift)
-        return Wrapper([Encoder(), causal], lambda i: 0 if i in self.cross else 1)
+        cross = frozenset(self.config.cross_attention_layers)
+        return Wrapper([Encoder(), causal], lambda i: 0 if i in cross else 1)
 
     # -- the graph ----------------------------------------------------------------------------
-    def forward(self, ctx: Context, batch: Batch, cache: Cache) -> Tensor:
+    def layer(
+        self, ctx: Context, at: Layer, block: Block | CrossBlock, h: Tensor, cache: Cache
+    ) -> Tensor:
+        if isinstance(block, Block):
+            return self.pre_norm_layer(ctx, at, block, h, cache)
         encoder = _encoder(cache)
-        h = self.embed(ctx, batch)
-        for at, block in layers(cache, batch, self.all_blocks):
-            if isinstance(block, Block):
-                h = self.layer(ctx, at, block, h, cache)
-            elif encoder.active:
-                h = self.cross_layer(ctx, at, block, h, cache, encoder)
-            elif at.last:
-                (h,) = at.output_rows(ctx, h)
-        return self.logits(ctx, batch, h)
-
-    def layer(self, ctx: Context, at: Layer, block: Block, h: Tensor, cache: Cache) -> Tensor:
-        cfg, rope = self.config, self.rope(at.index)
-        x = rms_norm(ctx, h, block.attn_norm, cfg.rms_eps)
-        a = block.attn.forward(ctx, x, at.batch.positions, cache, cfg, rope, self.rope_factors)
-        a, h = at.output_rows(ctx, a, h)
-        h = ctx.add(block.attn.output(ctx, a), h)
-        x = rms_norm(ctx, h, block.ffn_norm, cfg.rms_eps)
-        return ctx.add(block.mlp.forward(ctx, x), h)
+        if encoder.active:
+            return self.cross_layer(ctx, at, block, h, cache, encoder)
+        (h,) = at.output_rows(ctx, h)  # a pass without images skips the layer
+        return h
 
     def cross_layer(
         self, ctx: Context, at: Layer, block: CrossBlock, h: Tensor, cache: Cache, enc: Encoder
@@ -234,8 +213,8 @@ class Model(Transformer[Config, Block]):
         x = rms_norm(ctx, h, block.attn_norm, cfg.rms_eps)
         q = ctx.reshape(ctx.mul_mat(block.cross_attn_q_proj, x), d, cfg.head_count, n)
         q = rms_norm(ctx, q, q_norm, cfg.rms_eps)
-        for j in enc.stored_items:  # images arriving in this pass: their K/V, once
-            states = at.batch.multimodal[j][1][0].tensor
+        for item in enc.stored_items(at.batch):  # images arriving in this pass: K/V, once
+            states = item.tensor
             assert states is not None
             rows = states.dim(1)
             k = ctx.mul_mat(block.cross_attn_k_proj, states)
