@@ -28,7 +28,6 @@ which the released weights were trained with):
   item of `[text_embd, num_tiles * 1601]` cross-attention states, which fills ONE input
   position (`Multimodal.positions = 1`) that embeds the `<|image|>` token; the states come to
   `forward` whole (`batch.multimodal`), never as token embeddings.
-* `post_tokenize` keeps each image as that one input, its token `<|image|>`.
 * Cross-attention K/V are computed once per image, in the pass that carries it, and kept per
   sequence in the encoder cache (`hearth.plugins.Encoder`, wrapped with the causal cache of
   the self-attention layers); later passes and turns read them.
@@ -56,7 +55,6 @@ from hearth.plugins import (
     ConfigDefaults,
     Encoder,
     GatedMLP,
-    Input,
     Layer,
     Metadata,
     Multimodal,
@@ -175,15 +173,6 @@ class Model(Transformer[Config, Block | CrossBlock]):
         tiled = preprocess(data, image_size=cfg.image_size, max_num_tiles=cfg.max_num_tiles)
         states = self.vision.forward(ctx, tiled)  # [text_embd, num_tiles * num_patches]
         return [Multimodal(states, tiled.num_tiles, positions=1, token=self.config.image_token)]
-
-    def post_tokenize(self, inputs: list[Input]) -> list[Input]:
-        """Each image stays one input, its token `<|image|>`."""
-        return [
-            Input(self.config.image_token, inp.multimodal, inp.multimodal_hash, inp.same_batch)
-            if inp.multimodal
-            else inp
-            for inp in inputs
-        ]
 
     def make_cache(self) -> Cache:
         causal = Causal(shift=self.shift)

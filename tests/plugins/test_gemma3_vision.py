@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from PIL import Image, ImageOps
 
-from hearth.engine.input import Input, Multimodal
+from hearth.engine.input import Input, image_positions
 from hearth.engine.model import ModelLoadError, load_model
 from hearth.engine.multimodal import encode_image, encode_items
 from hearth.plugins import MultimodalNotSupportedError, default_registry
@@ -123,19 +123,20 @@ PROMPTS = [
 @pytest.mark.parametrize("prompt", PROMPTS)
 def test_prompt_layout_equals_the_processors(ref, files, loaded, prompt):
     """The runner writes `image_text` around each image and tokenizes it with the text;
-    post_tokenize lays the image out. The result is Gemma3Processor's input_ids (the image
-    positions being its <image_soft_token>s)."""
+    post_tokenize and the core lay the image out as encode_multimodal's item declares. The
+    result is Gemma3Processor's input_ids (the image positions being its
+    <image_soft_token>s)."""
     _, processor = ref
     before, after = type(loaded.model).image_text
     tok = loaded.tokenizer
     parts = prompt.split("<start_of_image>")
+    items = [item for item, _ in encode_items(loaded, IMAGES["tiny"])]
     inputs = [Input(token=t) for t in tok.encode(parts[0] + (before if len(parts) > 1 else ""))]
     for k, text in enumerate(parts[1:]):
-        item = Multimodal(None, None, bidirectional=True, rows=16)
-        inputs.append(Input(multimodal=[item], multimodal_hash=100 + k))
+        inputs.append(Input(multimodal=items, multimodal_hash=100 + k))
         tail = after + text + (before if k + 2 < len(parts) else "")
         inputs.extend(Input(token=t) for t in tok.encode(tail, add_special=False))
-    out = loaded.model.post_tokenize(inputs)
+    out = image_positions(loaded.model.post_tokenize(inputs))
     pictures = [Image.open(io.BytesIO(IMAGES["tiny"]))] * (len(parts) - 1)
     want = processor(text=prompt, images=pictures or None)
     assert [i.token for i in out] == want["input_ids"][0]
