@@ -38,7 +38,7 @@ MB = 1e6
 _HEARTH = """
 import sys
 from hearth.convert import convert_checkpoint
-from hearth.plugins import default_converters
+from hearth.plugins.registry import default_converters
 src, out, scheme = sys.argv[1:4]
 convert_checkpoint(src, out, converters=default_converters(), quantize=scheme)
 """

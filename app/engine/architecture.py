@@ -206,7 +206,7 @@ class ArchitectureSpec(Generic[C]):
 
 
 class Architectures(Protocol):
-    """Where the engine looks architectures up (`hearth.plugins.ArchitectureRegistry`)."""
+    """Where the engine looks architectures up (`hearth.plugins.registry.ArchitectureRegistry`)."""
 
     def get(self, name: str) -> ArchitectureSpec[Any]:
         """The spec registered for `name`; raises LookupError with a sentence naming what is

@@ -34,23 +34,28 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Literal
 
-from hearth.engine.ml import Context, RopeOptions, Tensor, attention, rms_norm, weight
 from hearth.plugins import Attention as BaseAttention
 from hearth.plugins import (
     Batch,
     Cache,
     Causal,
     ConfigDefaults,
+    Context,
     Input,
     Layer,
     Metadata,
     Multimodal,
     MultimodalNotSupportedError,
+    RopeOptions,
+    Tensor,
     Transformer,
     TransformerConfig,
     Weights,
     Wrapper,
+    attention,
     part,
+    rms_norm,
+    weight,
 )
 from hearth.plugins import Block as BaseBlock
 

@@ -40,18 +40,19 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hearth.engine.ml import (
+from hearth.plugins import (
     Context,
     DType,
+    Metadata,
     Tensor,
+    Weights,
+    check_encoder_sizes,
     full_attention,
     gelu_tanh,
     layer_norm,
     linear,
     rms_norm,
 )
-from hearth.plugins import Metadata, Weights
-from hearth.plugins.vision import check_encoder_sizes
 
 __all__ = ["VisionConfig", "VisionLayer", "VisionTower", "LLAMACPP_NAMES", "OLLAMA_NAMES"]
 

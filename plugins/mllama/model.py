@@ -47,23 +47,27 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from hearth.engine.ml import Context, Tensor, attention, rms_norm, weight
 from hearth.plugins import (
     Block,
     Cache,
     Causal,
     ConfigDefaults,
+    Context,
     Encoder,
     GatedMLP,
     Layer,
     Metadata,
     Multimodal,
     MultimodalNotSupportedError,
+    Tensor,
     Transformer,
     TransformerConfig,
     Weights,
     Wrapper,
+    attention,
     part,
+    rms_norm,
+    weight,
 )
 
 from .image import preprocess

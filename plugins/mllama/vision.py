@@ -57,9 +57,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hearth.engine.ml import Context, DType, Tensor, full_attention, layer_norm, linear
-from hearth.plugins import Metadata, Weights
-from hearth.plugins.vision import check_encoder_sizes
+from hearth.plugins import (
+    Context,
+    DType,
+    Metadata,
+    Tensor,
+    Weights,
+    check_encoder_sizes,
+    full_attention,
+    layer_norm,
+    linear,
+)
 
 from .image import TiledImage, supported_aspect_ratios
 

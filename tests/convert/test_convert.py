@@ -16,12 +16,8 @@ from hearth.convert import CheckpointError, convert_checkpoint
 from hearth.engine.forward import ForwardEngine
 from hearth.engine.gguf import GGUFFile
 from hearth.engine.ml.api import DType
-from hearth.plugins import (
-    UnsupportedCheckpointError,
-    default_converters,
-    default_registry,
-    load_installed_model,
-)
+from hearth.plugins import UnsupportedCheckpointError
+from hearth.plugins.registry import default_converters, default_registry, load_installed_model
 from hearth.plugins.testing.parity import greedy
 
 from .hf_models import TinyLlama, build_tiny_llama, reference_greedy, reference_logits

@@ -60,7 +60,7 @@ def test_vision_logits_with_an_image_match_transformers(files, converted):
 
     from hearth.engine.forward import ForwardEngine
     from hearth.engine.ml.api import DType
-    from hearth.plugins import load_installed_model
+    from hearth.plugins.registry import load_installed_model
     from hearth.plugins.testing.parity import greedy
     from hearth.runner import prompt_inputs
 
@@ -154,7 +154,7 @@ def test_text_only_gemma3_gives_llama_cpps_logits(text_dir, tmp_path):
     """The 5e-3 above is ggml's GELU, not the conversion: on the same converted file Hearth
     gives llama.cpp's logits (both with an F16 KV cache) within the parity tests' 1e-3."""
     from hearth.engine.forward import ForwardEngine
-    from hearth.plugins import load_installed_model
+    from hearth.plugins.registry import load_installed_model
     from hearth.plugins.testing.parity import LLAMACPP_LOGITS, run_oracle
 
     out = convert(text_dir, tmp_path / "text.gguf")

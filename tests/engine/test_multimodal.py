@@ -20,7 +20,8 @@ from test_runner import collect
 from hearth.engine.input import Input, Multimodal, image_positions
 from hearth.engine.ml.api import Context, DType, OutOfMemoryError
 from hearth.engine.multimodal_store import is_placeholder
-from hearth.plugins import ArchitectureRegistry, ArchitectureSpec
+from hearth.plugins import ArchitectureSpec
+from hearth.plugins.registry import ArchitectureRegistry
 from hearth.plugins.testing import LLAMACPP_LOGITS, run_oracle
 from hearth.runner.core import RequestError, Runner, RunnerConfig
 from hearth_llama import Config

@@ -13,7 +13,8 @@ from PIL import Image, ImageOps
 from hearth.engine.input import Input, image_positions
 from hearth.engine.model import ModelLoadError, load_model
 from hearth.engine.multimodal import encode_image, encode_items
-from hearth.plugins import MultimodalNotSupportedError, default_registry
+from hearth.plugins import MultimodalNotSupportedError
+from hearth.plugins.registry import default_registry
 from hearth.plugins.testing.gemma3_vision import (
     ConverterUnavailableError,
     build_tiny_gemma3_vision,

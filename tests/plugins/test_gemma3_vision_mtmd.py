@@ -29,7 +29,7 @@ from PIL import Image
 from hearth.engine.forward import ForwardEngine
 from hearth.engine.model import load_model
 from hearth.engine.multimodal import encode_image
-from hearth.plugins import default_registry
+from hearth.plugins.registry import default_registry
 from hearth.plugins.testing import run_oracle
 from hearth.plugins.testing.gemma3_vision import (
     ConverterUnavailableError,

@@ -20,8 +20,9 @@ from hearth.engine.ml.ggml import GGMLBackend
 from hearth.engine.ml.reference import NumpyBackend
 from hearth.engine.ml.weights import MissingTensorError, WeightStore
 from hearth.engine.model import ModelLoadError, load_model
-from hearth.plugins import default_registry
-from hearth_gemma3.image import MAX_PIXELS, decode, preprocess
+from hearth.plugins.images import MAX_PIXELS, decode
+from hearth.plugins.registry import default_registry
+from hearth_gemma3.image import preprocess
 from hearth_gemma3.model import ImageTokens, Model
 from hearth_gemma3.vision import VisionConfig
 

@@ -35,7 +35,7 @@ from PIL import Image
 from hearth.engine.forward import ForwardEngine
 from hearth.engine.ml.api import DType
 from hearth.engine.model import load_model
-from hearth.plugins import default_registry
+from hearth.plugins.registry import default_registry
 from hearth.plugins.testing.parity import greedy
 from hearth_mllama.testing import (
     TinyMllamaVision,

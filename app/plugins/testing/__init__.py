@@ -10,10 +10,12 @@
 * `run_conformance`: parity with llama.cpp, batch vs token-by-token, several sequences in one
   batch, context shift, cache reuse (`conformance.py`); `CHECKS` names them.
 * `run_oracle`, `compare`: llama.cpp in its own process, and the comparison (`parity.py`).
+* `default_registry`: the architectures Hearth finds installed (is your entry point seen?).
 
 Importing this module imports the engine but never llama.cpp (which runs in a subprocess).
 """
 
+from ..registry import default_registry
 from .conformance import (
     CHECKS,
     CheckResult,
@@ -44,6 +46,7 @@ __all__ = [
     "add_spm_vocab",
     "add_tensor",
     "compare",
+    "default_registry",
     "llamacpp_installed",
     "run_conformance",
     "run_oracle",
