@@ -46,10 +46,7 @@ _ORACLE = REPO / "app" / "plugins" / "testing" / "llamacpp_quantize.py"
 _CPU = (
     "import sys; sys.path.insert(0, 'bench'); from machine import cpu_description as d; print(d())"
 )
-_CONVERTER = (
-    "from hearth.plugins.testing.gemma3_vision import llamacpp_converter; "
-    "print(llamacpp_converter())"
-)
+_CONVERTER = "from hearth.plugins.testing import llamacpp_converter; print(llamacpp_converter())"
 
 
 @dataclass

@@ -108,10 +108,10 @@ def test_llama_file_has_llama_cpp_metadata(llama_gguf):
 
 @pytest.mark.slow
 def test_llama_cpp_converter_gives_the_same_logits_in_hearth(llama_dir, llama_gguf, tmp_path):
-    from hearth.plugins.testing.gemma3_vision import (
+    from hearth.plugins.testing import (
         ConverterUnavailableError,
-        _convert,
         llamacpp_converter,
+        run_llamacpp_converter,
     )
 
     try:
@@ -119,7 +119,7 @@ def test_llama_cpp_converter_gives_the_same_logits_in_hearth(llama_dir, llama_gg
     except ConverterUnavailableError as e:
         pytest.skip(str(e))
     theirs = tmp_path / "llamacpp.gguf"
-    _convert(tool, llama_dir, theirs, mmproj=False)
+    run_llamacpp_converter(tool, llama_dir, theirs, mmproj=False)
     for text in PROMPTS:
         ids = tokenize(llama_gguf, text)
         assert tokenize(theirs, text) == ids
@@ -227,7 +227,7 @@ def test_q8_0_equals_llama_cpp_converters_q8_0(llama_dir, tmp_path):
     import subprocess
     import sys
 
-    from hearth.plugins.testing.gemma3_vision import ConverterUnavailableError, llamacpp_converter
+    from hearth.plugins.testing import ConverterUnavailableError, llamacpp_converter
 
     try:
         tool = llamacpp_converter()

@@ -15,13 +15,8 @@ import pytest
 from PIL import Image
 
 from hearth.engine.gguf import GGUFFile
-from hearth.plugins.testing.gemma3_vision import (
-    ConverterUnavailableError,
-    Gemma3VisionFiles,
-    build_tiny_gemma3_vision,
-    reference,
-    sample_images,
-)
+from hearth.plugins.testing import ConverterUnavailableError, sample_images
+from hearth_gemma3.testing import Gemma3VisionFiles, build_tiny_gemma3_vision, reference
 
 from .hf_models import randomize, reference_logits
 from .test_convert import convert, hearth_run

@@ -1,5 +1,5 @@
 """Gemma 3 vision against transformers, on a tiny random Gemma3ForConditionalGeneration
-converted by llama.cpp's own converter (hearth.plugins.testing.gemma3_vision): pixel values,
+converted by llama.cpp's own converter (hearth_gemma3.testing): pixel values,
 image features, the prompt layout, and logits with an image in the prompt."""
 
 from __future__ import annotations
@@ -15,15 +15,14 @@ from hearth.engine.model import ModelLoadError, load_model
 from hearth.engine.multimodal import encode_image, encode_items
 from hearth.plugins import MultimodalNotSupportedError
 from hearth.plugins.registry import default_registry
-from hearth.plugins.testing.gemma3_vision import (
-    ConverterUnavailableError,
+from hearth.plugins.testing import ConverterUnavailableError, sample_images
+from hearth_gemma3.image import preprocess
+from hearth_gemma3.testing import (
     build_tiny_gemma3_vision,
     reference,
     reference_image_features,
     reference_pixel_values,
-    sample_images,
 )
-from hearth_gemma3.image import preprocess
 
 pytestmark = pytest.mark.slow
 
