@@ -17,8 +17,8 @@ The guide is docs/plugins.md.
   `ConfigDefaults`, `Attention`, `GatedMLP`, `Block`, `layers`/`Layer`, `Transformer`
   (`block_for` for layers of several kinds), `StandardTransformer`, `part`/`bind_parts`,
   `read_rope`, `with_multimodal`.
-* Images: `images` (decoding and pixel normalisation: `images.decode_rgb`, ...) and
-  `check_encoder_sizes` for ViT-style encoders.
+* Images: `images` (decoding and pixel normalisation: `images.decode_rgb`, ...), and for
+  ViT-style encoders `EncoderConfig` (the common sizes and their checks) and `check_shapes`.
 * Conversion from Hugging Face checkpoints (`hearth.plugins.conversion`): `Converter`,
   registered through the `register_converters` hook (`RegisterConverter`), and its helpers
   (`llama_text_metadata`, `permute_rope_rows`, `rope_parameters`, `llama3_rope_factors`).
@@ -86,7 +86,7 @@ from .transformer import (
     read_rope,
     with_multimodal,
 )
-from .vision import EncoderSizes, check_encoder_sizes
+from .vision import EncoderConfig, check_shapes
 
 __all__ = [
     "MAX_POS",
@@ -104,7 +104,7 @@ __all__ = [
     "Converter",
     "DType",
     "Encoder",
-    "EncoderSizes",
+    "EncoderConfig",
     "GatedMLP",
     "Input",
     "Layer",
@@ -126,7 +126,7 @@ __all__ = [
     "attention",
     "bind",
     "bind_parts",
-    "check_encoder_sizes",
+    "check_shapes",
     "full_attention",
     "gelu_tanh",
     "hookimpl",

@@ -43,10 +43,11 @@ import numpy as np
 from hearth.plugins import (
     Context,
     DType,
+    EncoderConfig,
     Metadata,
     Tensor,
     Weights,
-    check_encoder_sizes,
+    check_shapes,
     full_attention,
     gelu_tanh,
     layer_norm,
@@ -63,16 +64,9 @@ _DEFAULT_TOKENS = 256
 
 
 @dataclass(frozen=True)
-class VisionConfig:
+class VisionConfig(EncoderConfig):
     """The encoder's settings; `naming` says which file layout they came from."""
 
-    image_size: int
-    patch_size: int
-    embedding_length: int
-    feed_forward_length: int
-    block_count: int
-    head_count: int
-    eps: float
     image_mean: tuple[float, float, float]
     image_std: tuple[float, float, float]
     tokens_per_image: int
@@ -120,10 +114,6 @@ class VisionConfig:
         )
 
     @property
-    def patches_per_side(self) -> int:
-        return self.image_size // self.patch_size
-
-    @property
     def tokens_per_side(self) -> int:
         return math.isqrt(self.tokens_per_image)
 
@@ -132,13 +122,9 @@ class VisionConfig:
         """The average pooling's window (and stride), in patches."""
         return self.patches_per_side // self.tokens_per_side
 
-    @property
-    def head_dim(self) -> int:
-        return self.embedding_length // self.head_count
-
     def check(self) -> None:
         """Raise ValueError with a sentence for settings the encoder cannot run."""
-        check_encoder_sizes(self, self.feed_forward_length)
+        self.check_sizes(self.feed_forward_length)
         side = self.tokens_per_side
         if side <= 0 or side * side != self.tokens_per_image:
             raise ValueError(f"{self.tokens_per_image} tokens per image is not a square number")
@@ -281,17 +267,13 @@ class VisionTower:
         cfg = self.config
         p, embd = cfg.patch_size, cfg.embedding_length
         n = cfg.patches_per_side**2
-        shapes = {
-            "patch embedding": (self.patch.shape, (p, p, 3, embd)),
-            "position embedding": (self.position.shape, (embd, n)),
-            "input projection": (self.projection.shape[1:], (embd,)),
-        }
-        for what, (have, want) in shapes.items():
-            if tuple(have) != want:
-                raise ValueError(
-                    f"the image encoder's {what} is {list(have)}, but its settings make it "
-                    f"{list(want)}"
-                )
+        check_shapes(
+            {
+                "patch embedding": (self.patch.shape, (p, p, 3, embd)),
+                "position embedding": (self.position.shape, (embd, n)),
+                "input projection": (self.projection.shape[1:], (embd,)),
+            }
+        )
 
     def encode(self, ctx: Context, pixels: np.ndarray) -> Tensor:
         """Build the graph of one image's embeddings `[text_embd, tokens_per_image]` from its

@@ -60,10 +60,11 @@ import numpy as np
 from hearth.plugins import (
     Context,
     DType,
+    EncoderConfig,
     Metadata,
     Tensor,
     Weights,
-    check_encoder_sizes,
+    check_shapes,
     full_attention,
     layer_norm,
     linear,
@@ -79,18 +80,11 @@ _PAD_TO = 8  # positions per tile are padded to a multiple of this
 
 
 @dataclass(frozen=True)
-class VisionConfig:
+class VisionConfig(EncoderConfig):
     """The encoder's settings; `naming` says which file layout they came from."""
 
-    image_size: int
-    patch_size: int
     max_num_tiles: int
-    embedding_length: int
-    feed_forward_length: int
-    block_count: int
     global_block_count: int
-    head_count: int
-    eps: float
     intermediate_layers: tuple[int, ...]
     naming: str  # "ollama" (one file) or "projector" (Ollama's registry projector file)
 
@@ -124,10 +118,6 @@ class VisionConfig:
         )
 
     @property
-    def patches_per_side(self) -> int:
-        return self.image_size // self.patch_size
-
-    @property
     def num_patches(self) -> int:
         """Positions per tile: the patches and the class token (1601 for 560 / 14)."""
         return self.patches_per_side**2 + 1
@@ -136,10 +126,6 @@ class VisionConfig:
     def padded_patches(self) -> int:
         """`num_patches` rounded up to a multiple of 8 (1608)."""
         return -(-self.num_patches // _PAD_TO) * _PAD_TO
-
-    @property
-    def head_dim(self) -> int:
-        return self.embedding_length // self.head_count
 
     @property
     def num_aspect_ratios(self) -> int:
@@ -153,7 +139,7 @@ class VisionConfig:
 
     def check(self) -> None:
         """Raise ValueError with a sentence for settings the encoder cannot run."""
-        check_encoder_sizes(self, self.max_num_tiles, self.global_block_count)
+        self.check_sizes(self.max_num_tiles, self.global_block_count)
         bad = [i for i in self.intermediate_layers if not 0 <= i < self.block_count]
         if bad or not self.intermediate_layers:
             raise ValueError(
@@ -305,12 +291,7 @@ class VisionEncoder:
         ffn = cfg.feed_forward_length
         for i, layer in enumerate([*self.layers, *self.global_layers]):
             shapes[f"layer {i}'s first feed-forward matrix"] = (layer.fc1.shape, (embd, ffn))
-        for what, (have, want) in shapes.items():
-            if tuple(have) != want:
-                raise ValueError(
-                    f"the image encoder's {what} is {list(have)}, but its settings make it "
-                    f"{list(want)}"
-                )
+        check_shapes(shapes)
 
     # -- the graph ----------------------------------------------------------------------
 
