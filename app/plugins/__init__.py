@@ -18,7 +18,8 @@ The guide is docs/plugins.md.
   (`block_for` for layers of several kinds), `StandardTransformer`, `part`/`bind_parts`,
   `read_rope`, `with_multimodal`.
 * Images: `images` (decoding and pixel normalisation: `images.decode_rgb`, ...), and for
-  ViT-style encoders `EncoderConfig` (the common sizes and their checks) and `check_shapes`.
+  ViT-style encoders `EncoderConfig` (the common sizes and their checks), `EncoderAttention`
+  (a layer's q/k/v/out weights and projections) and `check_shapes`.
 * Conversion from Hugging Face checkpoints (`hearth.plugins.conversion`): `Converter`,
   registered through the `register_converters` hook (`RegisterConverter`), and its helpers
   (`llama_text_metadata`, `permute_rope_rows`, `rope_parameters`, `llama3_rope_factors`).
@@ -86,7 +87,7 @@ from .transformer import (
     read_rope,
     with_multimodal,
 )
-from .vision import EncoderConfig, check_shapes
+from .vision import EncoderAttention, EncoderConfig, check_shapes
 
 __all__ = [
     "MAX_POS",
@@ -104,6 +105,7 @@ __all__ = [
     "Converter",
     "DType",
     "Encoder",
+    "EncoderAttention",
     "EncoderConfig",
     "GatedMLP",
     "Input",

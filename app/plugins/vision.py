@@ -1,12 +1,15 @@
 """What the image encoders of the vision plugins share (ViT-style: square patches, multi-head
-attention): the config's common sizes and checks, and the check of weight shapes."""
+attention): the config's common sizes and checks, a layer's self-attention weights and
+projections, and the check of weight shapes."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-__all__ = ["EncoderConfig", "check_shapes"]
+from ..engine.ml import Context, Tensor, linear
+
+__all__ = ["EncoderAttention", "EncoderConfig", "check_shapes"]
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,52 @@ class EncoderConfig:
             raise ValueError(
                 f"the image encoder's {dims} dimensions do not split into {heads} heads"
             )
+
+
+@dataclass
+class EncoderAttention:
+    """An encoder layer's self-attention weights (biases may be absent) and its projections
+    (the attention itself is the plugin's: masks and scale differ)."""
+
+    q: Tensor
+    q_bias: Tensor | None
+    k: Tensor
+    k_bias: Tensor | None
+    v: Tensor
+    v_bias: Tensor | None
+    out: Tensor
+    out_bias: Tensor | None
+
+    @classmethod
+    def bind(
+        cls, weight: Callable[[str], Tensor], bias: Callable[[str], Tensor | None]
+    ) -> EncoderAttention:
+        """Bound by role, "q", "k", "v" and "out": `weight(role)` and `bias(role)` give the
+        tensors (the file's names are the plugin's)."""
+        return cls(
+            q=weight("q"),
+            q_bias=bias("q"),
+            k=weight("k"),
+            k_bias=bias("k"),
+            v=weight("v"),
+            v_bias=bias("v"),
+            out=weight("out"),
+            out_bias=bias("out"),
+        )
+
+    def qkv(
+        self, ctx: Context, x: Tensor, head_dim: int, heads: int
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """x `[embd, n]` -> q, k, v `[head_dim, heads, n]` (biases added before the reshape)."""
+        n = x.dim(1)
+        q = ctx.reshape(linear(ctx, x, self.q, self.q_bias), head_dim, heads, n)
+        k = ctx.reshape(linear(ctx, x, self.k, self.k_bias), head_dim, heads, n)
+        v = ctx.reshape(linear(ctx, x, self.v, self.v_bias), head_dim, heads, n)
+        return q, k, v
+
+    def output(self, ctx: Context, a: Tensor) -> Tensor:
+        """The output projection `[embd, n]` -> `[embd, n]`."""
+        return linear(ctx, a, self.out, self.out_bias)
 
 
 def check_shapes(shapes: Mapping[str, tuple[Sequence[int], Sequence[int]]]) -> None:

@@ -43,6 +43,7 @@ import numpy as np
 from hearth.plugins import (
     Context,
     DType,
+    EncoderAttention,
     EncoderConfig,
     Metadata,
     Tensor,
@@ -197,14 +198,7 @@ class VisionLayer:
 
     norm1: Tensor
     norm1_bias: Tensor | None
-    q: Tensor
-    q_bias: Tensor | None
-    k: Tensor
-    k_bias: Tensor | None
-    v: Tensor
-    v_bias: Tensor | None
-    out: Tensor
-    out_bias: Tensor | None
+    attn: EncoderAttention
     norm2: Tensor
     norm2_bias: Tensor | None
     up: Tensor
@@ -217,14 +211,7 @@ class VisionLayer:
         return cls(
             norm1=b.w("norm1", i),
             norm1_bias=b.b("norm1", i),
-            q=b.w("q", i),
-            q_bias=b.b("q", i),
-            k=b.w("k", i),
-            k_bias=b.b("k", i),
-            v=b.w("v", i),
-            v_bias=b.b("v", i),
-            out=b.w("out", i),
-            out_bias=b.b("out", i),
+            attn=EncoderAttention.bind(lambda role: b.w(role, i), lambda role: b.b(role, i)),
             norm2=b.w("norm2", i),
             norm2_bias=b.b("norm2", i),
             up=b.w("up", i),
@@ -293,13 +280,11 @@ class VisionTower:
 
     def _layer(self, ctx: Context, layer: VisionLayer, h: Tensor) -> Tensor:
         cfg = self.config
-        n, hd, heads = h.dim(1), cfg.head_dim, cfg.head_count
+        hd, heads = cfg.head_dim, cfg.head_count
         x = layer_norm(ctx, h, layer.norm1, layer.norm1_bias, cfg.eps)
-        q = ctx.reshape(linear(ctx, x, layer.q, layer.q_bias), hd, heads, n)
-        k = ctx.reshape(linear(ctx, x, layer.k, layer.k_bias), hd, heads, n)
-        v = ctx.reshape(linear(ctx, x, layer.v, layer.v_bias), hd, heads, n)
+        q, k, v = layer.attn.qkv(ctx, x, hd, heads)  # [hd, heads, n]
         a = full_attention(ctx, q, k, v, 1.0 / math.sqrt(hd))  # [embd, n]
-        h = ctx.add(linear(ctx, a, layer.out, layer.out_bias), h)
+        h = ctx.add(layer.attn.output(ctx, a), h)
         x = layer_norm(ctx, h, layer.norm2, layer.norm2_bias, cfg.eps)
         f = gelu_tanh(ctx, linear(ctx, x, layer.up, layer.up_bias))
         return ctx.add(linear(ctx, f, layer.down, layer.down_bias), h)

@@ -60,6 +60,7 @@ import numpy as np
 from hearth.plugins import (
     Context,
     DType,
+    EncoderAttention,
     EncoderConfig,
     Metadata,
     Tensor,
@@ -177,14 +178,7 @@ class VisionLayer:
 
     attn_norm: Tensor
     attn_norm_bias: Tensor | None
-    q: Tensor
-    q_bias: Tensor | None
-    k: Tensor
-    k_bias: Tensor | None
-    v: Tensor
-    v_bias: Tensor | None
-    out: Tensor
-    out_bias: Tensor | None
+    attn: EncoderAttention
     ffn_norm: Tensor
     ffn_norm_bias: Tensor | None
     fc1: Tensor
@@ -208,14 +202,7 @@ class VisionLayer:
         return cls(
             attn_norm=w("attn_norm"),
             attn_norm_bias=b("attn_norm"),
-            q=w("q"),
-            q_bias=b("q"),
-            k=w("k"),
-            k_bias=b("k"),
-            v=w("v"),
-            v_bias=b("v"),
-            out=w("out"),
-            out_bias=b("out"),
+            attn=EncoderAttention.bind(w, b),
             ffn_norm=w("ffn_norm"),
             ffn_norm_bias=b("ffn_norm"),
             fc1=w("fc1"),
@@ -389,9 +376,7 @@ class VisionEncoder:
         cfg = self.config
         rows, hd, heads = h.dim(1), cfg.head_dim, cfg.head_count
         x = layer_norm(ctx, h, layer.attn_norm, layer.attn_norm_bias, cfg.eps)
-        q = ctx.reshape(linear(ctx, x, layer.q, layer.q_bias), hd, heads, rows)
-        k = ctx.reshape(linear(ctx, x, layer.k, layer.k_bias), hd, heads, rows)
-        v = ctx.reshape(linear(ctx, x, layer.v, layer.v_bias), hd, heads, rows)
+        q, k, v = layer.attn.qkv(ctx, x, hd, heads)  # [hd, heads, rows]
         scale = 1.0 / math.sqrt(hd)
         if real_rows == rows:
             a = full_attention(ctx, q, k, v, scale)
@@ -406,7 +391,7 @@ class VisionEncoder:
             a = ctx.concat(
                 real, full_attention(ctx, part(q, real_rows, pad), keys, values, scale), 1
             )
-        a = linear(ctx, a, layer.out, layer.out_bias)
+        a = layer.attn.output(ctx, a)
         if layer.attn_gate is not None:
             a = ctx.mul(a, _f32(ctx, layer.attn_gate))
         h = ctx.add(a, h)
