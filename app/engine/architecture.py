@@ -1,9 +1,10 @@
 """The model-architecture contract: what the engine asks of a plugin's model.
 
 The engine defines this contract and depends on nothing else of a plugin; plugins implement it
-and reach it through `hearth.plugins`, which re-exports every name here (so the dependency runs
-one way: plugins -> engine). Shapes are in ggml order (dimension 0 fastest): hidden states are
-`[embd, tokens]`, queries and keys `[head_dim, heads, tokens]`.
+and reach it through `hearth.plugins`, which re-exports the names here that plugins use (so the
+dependency runs one way: plugins -> engine; `Architectures` is the host's side). Shapes are in
+ggml order (dimension 0 fastest): hidden states are `[embd, tokens]`, queries and keys
+`[head_dim, heads, tokens]`.
 
 An architecture is a config reader and a model class, registered together:
 

@@ -289,7 +289,7 @@ def layers(cache: Cache, batch: Batch, blocks: Sequence[E]) -> Iterator[tuple[La
     last = len(blocks) - 1
     for i, block in enumerate(blocks):
         cache.set_layer(i)
-        yield Layer(i, i == last, batch), block
+        yield Layer(index=i, last=i == last, batch=batch), block
 
 
 class Transformer(Architecture[C], Generic[C, B]):

@@ -205,7 +205,8 @@ class Model(Transformer[Config, Block]):
             )
         cfg, soft = self.vision.config, max(self.config.image_tokens.soft, 0)
         pixels = preprocess(data, cfg.image_size, cfg.image_mean, cfg.image_std)
-        return [Multimodal(self.vision.encode(ctx, pixels), bidirectional=True, token=soft)]
+        embeddings = self.vision.encode(ctx, pixels)
+        return [Multimodal(tensor=embeddings, bidirectional=True, token=soft)]
 
     def post_tokenize(self, inputs: list[Input]) -> list[Input]:
         """The image markers a prompt lacks, added (see the module docstring)."""

@@ -176,7 +176,8 @@ class Model(Transformer[Config, Block | CrossBlock]):
         cfg = self.vision.config
         tiled = preprocess(data, image_size=cfg.image_size, max_num_tiles=cfg.max_num_tiles)
         states = self.vision.forward(ctx, tiled)  # [text_embd, num_tiles * num_patches]
-        return [Multimodal(states, tiled.num_tiles, positions=1, token=self.config.image_token)]
+        token = self.config.image_token
+        return [Multimodal(tensor=states, data=tiled.num_tiles, positions=1, token=token)]
 
     def make_cache(self) -> Cache:
         causal = Causal(shift=self.shift)
