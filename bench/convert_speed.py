@@ -38,7 +38,7 @@ MB = 1e6
 _HEARTH = """
 import sys
 from hearth.convert import convert_checkpoint
-from hearth.plugins import default_converters
+from hearth.plugins.registry import default_converters
 src, out, scheme = sys.argv[1:4]
 convert_checkpoint(src, out, converters=default_converters(), quantize=scheme)
 """
@@ -46,10 +46,7 @@ _ORACLE = REPO / "app" / "plugins" / "testing" / "llamacpp_quantize.py"
 _CPU = (
     "import sys; sys.path.insert(0, 'bench'); from machine import cpu_description as d; print(d())"
 )
-_CONVERTER = (
-    "from hearth.plugins.testing.gemma3_vision import llamacpp_converter; "
-    "print(llamacpp_converter())"
-)
+_CONVERTER = "from hearth.plugins.testing import llamacpp_converter; print(llamacpp_converter())"
 
 
 @dataclass

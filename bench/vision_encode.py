@@ -288,7 +288,7 @@ def prepare(folder: Path, s: Sizes) -> dict[str, Path]:
 def hearth(files: dict[str, Path], s: Sizes, threads: int, repeats: int) -> dict[str, float]:
     from hearth.engine.forward import ForwardEngine
     from hearth.engine.input import PassInput
-    from hearth.plugins import load_installed_model
+    from hearth.plugins.registry import load_installed_model
     from hearth.runner.prompt_inputs import build_prompt
     from hearth_gemma3.image import preprocess
 

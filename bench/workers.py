@@ -19,7 +19,7 @@ def _ours(req: dict) -> dict:
     sys.path.insert(0, req["repo"])
     from hearth.engine.forward import ForwardEngine
     from hearth.engine.input import PassInput
-    from hearth.plugins import load_installed_model as load_model
+    from hearth.plugins.registry import load_installed_model as load_model
 
     loaded = load_model(req["model"], num_threads=req["threads"])
     engine = ForwardEngine(loaded, num_ctx=req["n_ctx"], num_batch=req["n_batch"])

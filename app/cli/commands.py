@@ -257,7 +257,7 @@ def cmd_pull(args: Any, conn: Connection, out: TextIO, err: TextIO = sys.stderr)
 
 def cmd_import_ollama(args: Any, out: TextIO) -> int:
     from ..paths import models_dir
-    from ..plugins import default_registry
+    from ..plugins.registry import default_registry
     from ..server.store.importer import import_ollama
     from ..server.store.model_store import ModelStore
 

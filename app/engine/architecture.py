@@ -1,9 +1,10 @@
 """The model-architecture contract: what the engine asks of a plugin's model.
 
 The engine defines this contract and depends on nothing else of a plugin; plugins implement it
-and reach it through `hearth.plugins`, which re-exports every name here (so the dependency runs
-one way: plugins -> engine). Shapes are in ggml order (dimension 0 fastest): hidden states are
-`[embd, tokens]`, queries and keys `[head_dim, heads, tokens]`.
+and reach it through `hearth.plugins`, which re-exports the names here that plugins use (so the
+dependency runs one way: plugins -> engine; `Architectures` is the host's side). Shapes are in
+ggml order (dimension 0 fastest): hidden states are `[embd, tokens]`, queries and keys
+`[head_dim, heads, tokens]`.
 
 An architecture is a config reader and a model class, registered together:
 
@@ -100,7 +101,8 @@ class Architecture(abc.ABC, Generic[C]):
     * `image_text`: text written before and after each image where the prompt marks one
       (`[img-N]`), tokenized with the text around it, as the model's own processor does it
       (Gemma 3: `("\n\n<start_of_image>", "<end_of_image>\n\n")`, so the newlines merge with
-      neighbouring text); the image's own positions come from `post_tokenize`.
+      neighbouring text); the image's own positions are what its items declare
+      (`Multimodal.positions` and `token`), laid out by the core.
     """
 
     default_chat_template: ClassVar[str | None] = None
@@ -160,22 +162,25 @@ class Architecture(abc.ABC, Generic[C]):
         build (never compute) its encoder graph in `ctx`, a context of its own that the
         runner computes when a batch first needs the item.
 
-        Returns one or more items, each a tensor `[embd, n]` of embeddings for n consecutive
-        input positions (several items: tiles, or rows to spread over several batches) plus
-        opaque `data` for `forward`. Raise ValueError for bytes that are not an image. The
-        default raises MultimodalNotSupportedError (a text-only model)."""
+        Returns one or more items (tiles, for instance), each a tensor `[embd, n]` plus
+        opaque `data` for `forward`, declaring the input positions it fills: `positions` (0:
+        one per row, the rows replacing their token embeddings; N: N positions, the item
+        reaching `forward` whole) and their `token`. The core lays the image out from these
+        (`hearth.engine.input.image_positions`), all its positions in one batch. Raise
+        ValueError for bytes that are not an image. The default raises
+        MultimodalNotSupportedError (a text-only model)."""
         raise MultimodalNotSupportedError()
 
     def post_tokenize(self, inputs: list[Input]) -> list[Input]:
-        """Rewrite a prompt's inputs into exactly what enters the KV cache.
+        """Rewrite a prompt's inputs where the architecture needs it, before the core lays the
+        images out.
 
-        `inputs` has one entry per token, and one per encoded item: an `Input` whose
-        `multimodal` holds `encode_multimodal`'s items and whose `multimodal_hash` identifies
-        the source bytes. A vision model adds its begin/end-of-image tokens, expands an image
-        into one placeholder input per embedding position (the items on the first, the same
-        hash kept), and sets `same_batch = N` on an input whose next N inputs must share its
-        forward batch (positions that attend to each other both ways). Return a new list; do
-        not mutate the inputs. The default returns `inputs` unchanged."""
+        `inputs` has one entry per token, and one per image: an `Input` whose `multimodal`
+        holds `encode_multimodal`'s items and whose `multimodal_hash` identifies the source
+        bytes. Only what is the architecture's own belongs here (Gemma 3 adds the markers
+        around an image that a prompt lacks); the core then expands each image into the
+        positions its items declare, with `same_batch`. Return a new list; do not mutate the
+        inputs. The default returns `inputs` unchanged."""
         return inputs
 
     @classmethod
@@ -202,7 +207,7 @@ class ArchitectureSpec(Generic[C]):
 
 
 class Architectures(Protocol):
-    """Where the engine looks architectures up (`hearth.plugins.ArchitectureRegistry`)."""
+    """Where the engine looks architectures up (`hearth.plugins.registry.ArchitectureRegistry`)."""
 
     def get(self, name: str) -> ArchitectureSpec[Any]:
         """The spec registered for `name`; raises LookupError with a sentence naming what is

@@ -1,9 +1,11 @@
 """What goes into a forward pass: inputs (tokens or multimodal items) and batches.
 
 `Input` is one entry of a sequence as the KV cache sees it: a token id, or a placeholder
-position that carries multimodal embeddings. `PassInput` is what a caller hands an engine for
-one forward pass (host arrays, one row per input); `Batch` is that pass as the plugin's graph
-sees it, its tensors living in the pass's graph context.
+position that carries multimodal embeddings. `Multimodal` is an encoded item (an image), and
+declares the positions it fills; `image_positions` lays a prompt's images out as those
+positions. `PassInput` is what a caller hands an engine for one forward pass (host arrays, one
+row per input); `Batch` is that pass as the plugin's graph sees it, its tensors living in the
+pass's graph context.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import numpy as np
 
 from .ml.api import Tensor
 
-__all__ = ["Input", "Multimodal", "PassInput", "Batch", "sequence_runs"]
+__all__ = ["Input", "Multimodal", "PassInput", "Batch", "image_positions", "sequence_runs"]
 
 
 def sequence_runs(ids: np.ndarray) -> list[tuple[int, int]]:
@@ -49,7 +51,9 @@ class PassInput:
 @dataclass
 class Multimodal:
     """An encoded item (an image, a tile, ...) as the plugin's `encode_multimodal` builds it:
-    `tensor` `[embd, rows]` (its graph not yet computed) plus opaque plugin `data`.
+    `tensor` `[embd, rows]` (its graph not yet computed) plus opaque plugin `data`, and how
+    it fills a prompt's input positions (`positions`, `token`): the core lays the prompt out
+    from these (`image_positions`).
 
     bidirectional: the item's rows attend to each other both ways (an image's tokens in
         Gemma 3), on top of the causal mask; set by the plugin.
@@ -60,7 +64,9 @@ class Multimodal:
         rows replace those positions' token embeddings. N > 0 (mllama's cross-attention
         states, N = 1): the item fills N positions that embed `token` as text, and its rows
         reach `forward` whole, as a `Batch.multimodal` entry at the first of them.
-    token: the token id those positions embed when `positions` > 0 (`<|image|>`).
+    token: the token id of the positions the item fills: what the prompt's inputs show
+        there (Gemma 3's `<image_soft_token>`), and what they embed when `positions` > 0
+        (mllama's `<|image|>`); with `positions` 0 the rows replace its embedding.
 
     In a `Batch`, `tensor` is instead the item's computed embeddings as a graph input: the
     rows it fills in that batch (`positions` 0), or all its rows (`positions` > 0).
@@ -87,6 +93,35 @@ class Input:
     multimodal: list[Multimodal] | None = None
     multimodal_hash: int = 0
     same_batch: int = 0
+
+
+def image_positions(inputs: list[Input]) -> list[Input]:
+    """A prompt's inputs with each image laid out as the positions its items fill.
+
+    An image comes as one input whose `multimodal` holds its items (their `rows` set) and
+    whose `multimodal_hash` identifies it; it becomes `item.span` positions per item, each
+    with `item.token`: the first carries the items, the hash and `same_batch` = the image's
+    positions - 1 (the image is evaluated in one batch), the others the hash alone. Other
+    inputs pass through; `inputs` is not changed."""
+    out: list[Input] = []
+    for inp in inputs:
+        if not inp.multimodal:
+            out.append(inp)
+            continue
+        tokens = [item.token for item in inp.multimodal for _ in range(item.span)]
+        if not tokens:
+            raise ValueError("an image whose items fill no positions (their rows unset)")
+        h = inp.multimodal_hash
+        out.append(
+            Input(
+                token=tokens[0],
+                multimodal=inp.multimodal,
+                multimodal_hash=h,
+                same_batch=len(tokens) - 1,
+            )
+        )
+        out.extend(Input(token=t, multimodal_hash=h) for t in tokens[1:])
+    return out
 
 
 @dataclass

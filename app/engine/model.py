@@ -8,8 +8,8 @@ takes any projector file: whether the model can use it is the plugin's call (its
 reader raises ValueError with a sentence for one it does not understand).
 
 The architectures come from the caller (`registry`): the programs that assemble Hearth build
-them from the plugins (`hearth.plugins.default_registry()`); the engine itself knows only the
-contract (`architecture.py`).
+them from the plugins (`hearth.plugins.registry.default_registry()`); the engine itself knows
+only the contract (`architecture.py`).
 """
 
 from __future__ import annotations

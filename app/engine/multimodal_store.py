@@ -5,7 +5,8 @@ How an image travels (the runner drives it):
 1. A request's image bytes are hashed. If the store knows the hash, its items are recalled and
    nothing is encoded; otherwise the plugin's `encode_multimodal` builds the encoder graph in a
    context of its own, and the store keeps that context, not yet computed.
-2. The plugin's `post_tokenize` lays the items out as input positions. Each image gets a
+2. The items are laid out as input positions (`hearth.engine.input.image_positions`, from
+   what each item declares, after the plugin's `post_tokenize`). Each image gets a
    stable image id, and each of its positions a *placeholder*: a negative number standing in
    for a token id (`placeholder(image, row)`). A prompt is then a plain list of ints, so the
    prompt cache compares images as it compares tokens: the same image gives the same
@@ -25,7 +26,7 @@ import hashlib
 import re
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -107,10 +108,7 @@ class MultimodalStore:
             if entry is None:
                 return None
             self._entries.move_to_end(image)  # type: ignore[arg-type]
-            return [
-                Multimodal(None, i.data, i.bidirectional, i.rows, i.positions, i.token)
-                for i in entry.items
-            ]
+            return [replace(item, tensor=None) for item in entry.items]
 
     def add(self, digest: int, ctx: Context, items: list[Multimodal]) -> list[Multimodal]:
         """Keep a freshly built (uncomputed) encoder graph; sets each item's `rows`."""

@@ -1,27 +1,35 @@
-"""The plugin kit: everything a model-architecture plugin may import from Hearth.
+"""The plugin kit: everything a model-architecture plugin imports from Hearth, in one place.
 
-Plugins import only this package and `hearth.engine.ml` (the tensor API: `Context`,
-`Tensor`, `RopeOptions`, `weight`, `bind`, `linear`, `rms_norm`, `attention`), plus numpy
-and pillow; a test enforces it. Third-party authors depend on this surface: keep it small and
-documented. The guide is docs/plugins.md.
+Plugins import only this package (`from hearth.plugins import ...`, names in `__all__`), plus
+numpy and pillow; their tests also use the conformance suite, `hearth.plugins.testing`. A
+test enforces it. Third-party authors depend on this surface: keep it small and documented.
+The guide is docs/plugins.md.
 
 * The contract (defined by the engine in `hearth.engine.architecture`): `Architecture`,
-  `ArchitectureSpec`, `ConfigReader`, `Metadata`, `Weights`, and the `register_architectures`
-  hook (`hookimpl`, `Register`).
+  `ArchitectureSpec`, `ConfigReader`, `Metadata`, `Weights`, `MultimodalNotSupportedError`,
+  and the `register_architectures` hook (`hookimpl`, `Register`).
 * What `forward` works with: `Batch`, `Input`, `Multimodal`, the KV caches (`Cache`,
   `Causal`, `Wrapper`, `Encoder`) and their errors.
-* Transformer building blocks (`hearth.plugins.transformer`): `TransformerConfig`
-  with `ConfigDefaults`,
-  `Attention`, `GatedMLP`, `Block`, `layers`/`Layer`, `Transformer`, `StandardTransformer`,
-  `part`/`bind_parts`, `read_rope`.
+* The tensor API (`hearth.engine.ml`): `Context`, `Tensor`, `DType`, `RopeOptions`, weight
+  declarations (`weight`, `bind`) and the shared ops (`linear`, `rms_norm`, `layer_norm`,
+  `gelu_tanh`, `attention`, `full_attention`).
+* Transformer building blocks (`hearth.plugins.transformer`): `TransformerConfig` with
+  `ConfigDefaults`, `Attention`, `GatedMLP`, `Block`, `layers`/`Layer`, `Transformer`
+  (`block_for` for layers of several kinds), `StandardTransformer`, `part`/`bind_parts`,
+  `read_rope`, `with_multimodal`.
+* Images: `images` (decoding and pixel normalisation: `images.decode_rgb`, ...), and for
+  ViT-style encoders `EncoderConfig` (the common sizes and their checks), `EncoderAttention`
+  (a layer's q/k/v/out weights and projections) and `check_shapes`.
 * Conversion from Hugging Face checkpoints (`hearth.plugins.conversion`): `Converter`,
-  registered through the `register_converters` hook (`RegisterConverter`).
-* Tests: `hearth.plugins.testing` writes tiny GGUF files and runs the conformance suite.
+  registered through the `register_converters` hook (`RegisterConverter`), and its helpers
+  (`llama_text_metadata`, `permute_rope_rows`, `rope_parameters`, `llama3_rope_factors`).
+
+What assembles Hearth from the installed plugins (`default_registry`,
+`load_installed_model`, ...) is the host's side, in `hearth.plugins.registry`.
 """
 
 from ..engine.architecture import (
     Architecture,
-    Architectures,
     ArchitectureSpec,
     ConfigReader,
     Metadata,
@@ -39,14 +47,31 @@ from ..engine.kvcache import (
     ShiftNotSupportedError,
     Wrapper,
 )
-from .conversion import Converter, ConverterRegistry, RegisterConverter, UnsupportedCheckpointError
-from .hookspecs import Register, hookimpl
-from .registry import (
-    ArchitectureRegistry,
-    default_converters,
-    default_registry,
-    load_installed_model,
+from ..engine.ml import (
+    Context,
+    DType,
+    RopeOptions,
+    Tensor,
+    attention,
+    bind,
+    full_attention,
+    gelu_tanh,
+    layer_norm,
+    linear,
+    rms_norm,
+    weight,
 )
+from . import images
+from .conversion import (
+    Converter,
+    RegisterConverter,
+    UnsupportedCheckpointError,
+    llama3_rope_factors,
+    llama_text_metadata,
+    permute_rope_rows,
+    rope_parameters,
+)
+from .hookspecs import Register, hookimpl
 from .transformer import (
     Attention,
     Block,
@@ -62,13 +87,12 @@ from .transformer import (
     read_rope,
     with_multimodal,
 )
+from .vision import EncoderAttention, EncoderConfig, check_shapes
 
 __all__ = [
     "MAX_POS",
     "Architecture",
-    "ArchitectureRegistry",
     "ArchitectureSpec",
-    "Architectures",
     "Attention",
     "Batch",
     "Block",
@@ -77,9 +101,12 @@ __all__ = [
     "Causal",
     "ConfigDefaults",
     "ConfigReader",
+    "Context",
     "Converter",
-    "ConverterRegistry",
+    "DType",
     "Encoder",
+    "EncoderAttention",
+    "EncoderConfig",
     "GatedMLP",
     "Input",
     "Layer",
@@ -88,21 +115,34 @@ __all__ = [
     "MultimodalNotSupportedError",
     "Register",
     "RegisterConverter",
+    "RopeOptions",
     "ShiftFn",
     "ShiftNotSupportedError",
     "StandardTransformer",
+    "Tensor",
     "Transformer",
     "TransformerConfig",
     "UnsupportedCheckpointError",
     "Weights",
     "Wrapper",
+    "attention",
+    "bind",
     "bind_parts",
-    "default_converters",
-    "default_registry",
+    "check_shapes",
+    "full_attention",
+    "gelu_tanh",
     "hookimpl",
+    "images",
+    "layer_norm",
     "layers",
-    "load_installed_model",
+    "linear",
+    "llama3_rope_factors",
+    "llama_text_metadata",
     "part",
+    "permute_rope_rows",
     "read_rope",
+    "rms_norm",
+    "rope_parameters",
+    "weight",
     "with_multimodal",
 ]

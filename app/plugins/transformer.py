@@ -13,8 +13,9 @@ From the bottom up (shapes in ggml order; `n` is the number of tokens in the bat
 * `layers(cache, batch, blocks)`: the layer loop; points the cache at each layer, and
   `Layer.output_rows` drops the rows nobody wants logits for in the last layer.
 * `Transformer`: embeddings, the loop, the final norm and output matrix, validation and
-  context shift; a subclass writes `layer()`. `StandardTransformer` is the Llama-style
-  pre-norm layer already written (Llama, Qwen2, Mistral...).
+  context shift; a subclass writes `layer()`, and `block_for(i)` where its layers differ
+  (mllama's cross-attention layers). `pre_norm_layer` is the Llama-style pre-norm layer,
+  which `StandardTransformer` runs in every layer (Llama, Qwen2, Mistral...).
 
 Weight groups are dataclasses whose fields are GGUF names (`weight()` from
 `hearth.engine.ml`); `part(Cls)` nests a group under the same prefix and `bind_parts` binds
@@ -288,7 +289,7 @@ def layers(cache: Cache, batch: Batch, blocks: Sequence[E]) -> Iterator[tuple[La
     last = len(blocks) - 1
     for i, block in enumerate(blocks):
         cache.set_layer(i)
-        yield Layer(i, i == last, batch), block
+        yield Layer(index=i, last=i == last, batch=batch), block
 
 
 class Transformer(Architecture[C], Generic[C, B]):
@@ -296,18 +297,28 @@ class Transformer(Architecture[C], Generic[C, B]):
     and `output` (tied to `token_embd` when the file has none; `output.bias` when present).
 
     A subclass calls `super().__init__(config, weights, BlockClass)` and writes `layer()`; it
-    may override `embed`, `logits`, `rope` (per-layer RoPE options) and set `rope_factors`.
-    `shift` re-RoPEs with `rope(layer)` and `rope_factors`; `validate` checks GQA heads.
+    may override `block_for` (layers of several kinds), `embed`, `logits`, `rope` (per-layer
+    RoPE options) and set `rope_factors`. `shift` re-RoPEs with `rope(layer)` and
+    `rope_factors`; `validate` checks GQA heads.
     """
 
     def __init__(self, config: C, weights: Weights, block: type[B]) -> None:
         super().__init__(config, weights)
+        self.block_class = block
         self.token_embd = weights.require("token_embd.weight", matmul=False)
         self.output_norm = weights.require("output_norm.weight")
         self.output = weights.require("output.weight", "token_embd.weight", matmul=True)
         self.output_bias = weights.get("output.bias")
         self.rope_factors: Tensor | None = None
-        self.blocks = [bind_parts(block, weights, f"blk.{i}.") for i in range(config.block_count)]
+        self.blocks = [
+            bind_parts(self.block_for(i), weights, f"blk.{i}.") for i in range(config.block_count)
+        ]
+
+    def block_for(self, layer: int) -> type[B]:
+        """The weights class of `layer` (`blk.N.`), bound in the constructor and handed to
+        `layer()`: the constructor's `block` by default. Override it when layers differ
+        (with `B` a union of the classes; `self.config` is set, the weights not yet bound)."""
+        return self.block_class
 
     def validate(self) -> None:
         if self.config.head_count % self.config.head_count_kv:
@@ -329,6 +340,19 @@ class Transformer(Architecture[C], Generic[C, B]):
         """One layer: hidden states `[embd, n]` in, `[embd, n]` out (`[embd, n_outputs]` from
         the last layer: see `Layer.output_rows`). The cache is already at this layer."""
 
+    def pre_norm_layer(
+        self, ctx: Context, at: Layer, block: Block, h: Tensor, cache: Cache
+    ) -> Tensor:
+        """The pre-norm layer of Llama, Qwen2, Mistral and kin: `h += attn(rms_norm(h))`,
+        then `h += mlp(rms_norm(h))`, SwiGLU, RoPE from `rope(layer)` and `rope_factors`."""
+        cfg, rope = self.config, self.rope(at.index)
+        x = rms_norm(ctx, h, block.attn_norm, cfg.rms_eps)
+        a = block.attn.forward(ctx, x, at.batch.positions, cache, cfg, rope, self.rope_factors)
+        a, h = at.output_rows(ctx, a, h)
+        h = ctx.add(block.attn.output(ctx, a), h)
+        x = rms_norm(ctx, h, block.ffn_norm, cfg.rms_eps)
+        return ctx.add(block.mlp.forward(ctx, x), h)
+
     def logits(self, ctx: Context, batch: Batch, h: Tensor) -> Tensor:
         """The final norm, then the output matrix: `[embd, n_outputs]` -> `[vocab, n_outputs]`
         (the normed `[embd, n_outputs]` itself when `batch.hidden`)."""
@@ -345,17 +369,10 @@ class Transformer(Architecture[C], Generic[C, B]):
 
 
 class StandardTransformer(Transformer[C, Block]):
-    """The pre-norm layer of Llama, Qwen2, Mistral and kin: `h += attn(rms_norm(h))`, then
-    `h += mlp(rms_norm(h))`, SwiGLU, RoPE from `rope(layer)` and `rope_factors`."""
+    """`pre_norm_layer` in every layer: Llama, Qwen2, Mistral and kin."""
 
     def __init__(self, config: C, weights: Weights) -> None:
         super().__init__(config, weights, Block)
 
     def layer(self, ctx: Context, at: Layer, block: Block, h: Tensor, cache: Cache) -> Tensor:
-        cfg, rope = self.config, self.rope(at.index)
-        x = rms_norm(ctx, h, block.attn_norm, cfg.rms_eps)
-        a = block.attn.forward(ctx, x, at.batch.positions, cache, cfg, rope, self.rope_factors)
-        a, h = at.output_rows(ctx, a, h)
-        h = ctx.add(block.attn.output(ctx, a), h)
-        x = rms_norm(ctx, h, block.ffn_norm, cfg.rms_eps)
-        return ctx.add(block.mlp.forward(ctx, x), h)
+        return self.pre_norm_layer(ctx, at, block, h, cache)

@@ -3,8 +3,9 @@
 The prompt text marks image N of the request with `[img-N]` (the service writes these; a raw
 prompt without any marker gets the images first, as Ollama does). Each marker becomes the
 model's `image_text` around one multimodal input; the text pieces are tokenized (the first
-with BOS), each image is hashed and encoded on first use only (multimodal_store.py), and the
-plugin's `post_tokenize` lays the images out as positions. The result is a list of ints where
+with BOS), each image is hashed and encoded on first use only (multimodal_store.py), the
+plugin's `post_tokenize` rewrites what its architecture needs to, and the images are laid out
+as the positions their items declare (`image_positions`). The result is a list of ints where
 negative values are image placeholders, plus the SameBatch mark of each input.
 """
 
@@ -14,7 +15,7 @@ from collections.abc import Callable
 
 from ..engine.architecture import Architecture, MultimodalNotSupportedError
 from ..engine.forward import ForwardEngine
-from ..engine.input import Input
+from ..engine.input import Input, image_positions
 from ..engine.multimodal_store import IMAGE_MARKER, image_hash, placeholder
 
 __all__ = ["IMAGE_MARKER", "build_prompt"]
@@ -58,21 +59,19 @@ def build_prompt(
         inputs.append(Input(multimodal=items, multimodal_hash=digest))
         tail = after + parts[k + 1] + (before if k + 2 < len(parts) else "")
         inputs.extend(Input(token=t) for t in encode(tail, False))
-    return _flatten(model.post_tokenize(inputs), engine)
+    return _flatten(image_positions(model.post_tokenize(inputs)), engine)
 
 
 def _flatten(inputs: list[Input], engine: ForwardEngine) -> tuple[list[int], list[int]]:
-    """post_tokenize's inputs as ints (placeholders for image positions) and marks."""
+    """Laid-out inputs as ints (placeholders for image positions) and marks."""
     ids: list[int] = []
     marks: list[int] = []
-    image, row, rows = -1, 0, 0
+    image, row = -1, 0
     current_hash = 0
     for inp in inputs:
         if inp.multimodal is not None:
-            _check_complete(row, rows)
             current_hash = inp.multimodal_hash
             image, row = engine.multimodal.image_id(current_hash), 0
-            rows = sum(item.span for item in inp.multimodal)
             ids.append(placeholder(image, 0))
         elif inp.multimodal_hash:
             if inp.multimodal_hash != current_hash:
@@ -82,12 +81,4 @@ def _flatten(inputs: list[Input], engine: ForwardEngine) -> tuple[list[int], lis
         else:
             ids.append(inp.token)
         marks.append(inp.same_batch)
-    _check_complete(row, rows)
     return ids, marks
-
-
-def _check_complete(row: int, rows: int) -> None:
-    if rows and row + 1 != rows:
-        raise ValueError(
-            f"post_tokenize laid out {row + 1} positions for an image that fills {rows}"
-        )

@@ -51,7 +51,7 @@ def _model(name: str, folder: Path) -> tuple[Path, int]:
 def _logits(path: Path, placement: object, num_ctx: int = 128, num_batch: int = 32) -> np.ndarray:
     from hearth.engine.forward import ForwardEngine
     from hearth.engine.input import PassInput
-    from hearth.plugins import load_installed_model as load_model
+    from hearth.plugins.registry import load_installed_model as load_model
 
     loaded = load_model(path, num_threads=2, placement=placement)
     engine = ForwardEngine(loaded, num_ctx=num_ctx, num_batch=num_batch)

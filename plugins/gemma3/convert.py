@@ -20,8 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from hearth.plugins import Converter
-from hearth.plugins.conversion import rope_parameters
+from hearth.plugins import Converter, rope_parameters
 
 __all__ = ["Gemma3Converter"]
 

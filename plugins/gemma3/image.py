@@ -25,9 +25,9 @@ from collections.abc import Sequence
 import numpy as np
 from PIL import Image
 
-from hearth.plugins.images import MAX_PIXELS, decode, decode_rgb, normalize, to_rgb
+from hearth.plugins import images
 
-__all__ = ["MAX_PIXELS", "decode", "preprocess", "to_rgb"]
+__all__ = ["preprocess"]
 
 
 def preprocess(
@@ -35,13 +35,13 @@ def preprocess(
     size: int,
     mean: Sequence[float],
     std: Sequence[float],
-    max_pixels: int = MAX_PIXELS,
+    max_pixels: int = images.MAX_PIXELS,
 ) -> np.ndarray:
     """Pixel values `[3, size, size]` float32 (channels first, numpy order) of the picture in
     `data` (see the module docstring). Raises ValueError for bytes that are not a picture."""
-    rgb = decode_rgb(data, max_pixels)
+    rgb = images.decode_rgb(data, max_pixels)
     try:
         resized = rgb.resize((size, size), resample=Image.Resampling.BILINEAR)
     except (OSError, SyntaxError, EOFError) as e:
         raise ValueError(f"the image is damaged or truncated ({e})") from None
-    return normalize(np.asarray(resized, dtype=np.uint8), mean, std)
+    return images.normalize(np.asarray(resized, dtype=np.uint8), mean, std)

@@ -17,16 +17,14 @@ soft tokens, then `<end_of_image>\n\n` where the text has an image. In Hearth:
   merge with the neighbouring text exactly as the reference tokenizer merges them.
 * `encode_multimodal(ctx, data)` preprocesses the bytes and builds the encoder's graph: one
   item, `[text_embd, tokens_per_image]`, `bidirectional` (an image's positions see each other
-  both ways, as transformers' Gemma 3 mask has them), `data` None.
-* `post_tokenize(inputs)` expands each image input (one `Input` whose `multimodal` holds the
-  items, with its `multimodal_hash`) into `rows` positions (the items' rows: 256): the first
-  carries the items and the hash and `same_batch = rows - 1` (the image in one batch), the
-  other `rows - 1` carry the hash only; every position's `token` is `<image_soft_token>`'s id
-  (0 where the vocabulary lacks it; the embeddings replace it anyway). Token inputs pass
-  through unchanged. Where the input before an image is not `<start_of_image>` (a caller
-  that does not use `image_text`), it adds `\n\n` and `<start_of_image>` before the image;
-  likewise `<end_of_image>` and `\n\n` after it unless the next input is `<end_of_image>`
-  (Ollama's layout), so the model always sees the markers it was trained with.
+  both ways, as transformers' Gemma 3 mask has them), `data` None, one position per row
+  (256), each `<image_soft_token>` (0 where the vocabulary lacks it; the embeddings replace
+  it anyway); the core lays those positions out, the image in one batch.
+* `post_tokenize(inputs)`: where the input before an image is not `<start_of_image>` (a
+  caller that does not use `image_text`), it adds `\n\n` and `<start_of_image>` before the
+  image; likewise `<end_of_image>` and `\n\n` after it unless the next input is
+  `<end_of_image>` (Ollama's layout), so the model always sees the markers it was trained
+  with.
 """
 
 from __future__ import annotations
@@ -36,23 +34,28 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Literal
 
-from hearth.engine.ml import Context, RopeOptions, Tensor, attention, rms_norm, weight
 from hearth.plugins import Attention as BaseAttention
 from hearth.plugins import (
     Batch,
     Cache,
     Causal,
     ConfigDefaults,
+    Context,
     Input,
     Layer,
     Metadata,
     Multimodal,
     MultimodalNotSupportedError,
+    RopeOptions,
+    Tensor,
     Transformer,
     TransformerConfig,
     Weights,
     Wrapper,
+    attention,
     part,
+    rms_norm,
+    weight,
 )
 from hearth.plugins import Block as BaseBlock
 
@@ -200,26 +203,23 @@ class Model(Transformer[Config, Block]):
                 "this model file has no image encoder (for a llama.cpp file, load it with its "
                 "mmproj projector file)"
             )
-        cfg = self.vision.config
+        cfg, soft = self.vision.config, max(self.config.image_tokens.soft, 0)
         pixels = preprocess(data, cfg.image_size, cfg.image_mean, cfg.image_std)
-        return [Multimodal(self.vision.encode(ctx, pixels), None, bidirectional=True)]
+        embeddings = self.vision.encode(ctx, pixels)
+        return [Multimodal(tensor=embeddings, bidirectional=True, token=soft)]
 
     def post_tokenize(self, inputs: list[Input]) -> list[Input]:
-        """Image inputs to one position per embedding (see the module docstring)."""
+        """The image markers a prompt lacks, added (see the module docstring)."""
         ids = self.config.image_tokens
-        soft = max(ids.soft, 0)
         out: list[Input] = []
         for i, inp in enumerate(inputs):
             if not inp.multimodal:
                 out.append(inp)
                 continue
-            rows = sum(_rows(item) for item in inp.multimodal)
             prev = out[-1] if out else None
             if ids.start >= 0 and not _is_token(prev, ids.start):
                 out.extend(Input(token=t) for t in (ids.newlines, ids.start) if t >= 0)
-            h = inp.multimodal_hash
-            out.append(Input(soft, inp.multimodal, h, same_batch=rows - 1))
-            out.extend(Input(soft, multimodal_hash=h) for _ in range(rows - 1))
+            out.append(inp)
             nxt = inputs[i + 1] if i + 1 < len(inputs) else None
             if ids.end >= 0 and not _is_token(nxt, ids.end):
                 out.extend(Input(token=t) for t in (ids.end, ids.newlines) if t >= 0)
@@ -261,15 +261,6 @@ class Model(Transformer[Config, Block]):
         if batch.hidden or not cap:
             return logits
         return ctx.scale(ctx.tanh(ctx.scale(logits, 1.0 / cap)), cap)
-
-
-def _rows(item: Multimodal) -> int:
-    """Positions an item fills: `rows` as the core set it, else its tensor's second size."""
-    if item.rows:
-        return item.rows
-    if item.tensor is None:
-        raise ValueError("an image item has neither rows nor a tensor")
-    return item.tensor.dim(1)
 
 
 def _is_token(inp: Input | None, token: int) -> bool:

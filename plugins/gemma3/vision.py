@@ -40,18 +40,21 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hearth.engine.ml import (
+from hearth.plugins import (
     Context,
     DType,
+    EncoderAttention,
+    EncoderConfig,
+    Metadata,
     Tensor,
+    Weights,
+    check_shapes,
     full_attention,
     gelu_tanh,
     layer_norm,
     linear,
     rms_norm,
 )
-from hearth.plugins import Metadata, Weights
-from hearth.plugins.vision import check_encoder_sizes
 
 __all__ = ["VisionConfig", "VisionLayer", "VisionTower", "LLAMACPP_NAMES", "OLLAMA_NAMES"]
 
@@ -62,16 +65,9 @@ _DEFAULT_TOKENS = 256
 
 
 @dataclass(frozen=True)
-class VisionConfig:
+class VisionConfig(EncoderConfig):
     """The encoder's settings; `naming` says which file layout they came from."""
 
-    image_size: int
-    patch_size: int
-    embedding_length: int
-    feed_forward_length: int
-    block_count: int
-    head_count: int
-    eps: float
     image_mean: tuple[float, float, float]
     image_std: tuple[float, float, float]
     tokens_per_image: int
@@ -119,10 +115,6 @@ class VisionConfig:
         )
 
     @property
-    def patches_per_side(self) -> int:
-        return self.image_size // self.patch_size
-
-    @property
     def tokens_per_side(self) -> int:
         return math.isqrt(self.tokens_per_image)
 
@@ -131,13 +123,9 @@ class VisionConfig:
         """The average pooling's window (and stride), in patches."""
         return self.patches_per_side // self.tokens_per_side
 
-    @property
-    def head_dim(self) -> int:
-        return self.embedding_length // self.head_count
-
     def check(self) -> None:
         """Raise ValueError with a sentence for settings the encoder cannot run."""
-        check_encoder_sizes(self, self.feed_forward_length)
+        self.check_sizes(self.feed_forward_length)
         side = self.tokens_per_side
         if side <= 0 or side * side != self.tokens_per_image:
             raise ValueError(f"{self.tokens_per_image} tokens per image is not a square number")
@@ -210,14 +198,7 @@ class VisionLayer:
 
     norm1: Tensor
     norm1_bias: Tensor | None
-    q: Tensor
-    q_bias: Tensor | None
-    k: Tensor
-    k_bias: Tensor | None
-    v: Tensor
-    v_bias: Tensor | None
-    out: Tensor
-    out_bias: Tensor | None
+    attn: EncoderAttention
     norm2: Tensor
     norm2_bias: Tensor | None
     up: Tensor
@@ -230,14 +211,7 @@ class VisionLayer:
         return cls(
             norm1=b.w("norm1", i),
             norm1_bias=b.b("norm1", i),
-            q=b.w("q", i),
-            q_bias=b.b("q", i),
-            k=b.w("k", i),
-            k_bias=b.b("k", i),
-            v=b.w("v", i),
-            v_bias=b.b("v", i),
-            out=b.w("out", i),
-            out_bias=b.b("out", i),
+            attn=EncoderAttention.bind(lambda role: b.w(role, i), lambda role: b.b(role, i)),
             norm2=b.w("norm2", i),
             norm2_bias=b.b("norm2", i),
             up=b.w("up", i),
@@ -280,17 +254,13 @@ class VisionTower:
         cfg = self.config
         p, embd = cfg.patch_size, cfg.embedding_length
         n = cfg.patches_per_side**2
-        shapes = {
-            "patch embedding": (self.patch.shape, (p, p, 3, embd)),
-            "position embedding": (self.position.shape, (embd, n)),
-            "input projection": (self.projection.shape[1:], (embd,)),
-        }
-        for what, (have, want) in shapes.items():
-            if tuple(have) != want:
-                raise ValueError(
-                    f"the image encoder's {what} is {list(have)}, but its settings make it "
-                    f"{list(want)}"
-                )
+        check_shapes(
+            {
+                "patch embedding": (self.patch.shape, (p, p, 3, embd)),
+                "position embedding": (self.position.shape, (embd, n)),
+                "input projection": (self.projection.shape[1:], (embd,)),
+            }
+        )
 
     def encode(self, ctx: Context, pixels: np.ndarray) -> Tensor:
         """Build the graph of one image's embeddings `[text_embd, tokens_per_image]` from its
@@ -310,13 +280,11 @@ class VisionTower:
 
     def _layer(self, ctx: Context, layer: VisionLayer, h: Tensor) -> Tensor:
         cfg = self.config
-        n, hd, heads = h.dim(1), cfg.head_dim, cfg.head_count
+        hd, heads = cfg.head_dim, cfg.head_count
         x = layer_norm(ctx, h, layer.norm1, layer.norm1_bias, cfg.eps)
-        q = ctx.reshape(linear(ctx, x, layer.q, layer.q_bias), hd, heads, n)
-        k = ctx.reshape(linear(ctx, x, layer.k, layer.k_bias), hd, heads, n)
-        v = ctx.reshape(linear(ctx, x, layer.v, layer.v_bias), hd, heads, n)
+        q, k, v = layer.attn.qkv(ctx, x, hd, heads)  # [hd, heads, n]
         a = full_attention(ctx, q, k, v, 1.0 / math.sqrt(hd))  # [embd, n]
-        h = ctx.add(linear(ctx, a, layer.out, layer.out_bias), h)
+        h = ctx.add(layer.attn.output(ctx, a), h)
         x = layer_norm(ctx, h, layer.norm2, layer.norm2_bias, cfg.eps)
         f = gelu_tanh(ctx, linear(ctx, x, layer.up, layer.up_bias))
         return ctx.add(linear(ctx, f, layer.down, layer.down_bias), h)

@@ -10,8 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from hearth.plugins import Converter
-from hearth.plugins.conversion import (
+from hearth.plugins import (
+    Converter,
     llama3_rope_factors,
     llama_text_metadata,
     permute_rope_rows,

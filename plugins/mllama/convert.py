@@ -30,8 +30,10 @@ from typing import Any
 
 import numpy as np
 
-from hearth.plugins import Converter, RegisterConverter, hookimpl
-from hearth.plugins.conversion import (
+from hearth.plugins import (
+    Converter,
+    RegisterConverter,
+    hookimpl,
     llama3_rope_factors,
     llama_text_metadata,
     permute_rope_rows,

@@ -31,7 +31,7 @@ from functools import cache
 import numpy as np
 from PIL import Image
 
-from hearth.plugins.images import MAX_PIXELS, decode_rgb, normalize
+from hearth.plugins import images
 
 __all__ = [
     "CLIP_MEAN",
@@ -100,13 +100,13 @@ def preprocess(
     max_num_tiles: int,
     mean: tuple[float, float, float] = CLIP_MEAN,
     std: tuple[float, float, float] = CLIP_STD,
-    max_pixels: int = MAX_PIXELS,
+    max_pixels: int = images.MAX_PIXELS,
 ) -> TiledImage:
     """The tiles of the picture in `data` (see the module docstring). Raises ValueError for
     bytes that are not a picture, or settings that make no tiles."""
     if image_size <= 0 or max_num_tiles <= 0:
         raise ValueError("the image encoder's image size and tile count must be positive")
-    rgb = decode_rgb(data, max_pixels)
+    rgb = images.decode_rgb(data, max_pixels)
     width, height = rgb.size
     canvas = canvas_size(height, width, max_num_tiles, image_size)
     new_h, new_w = fit_to_canvas(height, width, canvas, image_size)
@@ -117,7 +117,7 @@ def preprocess(
     padded = np.zeros((canvas[0], canvas[1], 3), dtype=np.uint8)
     padded[:new_h, :new_w] = np.asarray(resized, dtype=np.uint8)
     rows, cols = canvas[0] // image_size, canvas[1] // image_size
-    chw = normalize(padded, mean, std)  # [3, rows*S, cols*S]
+    chw = images.normalize(padded, mean, std)  # [3, rows*S, cols*S]
     tiles = chw.reshape(3, rows, image_size, cols, image_size).transpose(1, 3, 0, 2, 4)
     pixels = np.zeros((max_num_tiles, 3, image_size, image_size), dtype=np.float32)
     pixels[: rows * cols] = tiles.reshape(rows * cols, 3, image_size, image_size)

@@ -28,7 +28,6 @@ which the released weights were trained with):
   item of `[text_embd, num_tiles * 1601]` cross-attention states, which fills ONE input
   position (`Multimodal.positions = 1`) that embeds the `<|image|>` token; the states come to
   `forward` whole (`batch.multimodal`), never as token embeddings.
-* `post_tokenize` keeps each image as that one input, its token `<|image|>`.
 * Cross-attention K/V are computed once per image, in the pass that carries it, and kept per
   sequence in the encoder cache (`hearth.plugins.Encoder`, wrapped with the causal cache of
   the self-attention layers); later passes and turns read them.
@@ -48,28 +47,27 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from hearth.engine.ml import Context, Tensor, attention, rms_norm, weight
 from hearth.plugins import (
-    Architecture,
-    Batch,
     Block,
     Cache,
     Causal,
     ConfigDefaults,
+    Context,
     Encoder,
     GatedMLP,
-    Input,
     Layer,
     Metadata,
     Multimodal,
     MultimodalNotSupportedError,
+    Tensor,
     Transformer,
     TransformerConfig,
     Weights,
     Wrapper,
-    bind_parts,
-    layers,
+    attention,
     part,
+    rms_norm,
+    weight,
 )
 
 from .image import preprocess
@@ -132,7 +130,7 @@ _CHAT_TEMPLATE = (
 )
 
 
-class Model(Transformer[Config, Block]):
+class Model(Transformer[Config, Block | CrossBlock]):
     """Llama 3.2 Vision's text model and, when the files have it, its image encoder (see the
     module docstring and hearth.plugins for the contract)."""
 
@@ -140,20 +138,12 @@ class Model(Transformer[Config, Block]):
     eos_tokens = ("<|eot_id|>", "<|eom_id|>")
 
     def __init__(self, config: Config, weights: Weights) -> None:
-        # Transformer.__init__ binds one block class for every layer; here two kinds alternate.
-        Architecture.__init__(self, config, weights)
-        self.cross = frozenset(config.cross_attention_layers)
-        self.token_embd = weights.require("token_embd.weight", matmul=False)
-        self.output_norm = weights.require("output_norm.weight")
-        self.output = weights.require("output.weight", "token_embd.weight", matmul=True)
-        self.output_bias = weights.get("output.bias")
+        super().__init__(config, weights, Block)
         self.rope_factors = weights.get("rope_freqs.weight", matmul=False)
-        self.all_blocks: list[Block | CrossBlock] = []
-        for i in range(config.block_count):
-            kind: type[Block] | type[CrossBlock] = CrossBlock if i in self.cross else Block
-            self.all_blocks.append(bind_parts(kind, weights, f"blk.{i}."))
-        self.blocks = [b for b in self.all_blocks if isinstance(b, Block)]
         self.vision = VisionEncoder(config.vision, weights) if config.vision is not None else None
+
+    def block_for(self, layer: int) -> type[Block | CrossBlock]:
+        return CrossBlock if layer in self.config.cross_attention_layers else Block
 
     def validate(self) -> None:
         super().validate()
@@ -186,42 +176,25 @@ class Model(Transformer[Config, Block]):
         cfg = self.vision.config
         tiled = preprocess(data, image_size=cfg.image_size, max_num_tiles=cfg.max_num_tiles)
         states = self.vision.forward(ctx, tiled)  # [text_embd, num_tiles * num_patches]
-        return [Multimodal(states, tiled.num_tiles, positions=1, token=self.config.image_token)]
-
-    def post_tokenize(self, inputs: list[Input]) -> list[Input]:
-        """Each image stays one input, its token `<|image|>`."""
-        return [
-            Input(self.config.image_token, inp.multimodal, inp.multimodal_hash, inp.same_batch)
-            if inp.multimodal
-            else inp
-            for inp in inputs
-        ]
+        token = self.config.image_token
+        return [Multimodal(tensor=states, data=tiled.num_tiles, positions=1, token=token)]
 
     def make_cache(self) -> Cache:
         causal = Causal(shift=self.shift)
-        return Wrapper([Encoder(), causal], lambda i: 0 if i in self.cross else 1)
+        cross = frozenset(self.config.cross_attention_layers)
+        return Wrapper([Encoder(), causal], lambda i: 0 if i in cross else 1)
 
     # -- the graph ----------------------------------------------------------------------------
-    def forward(self, ctx: Context, batch: Batch, cache: Cache) -> Tensor:
+    def layer(
+        self, ctx: Context, at: Layer, block: Block | CrossBlock, h: Tensor, cache: Cache
+    ) -> Tensor:
+        if isinstance(block, Block):
+            return self.pre_norm_layer(ctx, at, block, h, cache)
         encoder = _encoder(cache)
-        h = self.embed(ctx, batch)
-        for at, block in layers(cache, batch, self.all_blocks):
-            if isinstance(block, Block):
-                h = self.layer(ctx, at, block, h, cache)
-            elif encoder.active:
-                h = self.cross_layer(ctx, at, block, h, cache, encoder)
-            elif at.last:
-                (h,) = at.output_rows(ctx, h)
-        return self.logits(ctx, batch, h)
-
-    def layer(self, ctx: Context, at: Layer, block: Block, h: Tensor, cache: Cache) -> Tensor:
-        cfg, rope = self.config, self.rope(at.index)
-        x = rms_norm(ctx, h, block.attn_norm, cfg.rms_eps)
-        a = block.attn.forward(ctx, x, at.batch.positions, cache, cfg, rope, self.rope_factors)
-        a, h = at.output_rows(ctx, a, h)
-        h = ctx.add(block.attn.output(ctx, a), h)
-        x = rms_norm(ctx, h, block.ffn_norm, cfg.rms_eps)
-        return ctx.add(block.mlp.forward(ctx, x), h)
+        if encoder.active:
+            return self.cross_layer(ctx, at, block, h, cache, encoder)
+        (h,) = at.output_rows(ctx, h)  # a pass without images skips the layer
+        return h
 
     def cross_layer(
         self, ctx: Context, at: Layer, block: CrossBlock, h: Tensor, cache: Cache, enc: Encoder
@@ -234,8 +207,8 @@ class Model(Transformer[Config, Block]):
         x = rms_norm(ctx, h, block.attn_norm, cfg.rms_eps)
         q = ctx.reshape(ctx.mul_mat(block.cross_attn_q_proj, x), d, cfg.head_count, n)
         q = rms_norm(ctx, q, q_norm, cfg.rms_eps)
-        for j in enc.stored_items:  # images arriving in this pass: their K/V, once
-            states = at.batch.multimodal[j][1][0].tensor
+        for item in enc.stored_items(at.batch):  # images arriving in this pass: K/V, once
+            states = item.tensor
             assert states is not None
             rows = states.dim(1)
             k = ctx.mul_mat(block.cross_attn_k_proj, states)

@@ -57,9 +57,19 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hearth.engine.ml import Context, DType, Tensor, full_attention, layer_norm, linear
-from hearth.plugins import Metadata, Weights
-from hearth.plugins.vision import check_encoder_sizes
+from hearth.plugins import (
+    Context,
+    DType,
+    EncoderAttention,
+    EncoderConfig,
+    Metadata,
+    Tensor,
+    Weights,
+    check_shapes,
+    full_attention,
+    layer_norm,
+    linear,
+)
 
 from .image import TiledImage, supported_aspect_ratios
 
@@ -71,18 +81,11 @@ _PAD_TO = 8  # positions per tile are padded to a multiple of this
 
 
 @dataclass(frozen=True)
-class VisionConfig:
+class VisionConfig(EncoderConfig):
     """The encoder's settings; `naming` says which file layout they came from."""
 
-    image_size: int
-    patch_size: int
     max_num_tiles: int
-    embedding_length: int
-    feed_forward_length: int
-    block_count: int
     global_block_count: int
-    head_count: int
-    eps: float
     intermediate_layers: tuple[int, ...]
     naming: str  # "ollama" (one file) or "projector" (Ollama's registry projector file)
 
@@ -116,10 +119,6 @@ class VisionConfig:
         )
 
     @property
-    def patches_per_side(self) -> int:
-        return self.image_size // self.patch_size
-
-    @property
     def num_patches(self) -> int:
         """Positions per tile: the patches and the class token (1601 for 560 / 14)."""
         return self.patches_per_side**2 + 1
@@ -128,10 +127,6 @@ class VisionConfig:
     def padded_patches(self) -> int:
         """`num_patches` rounded up to a multiple of 8 (1608)."""
         return -(-self.num_patches // _PAD_TO) * _PAD_TO
-
-    @property
-    def head_dim(self) -> int:
-        return self.embedding_length // self.head_count
 
     @property
     def num_aspect_ratios(self) -> int:
@@ -145,7 +140,7 @@ class VisionConfig:
 
     def check(self) -> None:
         """Raise ValueError with a sentence for settings the encoder cannot run."""
-        check_encoder_sizes(self, self.max_num_tiles, self.global_block_count)
+        self.check_sizes(self.max_num_tiles, self.global_block_count)
         bad = [i for i in self.intermediate_layers if not 0 <= i < self.block_count]
         if bad or not self.intermediate_layers:
             raise ValueError(
@@ -183,14 +178,7 @@ class VisionLayer:
 
     attn_norm: Tensor
     attn_norm_bias: Tensor | None
-    q: Tensor
-    q_bias: Tensor | None
-    k: Tensor
-    k_bias: Tensor | None
-    v: Tensor
-    v_bias: Tensor | None
-    out: Tensor
-    out_bias: Tensor | None
+    attn: EncoderAttention
     ffn_norm: Tensor
     ffn_norm_bias: Tensor | None
     fc1: Tensor
@@ -214,14 +202,7 @@ class VisionLayer:
         return cls(
             attn_norm=w("attn_norm"),
             attn_norm_bias=b("attn_norm"),
-            q=w("q"),
-            q_bias=b("q"),
-            k=w("k"),
-            k_bias=b("k"),
-            v=w("v"),
-            v_bias=b("v"),
-            out=w("out"),
-            out_bias=b("out"),
+            attn=EncoderAttention.bind(w, b),
             ffn_norm=w("ffn_norm"),
             ffn_norm_bias=b("ffn_norm"),
             fc1=w("fc1"),
@@ -297,12 +278,7 @@ class VisionEncoder:
         ffn = cfg.feed_forward_length
         for i, layer in enumerate([*self.layers, *self.global_layers]):
             shapes[f"layer {i}'s first feed-forward matrix"] = (layer.fc1.shape, (embd, ffn))
-        for what, (have, want) in shapes.items():
-            if tuple(have) != want:
-                raise ValueError(
-                    f"the image encoder's {what} is {list(have)}, but its settings make it "
-                    f"{list(want)}"
-                )
+        check_shapes(shapes)
 
     # -- the graph ----------------------------------------------------------------------
 
@@ -400,9 +376,7 @@ class VisionEncoder:
         cfg = self.config
         rows, hd, heads = h.dim(1), cfg.head_dim, cfg.head_count
         x = layer_norm(ctx, h, layer.attn_norm, layer.attn_norm_bias, cfg.eps)
-        q = ctx.reshape(linear(ctx, x, layer.q, layer.q_bias), hd, heads, rows)
-        k = ctx.reshape(linear(ctx, x, layer.k, layer.k_bias), hd, heads, rows)
-        v = ctx.reshape(linear(ctx, x, layer.v, layer.v_bias), hd, heads, rows)
+        q, k, v = layer.attn.qkv(ctx, x, hd, heads)  # [hd, heads, rows]
         scale = 1.0 / math.sqrt(hd)
         if real_rows == rows:
             a = full_attention(ctx, q, k, v, scale)
@@ -417,7 +391,7 @@ class VisionEncoder:
             a = ctx.concat(
                 real, full_attention(ctx, part(q, real_rows, pad), keys, values, scale), 1
             )
-        a = linear(ctx, a, layer.out, layer.out_bias)
+        a = layer.attn.output(ctx, a)
         if layer.attn_gate is not None:
             a = ctx.mul(a, _f32(ctx, layer.attn_gate))
         h = ctx.add(a, h)

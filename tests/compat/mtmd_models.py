@@ -8,7 +8,7 @@ from typing import TypeVar
 
 import pytest
 
-from hearth.plugins.testing.gemma3_vision import ConverterUnavailableError
+from hearth.plugins.testing import ConverterUnavailableError
 from hearth.plugins.testing.llamacpp_mtmd import libmtmd_missing
 
 T = TypeVar("T")

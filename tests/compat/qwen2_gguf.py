@@ -1,6 +1,6 @@
 """A tiny random Qwen2 (an architecture no Hearth plugin registers), built with transformers
 and converted by llama.cpp's own converter (`convert_hf_to_gguf.py` from llama-cpp-python's
-sdist, as `hearth.plugins.testing.gemma3_vision` fetches it)."""
+sdist, as `hearth.plugins.testing.llamacpp_convert` fetches it)."""
 
 from __future__ import annotations
 
@@ -80,8 +80,8 @@ def build_tiny_qwen2(folder: Path, seed: int = 3) -> Path:
 
 def tiny_qwen2_gguf(work: Path) -> Path:
     """The tiny Qwen2 as an F32 GGUF written by llama.cpp's converter."""
-    from hearth.plugins.testing.gemma3_vision import _convert, llamacpp_converter
+    from hearth.plugins.testing import llamacpp_converter, run_llamacpp_converter
 
     out = work / "tiny-qwen2.gguf"
-    _convert(llamacpp_converter(), build_tiny_qwen2(work / "hf"), out, mmproj=False)
+    run_llamacpp_converter(llamacpp_converter(), build_tiny_qwen2(work / "hf"), out, mmproj=False)
     return out

@@ -1,6 +1,6 @@
 """A tiny random Qwen2-VL (a vision model whose text side uses M-RoPE), built with transformers
 and converted by llama.cpp's own converter (`convert_hf_to_gguf.py` from llama-cpp-python's
-sdist, as `hearth.plugins.testing.gemma3_vision` fetches it) into a text GGUF (architecture
+sdist, as `hearth.plugins.testing.llamacpp_convert` fetches it) into a text GGUF (architecture
 `qwen2vl`) and an mmproj GGUF (projector type `qwen2vl`), both F32 (`--outtype f32`).
 
     text, mmproj = build_tiny_qwen2vl(tmp_path / "qwen2vl")   # reused when already built
@@ -82,13 +82,9 @@ IMAGE_STD = [0.26862954, 0.26130258, 0.27577711]
 def build_tiny_qwen2vl(folder: Path, seed: int = 5) -> tuple[Path, Path]:
     """Build (or reuse, when `folder` holds a complete build of the same seed) the files the
     module docstring lists; returns (text GGUF, mmproj GGUF). Raises
-    hearth.plugins.testing.gemma3_vision.ConverterUnavailableError when llama.cpp's converter
+    hearth.plugins.testing.ConverterUnavailableError when llama.cpp's converter
     cannot be fetched."""
-    from hearth.plugins.testing.gemma3_vision import (
-        LLAMACPP_VERSION,
-        _convert,
-        llamacpp_converter,
-    )
+    from hearth.plugins.testing import LLAMACPP_VERSION, llamacpp_converter, run_llamacpp_converter
 
     folder = Path(folder)
     text, mmproj, done = folder / "text.gguf", folder / "mmproj.gguf", folder / "built.json"
@@ -98,8 +94,8 @@ def build_tiny_qwen2vl(folder: Path, seed: int = 5) -> tuple[Path, Path]:
     converter = llamacpp_converter()
     done.unlink(missing_ok=True)
     hf = _write_checkpoint(folder / "hf", seed)
-    _convert(converter, hf, text, mmproj=False)
-    _convert(converter, hf, mmproj, mmproj=True)
+    run_llamacpp_converter(converter, hf, text, mmproj=False)
+    run_llamacpp_converter(converter, hf, mmproj, mmproj=True)
     done.write_text(stamp)
     return text, mmproj
 

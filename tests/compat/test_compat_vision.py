@@ -17,13 +17,9 @@ import pytest
 from server.fakes import LiveServer, start_server, stop_server
 
 from compat.mtmd_models import build_or_skip
-from hearth.plugins.testing import run_oracle
-from hearth.plugins.testing.gemma3_vision import (
-    Gemma3VisionFiles,
-    build_tiny_gemma3_vision,
-    sample_images,
-)
+from hearth.plugins.testing import run_oracle, sample_images
 from hearth.plugins.testing.llamacpp_mtmd import LLAMACPP_MTMD
+from hearth_gemma3.testing import Gemma3VisionFiles, build_tiny_gemma3_vision
 
 pytestmark = pytest.mark.slow
 

@@ -17,12 +17,8 @@ from hearth.engine.forward import ForwardEngine
 from hearth.engine.gguf import GGUFFile
 from hearth.engine.input import PassInput
 from hearth.engine.ml.api import DType
-from hearth.plugins import (
-    UnsupportedCheckpointError,
-    default_converters,
-    default_registry,
-    load_installed_model,
-)
+from hearth.plugins import UnsupportedCheckpointError
+from hearth.plugins.registry import default_converters, default_registry, load_installed_model
 from hearth.plugins.testing.parity import greedy
 
 from .hf_models import TinyLlama, build_tiny_llama, reference_greedy, reference_logits
@@ -113,10 +109,10 @@ def test_llama_file_has_llama_cpp_metadata(llama_gguf):
 
 @pytest.mark.slow
 def test_llama_cpp_converter_gives_the_same_logits_in_hearth(llama_dir, llama_gguf, tmp_path):
-    from hearth.plugins.testing.gemma3_vision import (
+    from hearth.plugins.testing import (
         ConverterUnavailableError,
-        _convert,
         llamacpp_converter,
+        run_llamacpp_converter,
     )
 
     try:
@@ -124,7 +120,7 @@ def test_llama_cpp_converter_gives_the_same_logits_in_hearth(llama_dir, llama_gg
     except ConverterUnavailableError as e:
         pytest.skip(str(e))
     theirs = tmp_path / "llamacpp.gguf"
-    _convert(tool, llama_dir, theirs, mmproj=False)
+    run_llamacpp_converter(tool, llama_dir, theirs, mmproj=False)
     for text in PROMPTS:
         ids = tokenize(llama_gguf, text)
         assert tokenize(theirs, text) == ids
@@ -232,7 +228,7 @@ def test_q8_0_equals_llama_cpp_converters_q8_0(llama_dir, tmp_path):
     import subprocess
     import sys
 
-    from hearth.plugins.testing.gemma3_vision import ConverterUnavailableError, llamacpp_converter
+    from hearth.plugins.testing import ConverterUnavailableError, llamacpp_converter
 
     try:
         tool = llamacpp_converter()

@@ -15,13 +15,8 @@ import pytest
 from PIL import Image
 
 from hearth.engine.gguf import GGUFFile
-from hearth.plugins.testing.gemma3_vision import (
-    ConverterUnavailableError,
-    Gemma3VisionFiles,
-    build_tiny_gemma3_vision,
-    reference,
-    sample_images,
-)
+from hearth.plugins.testing import ConverterUnavailableError, sample_images
+from hearth_gemma3.testing import Gemma3VisionFiles, build_tiny_gemma3_vision, reference
 
 from .hf_models import randomize, reference_logits
 from .test_convert import convert, hearth_run
@@ -61,7 +56,7 @@ def test_vision_logits_with_an_image_match_transformers(files, converted):
     from hearth.engine.forward import ForwardEngine
     from hearth.engine.input import PassInput
     from hearth.engine.ml.api import DType
-    from hearth.plugins import load_installed_model
+    from hearth.plugins.registry import load_installed_model
     from hearth.plugins.testing.parity import greedy
     from hearth.runner import prompt_inputs
 
@@ -156,7 +151,7 @@ def test_text_only_gemma3_gives_llama_cpps_logits(text_dir, tmp_path):
     gives llama.cpp's logits (both with an F16 KV cache) within the parity tests' 1e-3."""
     from hearth.engine.forward import ForwardEngine
     from hearth.engine.input import PassInput
-    from hearth.plugins import load_installed_model
+    from hearth.plugins.registry import load_installed_model
     from hearth.plugins.testing.parity import LLAMACPP_LOGITS, run_oracle
 
     out = convert(text_dir, tmp_path / "text.gguf")

@@ -69,7 +69,7 @@ def test_peak_memory_is_about_one_tensor(tmp_path):
         f"""
         from pathlib import Path
         from hearth.convert import convert_checkpoint
-        from hearth.plugins import default_converters, default_registry
+        from hearth.plugins.registry import default_converters, default_registry
         convert_checkpoint({str(tmp_path / "hf")!r}, {str(tmp_path / "out.gguf")!r},
                            converters=default_converters(), registry=default_registry())
         status = Path("/proc/self/status").read_text()

@@ -23,7 +23,7 @@ from gguf import GGMLQuantizationType as QT
 from hearth.convert.quantize import SCHEMES, TensorInfo, parse_scheme, quantize, quantize_plan
 from hearth.engine.forward import ForwardEngine
 from hearth.engine.input import PassInput
-from hearth.plugins import load_installed_model
+from hearth.plugins.registry import load_installed_model
 from hearth.plugins.testing import (
     LLAMACPP_LOGITS,
     TinyTransformer,

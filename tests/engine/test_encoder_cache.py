@@ -63,7 +63,10 @@ def test_each_sequence_attends_to_its_own_image_and_keeps_it_for_later_passes():
     np.testing.assert_allclose(got[:2], _reference(q[:2], *a), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(got[2:], _reference(q[2:], *b), rtol=1e-5, atol=1e-6)
     assert after.tolist() == [0, 1, 1, 1, 1] and active  # row 0 is before seq 0's image
-    assert cache.stored_items == [0, 1]
+    ctx = backend.new_context()
+    batch = _batch(ctx, [0, 1, 0, 1, 2], [0, 0, 1, 1, 1], [(1, 6), (2, 4)])
+    assert [item.rows for item in cache.stored_items(batch)] == [6, 4]  # in put order
+    ctx.close()
 
     # later: seq 1 and seq 2 (which has no image) decode together
     q2 = rng.standard_normal((2, 2, 8)).astype(np.float32)

@@ -10,7 +10,7 @@ from hearth.engine.input import PassInput
 from hearth.engine.kvcache import CacheFullError
 from hearth.engine.ml.api import OutOfMemoryError
 from hearth.engine.prompt_cache import common_prefix
-from hearth.plugins import load_installed_model as load_model
+from hearth.plugins.registry import load_installed_model as load_model
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ import pytest
 
 from hearth.engine.gguf import GGUFError, GGUFFile
 from hearth.engine.model import ModelLoadError, load_model
-from hearth.plugins import default_registry
+from hearth.plugins.registry import default_registry
 
 
 def _string(s: str) -> bytes:

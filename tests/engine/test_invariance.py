@@ -175,7 +175,7 @@ def test_flash_attention_is_probed_and_a_failure_is_reported(tiny_llama_path):
     """ggml computes many query rows of flash attention in tiles and a lone row on its own
     (and splits a lone row's cells between threads past 512): where that changes a row's bits,
     a model loaded with flash attention must withdraw the claim and say why."""
-    from hearth.plugins import load_installed_model as load_model
+    from hearth.plugins.registry import load_installed_model as load_model
 
     loaded = load_model(tiny_llama_path, num_threads=2, flash_attention=True)
     try:

@@ -17,10 +17,11 @@ import pytest
 from PIL import Image
 from test_runner import collect
 
-from hearth.engine.input import Input, Multimodal, PassInput
+from hearth.engine.input import Input, Multimodal, PassInput, image_positions
 from hearth.engine.ml.api import Context, DType, OutOfMemoryError
 from hearth.engine.multimodal_store import is_placeholder
-from hearth.plugins import ArchitectureRegistry, ArchitectureSpec
+from hearth.plugins import ArchitectureSpec
+from hearth.plugins.registry import ArchitectureRegistry
 from hearth.plugins.testing import LLAMACPP_LOGITS, run_oracle
 from hearth.runner.core import RequestError, Runner, RunnerConfig
 from hearth.runner.protocol import CompletionDone, CompletionOptions, CompletionRequest
@@ -59,23 +60,6 @@ class PictureLlama(Llama):
         type(self).encodes += 1
         rows = ctx.input(DType.I32, (len(ids),), ids.astype(np.int32))
         return [Multimodal(ctx.get_rows(self.token_embd, rows), bidirectional=self.both_ways)]
-
-    def post_tokenize(self, inputs: list[Input]) -> list[Input]:
-        out: list[Input] = []
-        for inp in inputs:
-            if inp.multimodal is None:
-                out.append(inp)
-                continue
-            rows = sum(item.rows for item in inp.multimodal)
-            out.append(
-                Input(
-                    multimodal=inp.multimodal,
-                    multimodal_hash=inp.multimodal_hash,
-                    same_batch=rows - 1,
-                )
-            )
-            out.extend(Input(multimodal_hash=inp.multimodal_hash) for _ in range(rows - 1))
-        return out
 
 
 class BothWaysLlama(PictureLlama):
@@ -251,3 +235,18 @@ def test_the_largest_image_is_reserved_at_load(tiny_llama_path):
             ),
             registry=registry(PictureLlama),
         )
+
+
+def test_an_image_is_laid_out_as_its_items_declare():
+    """One position per row (`positions` 0), or `positions` for an item that comes whole;
+    each with the item's token; the items and `same_batch` on the first."""
+    rows = Multimodal(None, rows=2, token=5)
+    whole = Multimodal(None, rows=40, positions=1, token=9)
+    image = Input(multimodal=[rows, whole], multimodal_hash=77)
+    out = image_positions([Input(token=1), image, Input(token=2)])
+    assert [i.token for i in out] == [1, 5, 5, 9, 2]
+    assert [i.same_batch for i in out] == [0, 2, 0, 0, 0]
+    assert [i.multimodal_hash for i in out] == [0, 77, 77, 77, 0]
+    assert out[1].multimodal is image.multimodal and all(i.multimodal is None for i in out[2:])
+    with pytest.raises(ValueError, match="no positions"):
+        image_positions([Input(multimodal=[Multimodal(None)], multimodal_hash=3)])

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from hearth.engine.forward import ForwardEngine
-from hearth.plugins import load_installed_model as load_model
+from hearth.plugins.registry import load_installed_model as load_model
 from hearth.plugins.testing import compare
 
 from oracle import run_oracle

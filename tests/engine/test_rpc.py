@@ -13,7 +13,7 @@ from hearth.engine.forward import ForwardEngine
 from hearth.engine.input import PassInput
 from hearth.engine.ml import rpc
 from hearth.engine.ml.placement import DevicePlacement, PlacementError
-from hearth.plugins import load_installed_model as load_model
+from hearth.plugins.registry import load_installed_model as load_model
 from hearth.runner.layout_option import device_memory
 
 from tiny_models import tiny_llama, write_tiny_llama

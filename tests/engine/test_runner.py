@@ -170,7 +170,7 @@ def test_a_shift_re_ropes_the_kept_keys(tiny_llama_path):
     from hearth.engine.input import PassInput
     from hearth.engine.ml import DType
     from hearth.engine.prompt_cache import InputCache
-    from hearth.plugins import load_installed_model as load_model
+    from hearth.plugins.registry import load_installed_model as load_model
 
     loaded = load_model(tiny_llama_path, num_threads=1)
     engine = ForwardEngine(loaded, num_ctx=64, num_batch=64, parallel=2)

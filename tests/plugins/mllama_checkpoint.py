@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from hearth.convert import convert_checkpoint
-from hearth.plugins import default_converters, default_registry
+from hearth.plugins.registry import default_converters, default_registry
 from tests.convert.hf_models import write_bpe_tokenizer
 
 __all__ = ["LLAMA32_VISION_TEMPLATE", "SPECIALS", "convert_tiny", "save_tiny"]

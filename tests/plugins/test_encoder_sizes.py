@@ -1,38 +1,46 @@
-"""hearth.plugins.vision.check_encoder_sizes: the size checks of every image encoder
-(gemma3's and mllama's `VisionConfig.check`)."""
+"""hearth.plugins.EncoderConfig and check_shapes: the checks of every image encoder
+(gemma3's and mllama's `VisionConfig.check` and encoder `check`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import replace
 
 import pytest
 
-from hearth.plugins.vision import check_encoder_sizes
+from hearth.plugins import EncoderConfig, check_shapes
 
-
-@dataclass
-class Sizes:
-    image_size: int = 56
-    patch_size: int = 14
-    embedding_length: int = 32
-    head_count: int = 2
-    block_count: int = 4
+SIZES = EncoderConfig(
+    image_size=56,
+    patch_size=14,
+    embedding_length=32,
+    feed_forward_length=0,
+    block_count=4,
+    head_count=2,
+    eps=1e-6,
+)
 
 
 def test_sizes_that_fit_pass():
-    check_encoder_sizes(Sizes(), 48, 1)
+    SIZES.check_sizes(48, 1)
+    assert (SIZES.patches_per_side, SIZES.head_dim) == (4, 16)
 
 
 @pytest.mark.parametrize(
-    ("sizes", "others", "sentence"),
+    ("changes", "others", "sentence"),
     [
-        (Sizes(image_size=0), (), "the image encoder's sizes are missing from the file"),
-        (Sizes(block_count=0), (), "the image encoder's sizes are missing from the file"),
-        (Sizes(), (48, 0), "the image encoder's sizes are missing from the file"),
-        (Sizes(image_size=60), (), "the image size 60 is not a multiple of the patch size 14"),
-        (Sizes(head_count=3), (), "the image encoder's 32 dimensions do not split into 3 heads"),
+        ({"image_size": 0}, (), "the image encoder's sizes are missing from the file"),
+        ({"block_count": 0}, (), "the image encoder's sizes are missing from the file"),
+        ({}, (48, 0), "the image encoder's sizes are missing from the file"),
+        ({"image_size": 60}, (), "the image size 60 is not a multiple of the patch size 14"),
+        ({"head_count": 3}, (), "the image encoder's 32 dimensions do not split into 3 heads"),
     ],
 )
-def test_bad_sizes_are_refused_with_a_sentence(sizes, others, sentence):
+def test_bad_sizes_are_refused_with_a_sentence(changes, others, sentence):
     with pytest.raises(ValueError, match=f"^{sentence}$"):
-        check_encoder_sizes(sizes, *others)
+        replace(SIZES, **changes).check_sizes(*others)
+
+
+def test_a_weight_of_another_shape_is_named():
+    check_shapes({"patch embedding": ([14, 14, 3, 32], (14, 14, 3, 32))})
+    with pytest.raises(ValueError, match=r"^the image encoder's projector is \[8\], but its "):
+        check_shapes({"patch embedding": ((1,), [1]), "projector": ((8,), (16,))})

@@ -1,5 +1,5 @@
 """Gemma 3 vision against transformers, on a tiny random Gemma3ForConditionalGeneration
-converted by llama.cpp's own converter (hearth.plugins.testing.gemma3_vision): pixel values,
+converted by llama.cpp's own converter (hearth_gemma3.testing): pixel values,
 image features, the prompt layout, and logits with an image in the prompt."""
 
 from __future__ import annotations
@@ -10,19 +10,19 @@ import numpy as np
 import pytest
 from PIL import Image, ImageOps
 
-from hearth.engine.input import Input, Multimodal
+from hearth.engine.input import Input, image_positions
 from hearth.engine.model import ModelLoadError, load_model
 from hearth.engine.multimodal import encode_image, encode_items
-from hearth.plugins import MultimodalNotSupportedError, default_registry
-from hearth.plugins.testing.gemma3_vision import (
-    ConverterUnavailableError,
+from hearth.plugins import MultimodalNotSupportedError
+from hearth.plugins.registry import default_registry
+from hearth.plugins.testing import ConverterUnavailableError, sample_images
+from hearth_gemma3.image import preprocess
+from hearth_gemma3.testing import (
     build_tiny_gemma3_vision,
     reference,
     reference_image_features,
     reference_pixel_values,
-    sample_images,
 )
-from hearth_gemma3.image import preprocess
 
 pytestmark = pytest.mark.slow
 
@@ -123,19 +123,20 @@ PROMPTS = [
 @pytest.mark.parametrize("prompt", PROMPTS)
 def test_prompt_layout_equals_the_processors(ref, files, loaded, prompt):
     """The runner writes `image_text` around each image and tokenizes it with the text;
-    post_tokenize lays the image out. The result is Gemma3Processor's input_ids (the image
-    positions being its <image_soft_token>s)."""
+    post_tokenize and the core lay the image out as encode_multimodal's item declares. The
+    result is Gemma3Processor's input_ids (the image positions being its
+    <image_soft_token>s)."""
     _, processor = ref
     before, after = type(loaded.model).image_text
     tok = loaded.tokenizer
     parts = prompt.split("<start_of_image>")
+    items = [item for item, _ in encode_items(loaded, IMAGES["tiny"])]
     inputs = [Input(token=t) for t in tok.encode(parts[0] + (before if len(parts) > 1 else ""))]
     for k, text in enumerate(parts[1:]):
-        item = Multimodal(None, None, bidirectional=True, rows=16)
-        inputs.append(Input(multimodal=[item], multimodal_hash=100 + k))
+        inputs.append(Input(multimodal=items, multimodal_hash=100 + k))
         tail = after + text + (before if k + 2 < len(parts) else "")
         inputs.extend(Input(token=t) for t in tok.encode(tail, add_special=False))
-    out = loaded.model.post_tokenize(inputs)
+    out = image_positions(loaded.model.post_tokenize(inputs))
     pictures = [Image.open(io.BytesIO(IMAGES["tiny"]))] * (len(parts) - 1)
     want = processor(text=prompt, images=pictures or None)
     assert [i.token for i in out] == want["input_ids"][0]

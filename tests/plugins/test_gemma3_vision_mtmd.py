@@ -30,14 +30,11 @@ from hearth.engine.forward import ForwardEngine
 from hearth.engine.input import PassInput
 from hearth.engine.model import load_model
 from hearth.engine.multimodal import encode_image
-from hearth.plugins import default_registry
-from hearth.plugins.testing import run_oracle
-from hearth.plugins.testing.gemma3_vision import (
-    ConverterUnavailableError,
-    build_tiny_gemma3_vision,
-)
+from hearth.plugins.registry import default_registry
+from hearth.plugins.testing import ConverterUnavailableError, run_oracle
 from hearth.plugins.testing.llamacpp_mtmd import LLAMACPP_MTMD, libmtmd_missing
 from hearth.plugins.testing.parity import greedy
+from hearth_gemma3.testing import build_tiny_gemma3_vision
 
 pytestmark = pytest.mark.slow
 

@@ -14,14 +14,15 @@ import pytest
 from PIL import Image
 
 from hearth.engine.gguf import GGUFError, GGUFFile, Metadata
-from hearth.engine.input import Input, Multimodal
-from hearth.engine.ml import DType, full_attention, gelu_tanh, layer_norm, nn
+from hearth.engine.input import Input, Multimodal, image_positions
+from hearth.engine.ml import full_attention, gelu_tanh, layer_norm, nn
 from hearth.engine.ml.ggml import GGMLBackend
 from hearth.engine.ml.reference import NumpyBackend
 from hearth.engine.ml.weights import MissingTensorError, WeightStore
 from hearth.engine.model import ModelLoadError, load_model
-from hearth.plugins import default_registry
-from hearth_gemma3.image import MAX_PIXELS, decode, preprocess
+from hearth.plugins.images import MAX_PIXELS, decode
+from hearth.plugins.registry import default_registry
+from hearth_gemma3.image import preprocess
 from hearth_gemma3.model import ImageTokens, Model
 from hearth_gemma3.vision import VisionConfig
 
@@ -392,20 +393,20 @@ def test_huge_pictures_are_refused_before_decoding():
 IDS = ImageTokens(start=7, end=8, soft=400, newlines=10)
 
 
-def _post_tokenize(inputs, ids=IDS):
+def _layout(inputs, ids=IDS):
+    """post_tokenize, then the core's layout of the images (`image_positions`)."""
     fake = SimpleNamespace(config=SimpleNamespace(image_tokens=ids))
-    return Model.post_tokenize(fake, inputs)  # type: ignore[arg-type]
+    return image_positions(Model.post_tokenize(fake, inputs))  # type: ignore[arg-type]
 
 
-def _image(rows=4, h=1234):
-    return Input(
-        multimodal=[Multimodal(None, None, bidirectional=True, rows=rows)], multimodal_hash=h
-    )
+def _image(rows=4, h=1234, soft=400):
+    item = Multimodal(None, None, bidirectional=True, rows=rows, token=soft)
+    return Input(multimodal=[item], multimodal_hash=h)
 
 
-def test_post_tokenize_expands_an_image_between_its_markers():
+def test_an_image_is_laid_out_between_its_markers():
     inputs = [Input(token=2), Input(token=10), Input(token=7), _image(), Input(token=8), Input(10)]
-    out = _post_tokenize(inputs)
+    out = _layout(inputs)
     assert [i.token for i in out] == [2, 10, 7, 400, 400, 400, 400, 8, 10]
     first, rest = out[3], out[4:7]
     assert first.multimodal is inputs[3].multimodal and first.multimodal_hash == 1234
@@ -416,22 +417,11 @@ def test_post_tokenize_expands_an_image_between_its_markers():
 
 
 def test_post_tokenize_adds_missing_markers_as_gemma3processor_would():
-    out = _post_tokenize([Input(token=2), _image(rows=2, h=5), Input(token=99)])
+    out = _layout([Input(token=2), _image(rows=2, h=5), Input(token=99)])
     assert [i.token for i in out] == [2, 10, 7, 400, 400, 8, 10, 99]
-    out = _post_tokenize([_image(rows=1, h=5), _image(rows=1, h=6)])
+    out = _layout([_image(rows=1, h=5), _image(rows=1, h=6)])
     assert [i.token for i in out] == [10, 7, 400, 8, 10, 10, 7, 400, 8, 10]
     assert [i.multimodal_hash for i in out] == [0, 0, 5, 0, 0, 0, 0, 6, 0, 0]
     no_soft = ImageTokens(start=7, end=8, soft=-1, newlines=-1)
-    out = _post_tokenize([_image(rows=2)], no_soft)
+    out = _layout([_image(rows=2, soft=0)], no_soft)
     assert [i.token for i in out] == [7, 0, 0, 8]
-
-
-def test_post_tokenize_takes_rows_from_the_tensor_when_unset(backend):
-    ctx = backend.new_context()
-    try:
-        t = ctx.input(DType.F32, (64, 3))
-        item = Input(multimodal=[Multimodal(t)], multimodal_hash=9)
-        out = _post_tokenize([Input(token=7), item, Input(token=8)])
-        assert [i.token for i in out] == [7, 400, 400, 400, 8]
-    finally:
-        ctx.close()

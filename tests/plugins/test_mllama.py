@@ -36,7 +36,7 @@ from hearth.engine.forward import ForwardEngine
 from hearth.engine.input import PassInput
 from hearth.engine.ml.api import DType
 from hearth.engine.model import load_model
-from hearth.plugins import default_registry
+from hearth.plugins.registry import default_registry
 from hearth.plugins.testing.parity import greedy
 from hearth_mllama.testing import (
     TinyMllamaVision,

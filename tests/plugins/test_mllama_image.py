@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from PIL import Image, ImageOps
 
-from hearth.plugins.testing.gemma3_vision import sample_images
+from hearth.plugins.testing import sample_images
 from hearth_mllama.image import CLIP_MEAN, CLIP_STD, preprocess, supported_aspect_ratios
 
 SIZE, TILES = 56, 4

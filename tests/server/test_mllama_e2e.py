@@ -23,7 +23,7 @@ import pytest
 from PIL import Image
 
 from hearth.convert import convert_checkpoint
-from hearth.plugins import default_converters, default_registry
+from hearth.plugins.registry import default_converters, default_registry
 from hearth.runner.core import Runner, RunnerConfig
 from hearth.server.api.schemas import ChatMessage
 from hearth.server.prompting.prompts import conversation, render

@@ -37,7 +37,7 @@ import pytest
 
 from hearth.convert import convert_checkpoint
 from hearth.engine.model import ModelLoadError, load_model
-from hearth.plugins import default_converters, default_registry
+from hearth.plugins.registry import default_converters, default_registry
 from hearth_mllama.testing import (
     TinyMllamaVision,
     random_png,

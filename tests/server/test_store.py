@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from hearth.plugins import default_registry
+from hearth.plugins.registry import default_registry
 from hearth.server.store.importer import import_ollama
 from hearth.server.store.model_store import BlobError, BlobWriter, ModelNotFound, ModelStore
 from hearth.server.store.names import InvalidName, ModelName

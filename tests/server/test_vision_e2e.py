@@ -31,12 +31,7 @@ from hearth.cli.http_client import HearthClient
 from hearth.cli.terminal_chat import projector_beside, resolve_model
 from hearth.engine.gguf import GGUFFile
 from hearth.engine.ml.api import OutOfMemoryError
-from hearth.plugins.testing.gemma3_vision import (
-    ConverterUnavailableError,
-    Gemma3VisionFiles,
-    build_tiny_gemma3_vision,
-    sample_images,
-)
+from hearth.plugins.testing import ConverterUnavailableError, sample_images
 from hearth.runner.core import Runner, RunnerConfig
 from hearth.runner.protocol import (
     CompletionDone,
@@ -47,6 +42,7 @@ from hearth.runner.protocol import (
     to_wire,
 )
 from hearth.server.scheduling.runner_process import RunnerProcess, RunnerStartError
+from hearth_gemma3.testing import Gemma3VisionFiles, build_tiny_gemma3_vision
 
 from .fakes import LiveServer, start_server, stop_server
 

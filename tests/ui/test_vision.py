@@ -19,11 +19,8 @@ from PySide6.QtGui import QImage
 from PySide6.QtWidgets import QApplication
 
 from hearth.history.records import DONE, ERROR
-from hearth.plugins.testing.gemma3_vision import (
-    ConverterUnavailableError,
-    build_tiny_gemma3_vision,
-    sample_images,
-)
+from hearth.plugins.testing import ConverterUnavailableError, sample_images
+from hearth_gemma3.testing import build_tiny_gemma3_vision
 
 from conftest import drop_file, service_api
 

@@ -9,7 +9,8 @@ How a pass uses it:
 
 * `prepare` reads the batch's whole multimodal items (`Multimodal.positions` > 0, at the row
   of the image's position): the last one of each sequence is that sequence's new image;
-  `stored_items` lists their indices in `batch.multimodal`, in batch order.
+  `stored_items(batch)` lists those items of the batch `forward` builds with (whose
+  `tensor` is the image's encoded states), in batch order.
 * Per cross-attention layer the model computes the K/V of each stored item and calls `put`
   once per item, in that order; `get` returns one view per run of a sequence's rows: its
   image's K/V without a mask, or, for a sequence without an image, one zero key and value
@@ -33,7 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..input import Batch, sequence_runs
+from ..input import Batch, Multimodal, sequence_runs
 from ..ml.api import Backend, CacheConfig, Context, DType, Tensor
 from ..ml.nn import KVView
 from .base import MAX_POS, Cache
@@ -68,7 +69,7 @@ class Encoder(Cache):
         self._key = f"enc{id(self):x}."  # names this cache's graph inputs
         self._runs: list[_Run] = []
         self._incoming: list[int] = []  # sequences given an image in this pass, batch order
-        self._stored: list[int] = []  # their items' indices in batch.multimodal
+        self._stored: list[tuple[int, int]] = []  # their items' places in batch.multimodal
         self._puts: dict[int, int] = {}  # layer -> puts so far in this graph
         self._after = np.zeros(0, np.float32)
         self._reserve = False
@@ -95,15 +96,15 @@ class Encoder(Cache):
         seqs = batch.sequences
         positions = batch.positions_host
         self._reserve = reserve
-        incoming: dict[int, tuple[int, _Image]] = {}  # seq -> (item index, image)
+        incoming: dict[int, tuple[tuple[int, int], _Image]] = {}  # seq -> (place, image)
         for j, (row, items) in enumerate(batch.multimodal):
-            for item in items:
+            for k, item in enumerate(items):
                 if item.positions:
                     seq = 0 if reserve else int(seqs[row])
-                    incoming[seq] = (j, _Image(item.rows, int(positions[row])))
+                    incoming[seq] = ((j, k), _Image(item.rows, int(positions[row])))
         order = sorted(incoming.items(), key=lambda kv: kv[1][0])
         self._incoming = [seq for seq, _ in order]
-        self._stored = [j for _, (j, _) in order]
+        self._stored = [place for _, (place, _) in order]
         images = dict(self._images)
         images.update({seq: image for seq, (_, image) in incoming.items()})
         if not reserve:
@@ -124,11 +125,11 @@ class Encoder(Cache):
         (a pass that brings an image always is: the image's own row)."""
         return bool(self._after.any())
 
-    @property
-    def stored_items(self) -> list[int]:
-        """After prepare(): indices into `batch.multimodal` of the items whose K/V `put`
-        stores, in the order the model must put them."""
-        return list(self._stored)
+    def stored_items(self, batch: Batch) -> list[Multimodal]:
+        """After prepare(): the items of `batch` (the batch `forward` builds with) whose K/V
+        `put` stores, in the order the model must put them; each one's `tensor` is the
+        image's encoded states `[embd, rows]`."""
+        return [batch.multimodal[j][1][k] for j, k in self._stored]
 
     def signature(self) -> tuple[int, ...]:
         runs = tuple(

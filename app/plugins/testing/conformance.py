@@ -121,7 +121,7 @@ def run_conformance(
     model: a GGUF path, a `TinyTransformer` to write, or a function that writes the file at
         the path it is given. Written files go to `tmp_dir`, as do llama.cpp's results.
     registry: where the architecture is looked up; by default the built-in and installed
-        plugins (`hearth.plugins.default_registry()`).
+        plugins (`hearth.plugins.registry.default_registry()`).
     llama_cpp: True requires parity with llama.cpp, False skips it, None runs it when
         llama-cpp-python is installed and knows the architecture.
     """

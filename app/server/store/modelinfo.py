@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 
+from ...engine.architecture import Architecture, Architectures
 from ...engine.gguf import GGUFFile, Metadata
 from ...engine.kvcache.types import KVCacheType
-from ...plugins import Architecture, Architectures
 from .engines import llamacpp_installed
 
 __all__ = ["ModelInfo", "ModelInfoCache", "capabilities", "human_number", "quantization_name"]

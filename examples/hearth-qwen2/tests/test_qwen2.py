@@ -8,8 +8,8 @@ from dataclasses import replace
 
 import pytest
 
-from hearth.plugins import Metadata, default_registry
-from hearth.plugins.testing import TinyTransformer, run_conformance
+from hearth.plugins import Metadata
+from hearth.plugins.testing import TinyTransformer, default_registry, run_conformance
 from hearth_qwen2 import Config
 
 TINY_QWEN2 = TinyTransformer("qwen2", rope_base=1_000_000.0, rms_eps=1e-6, qkv_bias=True)

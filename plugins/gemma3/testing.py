@@ -40,37 +40,29 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import shutil
-import subprocess
-import sys
-import tarfile
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ... import env as hearth_env
+from hearth.plugins.testing import (
+    LLAMACPP_VERSION,
+    llamacpp_converter,
+    run_llamacpp_converter,
+)
 
 __all__ = [
-    "LLAMACPP_VERSION",
-    "ConverterUnavailableError",
     "Gemma3VisionFiles",
     "TinyGemma3Vision",
     "build_tiny_gemma3_vision",
-    "llamacpp_converter",
     "reference",
     "reference_image_features",
     "reference_pixel_values",
-    "sample_images",
     "write_ollama_gemma3",
 ]
 
-LLAMACPP_VERSION = "0.3.36"  # llama-cpp-python, whose sdist carries llama.cpp's converter
-_SDIST_ROOT = f"llama_cpp_python-{LLAMACPP_VERSION}/vendor/llama.cpp/"
-_CONVERTER_PARTS = ("convert_hf_to_gguf.py", "conversion/", "gguf-py/", "LICENSE")
 
 _CONTROL = (
     "<pad>",
@@ -131,10 +123,6 @@ CHAT_TEMPLATE = """{{ bos_token }}
 """
 
 
-class ConverterUnavailableError(RuntimeError):
-    """llama.cpp's converter could not be fetched (no network, no pip)."""
-
-
 @dataclass(frozen=True)
 class TinyGemma3Vision:
     """Sizes and seed of the tiny model (see the module docstring)."""
@@ -187,81 +175,6 @@ class Gemma3VisionFiles:
         return self.spec.ids[_IMAGE_TOKEN]
 
 
-# -- the converter --------------------------------------------------------------------------
-
-
-def llamacpp_converter(cache: Path | None = None) -> Path:
-    """The folder holding llama.cpp's `convert_hf_to_gguf.py`, `conversion/` and `gguf-py/`
-    (from llama-cpp-python's sdist, `LLAMACPP_VERSION`). Fetched with pip the first time and
-    kept in `cache` (default: `$HEARTH_LLAMACPP_CONVERT`, else `llama.cpp-convert/` in the
-    Python environment's prefix, i.e. `.venv/`). Raises ConverterUnavailableError when pip
-    cannot fetch it."""
-    env = hearth_env.text("HEARTH_LLAMACPP_CONVERT") or None
-    root = cache or (Path(env) if env else Path(sys.prefix) / "llama.cpp-convert")
-    if _converter_complete(root):
-        return root
-    root.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=".llama.cpp-convert-", dir=root.parent))
-    try:
-        spec = f"llama-cpp-python=={LLAMACPP_VERSION}"
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:"]
-        proc = subprocess.run(
-            [*cmd, spec, "-d", str(work / "sdist"), "--quiet"], capture_output=True, text=True
-        )
-        archives = sorted((work / "sdist").glob("*.tar.gz"))
-        if proc.returncode != 0 or not archives:
-            raise ConverterUnavailableError(
-                f"pip could not download the {spec} source distribution, which carries "
-                f"llama.cpp's converter: {(proc.stderr or proc.stdout).strip()[-500:]}"
-            )
-        out = work / "out"
-        with tarfile.open(archives[0]) as tar:
-            members = []
-            for m in tar.getmembers():
-                if not m.name.startswith(_SDIST_ROOT) or not (m.isfile() or m.isdir()):
-                    continue
-                rel = m.name[len(_SDIST_ROOT) :]
-                if any(
-                    rel == p or (p.endswith("/") and rel.startswith(p)) for p in _CONVERTER_PARTS
-                ):
-                    m.name = rel
-                    members.append(m)
-            tar.extractall(out, members=members, filter="data")
-        if not _converter_complete(out):
-            raise ConverterUnavailableError(f"{archives[0].name} lacks llama.cpp's converter")
-        try:
-            out.rename(root)
-        except OSError:  # another process got there first
-            if not _converter_complete(root):
-                raise
-        return root
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-
-
-def _converter_complete(root: Path) -> bool:
-    return (
-        (root / "convert_hf_to_gguf.py").is_file()
-        and (root / "conversion" / "__init__.py").is_file()
-        and (root / "gguf-py" / "gguf" / "__init__.py").is_file()
-    )
-
-
-def _convert(converter: Path, hf_dir: Path, out: Path, mmproj: bool) -> None:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(
-        [str(converter / "gguf-py"), *filter(None, [env.get("PYTHONPATH")])]
-    )
-    args = [sys.executable, str(converter / "convert_hf_to_gguf.py"), str(hf_dir)]
-    args += ["--outfile", str(out), "--outtype", "f32", *(["--mmproj"] if mmproj else [])]
-    proc = subprocess.run(args, capture_output=True, text=True, env=env)
-    if proc.returncode != 0 or not out.is_file():
-        raise RuntimeError(
-            f"convert_hf_to_gguf.py{' --mmproj' if mmproj else ''} failed:\n"
-            + (proc.stderr or proc.stdout)[-3000:]
-        )
-
-
 # -- the checkpoint -------------------------------------------------------------------------
 
 
@@ -289,8 +202,8 @@ def build_tiny_gemma3_vision(
     files.hf_dir.mkdir(parents=True)
     _write_tokenizer(files.hf_dir, spec)
     _write_checkpoint(files.hf_dir, spec)
-    _convert(convert, files.hf_dir, files.text, mmproj=False)
-    _convert(convert, files.hf_dir, files.mmproj, mmproj=True)
+    run_llamacpp_converter(convert, files.hf_dir, files.text, mmproj=False)
+    run_llamacpp_converter(convert, files.hf_dir, files.mmproj, mmproj=True)
     write_ollama_gemma3(files.text, files.mmproj, files.ollama, spec.tokens_per_image)
     done.write_text(stamp)
     return files
@@ -568,39 +481,3 @@ def reference_image_features(model: Any, processor: Any, data: bytes) -> np.ndar
     with torch.no_grad():
         out = model.get_image_features(pixel_values=pixels)
     return np.asarray(out.pooler_output[0].float().numpy(), dtype=np.float32)
-
-
-def sample_images(seed: int = 0) -> dict[str, bytes]:
-    """Test pictures as file bytes: "normal" (160x120 PNG), "tall" (36x300 PNG), "tiny" (8x6
-    PNG), "jpeg" (200x150), "rgba" (with transparency), "palette", "grey", "animated" (a
-    two-frame GIF) and "exif" (a JPEG whose EXIF orientation says rotate)."""
-    from PIL import Image
-
-    rng = np.random.default_rng(seed)
-
-    def picture(w: int, h: int) -> np.ndarray:
-        y, x = np.mgrid[0:h, 0:w]
-        base = np.stack([x * 255 / max(w - 1, 1), y * 255 / max(h - 1, 1), (x + y) % 256], -1)
-        noisy = base + rng.normal(0, 20, (h, w, 3))
-        return np.clip(noisy, 0, 255).astype(np.uint8)
-
-    def save(img: Image.Image, fmt: str, **kw: Any) -> bytes:
-        buf = io.BytesIO()
-        img.save(buf, format=fmt, **kw)
-        return buf.getvalue()
-
-    rgba = np.dstack([picture(50, 40), rng.integers(0, 256, (40, 50), dtype=np.uint8)])
-    frames = [Image.fromarray(picture(30, 20)), Image.fromarray(picture(30, 20)[::-1])]
-    exif = Image.Exif()
-    exif[0x0112] = 6  # orientation: rotate 90 degrees clockwise to display
-    return {
-        "normal": save(Image.fromarray(picture(160, 120)), "PNG"),
-        "tall": save(Image.fromarray(picture(36, 300)), "PNG"),
-        "tiny": save(Image.fromarray(picture(8, 6)), "PNG"),
-        "jpeg": save(Image.fromarray(picture(200, 150)), "JPEG", quality=90),
-        "rgba": save(Image.fromarray(rgba, "RGBA"), "PNG"),
-        "palette": save(Image.fromarray(picture(40, 30)).convert("P"), "PNG"),
-        "grey": save(Image.fromarray(picture(40, 30)).convert("L"), "PNG"),
-        "animated": save(frames[0], "GIF", save_all=True, append_images=frames[1:]),
-        "exif": save(Image.fromarray(picture(60, 20)), "JPEG", exif=exif),
-    }
