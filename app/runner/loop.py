@@ -315,14 +315,19 @@ class BatchLoop:
             elif want >= 2:
                 # Prompt rows go in runs of two or more: ggml computes a lone row with other
                 # kernels, which would make the numbers depend on how the prompt was split.
+                # With the whole batch (used == 0) and still no run of two (num_batch 1 or 2)
+                # the rows go as they fit: waiting would wait for ever.
+                fits = take
                 if want - take == 1:
                     take = group_start(seq.pending_marks, take - 1)
                 if take < 2:
                     if group_start(seq.pending_marks, self.num_batch) == 0:  # can never fit
                         self._end(seq, error=self._unbatchable(seq))
                         continue
-                    left_out = left_out or seq
-                    continue
+                    if used:  # others took part of the batch: this one goes first next step
+                        left_out = left_out or seq
+                        continue
+                    take = fits
             if take <= 0:
                 continue
             items = [0] if placeholder else seq.pending[:take]
