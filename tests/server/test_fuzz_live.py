@@ -34,7 +34,7 @@ from .fuzzing import fuzz
 
 pytestmark = pytest.mark.slow  # ~2 minutes: hundreds of generated requests on a real runner
 
-EXAMPLES = 12
+EXAMPLES = 25
 MODEL = "tiny:latest"
 REPLY_TOKENS = 16
 BOUND_S = 60.0  # the longest any one request may take (a busy 2-core machine, model loads)
