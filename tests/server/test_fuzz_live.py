@@ -3,13 +3,13 @@ llama, the real device probe, online pulls. No generated request may get a 5xx, 
 or 503 that names an upstream it could not reach, and none may take longer than `BOUND_S`.
 
 Pulls must not reach the internet: every outside address (the Ollama registry, any fuzzed
-registry host, Hugging Face through `HF_ENDPOINT`) leads to a loopback port bound but not
-listening, so each pull fails at once with the 502 naming what it could not reach. The
-service's own runner, also on loopback, is reached directly (`NO_PROXY`).
+registry host: the service's proxy settings; Hugging Face: `HF_ENDPOINT`) leads to a loopback
+port bound but not listening, so each pull fails at once with the 502 naming what it could not
+reach. The service's own runner, also on loopback, is reached directly (`NO_PROXY`).
 
 Replies are kept short, so the time bound measures the service and not how long the tiny model
 takes to write 10 x num_ctx tokens (what an unbounded request may ask for): the model's
-parameters cap replies at `REPLY_TOKENS` (as the built-in model's cap them at 384), and a
+parameters cap replies at `REPLY_TOKENS` (as the built-in model's parameters cap them at 384), and a
 generated `num_predict` or `max_tokens` past it is lowered to it. test_fuzz.py fuzzes those.
 """
 
@@ -32,7 +32,7 @@ from hearth.server.store.model_store import ModelStore
 from .fakes import LiveServer, add_model, start_server, stop_server
 from .fuzzing import fuzz
 
-pytestmark = pytest.mark.slow  # ~2 minutes: hundreds of generated requests on a real runner
+pytestmark = pytest.mark.slow  # 1-3 minutes: ~400 generated requests on a real runner
 
 EXAMPLES = 25
 MODEL = "tiny:latest"
@@ -95,9 +95,9 @@ def live(
 
 def test_no_server_errors_and_no_hangs_on_a_live_service(live, tiny_llama_path):
     server, store = live
-    schema = schemathesis.openapi.from_url(server.url + "/openapi.json")
     session = requests.Session()
     session.trust_env = False  # this process's proxy settings are not the service's
+    schema = schemathesis.openapi.from_dict(session.get(server.url + "/openapi.json").json())
     statuses: collections.Counter[int | str] = collections.Counter()
     failures: list[str] = []
     started = time.monotonic()
