@@ -304,13 +304,18 @@ class BatchLoop:
         if want >= 2:
             # Prompt rows go in runs of two or more: ggml computes a lone row with other
             # kernels, which would make the numbers depend on how the prompt was split.
+            # With the whole batch (room == num_batch) and still no run of two (num_batch 1,
+            # or 2 on an odd prompt) the rows go as they fit: waiting would wait for ever.
+            fits = take
             if want - take == 1:
                 take = pending.group_start(take - 1)
             if take < 2:
                 if pending.group_start(self.num_batch) == 0:  # can never fit
                     self._end(feed, error=self._unbatchable(feed))
                     return 0
-                return None
+                if room < self.num_batch:  # others took part: this one goes first next pass
+                    return None
+                take = fits
         return take
 
     def _state_cut(self, feed: InputFeed, take: int) -> int:

@@ -130,6 +130,24 @@ def test_a_long_prompt_does_not_starve_a_short_one(llama):
     assert llama.loop.max_batch_seen <= llama.loop.num_batch  # shared between the two
 
 
+@pytest.mark.parametrize("num_batch", [1, 2])
+def test_a_batch_too_small_for_runs_of_two_still_takes_the_prompt(tiny_llama_path, num_batch):
+    """Prompt rows go in runs of two, but not when the batch holds fewer than a run: the live
+    fuzz run's num_batch 1 spun the loop for ever (num_batch 2: on an odd prompt)."""
+    config = RunnerConfig(str(tiny_llama_path), num_ctx=64, parallel=1, num_batch=num_batch)
+    runner = Runner(config)
+    try:
+        seq = runner.completion(
+            CompletionRequest(tokens=[1, 5, 6, 7, 8], options=greedy(num_predict=2))
+        )
+        events = []
+        while (event := seq.events.get(timeout=60)) is not None:
+            events.append(event)
+        assert events[-1]["done"] and events[-1]["eval_count"] == 2
+    finally:
+        runner.close()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("which", ["gemma", "llama"])
 def test_a_second_turn_evaluates_only_the_new_tokens(which, request):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import os
 from dataclasses import replace
 
 from PIL import Image
@@ -59,6 +60,15 @@ def test_chat_non_streamed_and_options_reach_the_runner(fake_service):
     assert out["done_reason"] == "length" and out["eval_count"] == 3
     req = fake_service.launcher.started[0].requests[0]
     assert req.options.temperature == 0 and req.options.stop == ["x"]
+
+
+def test_num_thread_past_the_cpus_is_one_per_cpu(fake_service):
+    """num_thread 1000 started 1000 busily waiting threads on 2 CPUs (the live fuzz run)."""
+    cpus = os.cpu_count() or 1
+    for asked, got in ((1000, cpus), (1, 1)):
+        body = {"model": "tiny", "prompt": "hi", "stream": False, "options": {"num_thread": asked}}
+        assert fake_service.client.post("/api/generate", json=body).status_code == 200
+        assert fake_service.launcher.started[-1].options.threads == got
 
 
 def test_logprobs_and_structured_output(fake_service):

@@ -1,6 +1,7 @@
 """schemathesis against the service's own OpenAPI spec: no generated request may get a 5xx
 or hang. The service runs in-process on fake runners (so a fuzzed `num_predict` costs nothing)
 with the example model name registered, so valid-looking requests reach the generation code.
+test_fuzz_live.py runs the same fuzz against a real `hearth serve` with a real runner.
 """
 
 from __future__ import annotations
@@ -9,12 +10,12 @@ import time
 
 import pytest
 import schemathesis
-from hypothesis import HealthCheck, given, settings
 
 from hearth.server.app import create_app
 from hearth.server.config import ServerConfig
 
 from .fakes import FakeLauncher, add_model
+from .fuzzing import fuzz
 
 pytestmark = pytest.mark.slow  # ~20 s: hundreds of generated requests
 
@@ -42,40 +43,24 @@ def _make_app(tmp_path_factory):
     return app
 
 
-def _real_model(case: schemathesis.Case) -> schemathesis.Case:
-    """Most generated names are invalid or unknown: use the real one in two cases of three, so
-    fuzzed options, messages and formats reach the generation code."""
-    body = case.body
-    if isinstance(body, dict) and "model" in body and len(str(body["model"])) % 3:
-        body["model"] = MODEL
-    return case
-
-
 def test_no_server_errors_and_no_hangs(app, tiny_llama_path):
     store = app.state.service.store
     schema = schemathesis.openapi.from_dict(app.openapi())
     failures: list[str] = []
-    operations = [result.ok() for result in schema.get_all_operations()]
-    assert len(operations) >= 20
 
-    for operation in operations:
+    def check(case: schemathesis.Case) -> None:
+        try:
+            store.resolve(MODEL)
+        except LookupError:  # a fuzzed DELETE removed it
+            add_model(store, MODEL, tiny_llama_path)
+        start = time.monotonic()
+        response = case.call(app=app, base_url="http://127.0.0.1")
+        took = time.monotonic() - start
+        if response.status_code >= 500 or took > 10:
+            failures.append(
+                f"{case.method} {case.formatted_path} {case.body!r:.300} -> "
+                f"{response.status_code} in {took:.1f}s: {response.text[:300]}"
+            )
 
-        @given(case=operation.as_strategy().map(_real_model))
-        @settings(max_examples=EXAMPLES, deadline=None, database=None,
-                  suppress_health_check=list(HealthCheck))  # fmt: skip
-        def check(case: schemathesis.Case) -> None:
-            try:
-                store.resolve(MODEL)
-            except LookupError:  # a fuzzed DELETE removed it
-                add_model(store, MODEL, tiny_llama_path)
-            start = time.monotonic()
-            response = case.call(app=app, base_url="http://127.0.0.1")
-            took = time.monotonic() - start
-            if response.status_code >= 500 or took > 10:
-                failures.append(
-                    f"{case.method} {case.formatted_path} {case.body!r:.300} -> "
-                    f"{response.status_code} in {took:.1f}s: {response.text[:300]}"
-                )
-
-        check()
+    assert fuzz(schema, EXAMPLES, MODEL, check) >= 20
     assert not failures, "\n".join(failures[:10])

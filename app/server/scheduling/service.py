@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
@@ -204,7 +205,9 @@ class Service:
             num_ctx=num_ctx,
             parallel=self.config.num_parallel or 1,  # automatic: 1 here, see spec()
             num_batch=min(int(merged.get("num_batch") or 512), num_ctx),
-            threads=merged.get("num_thread") or None,
+            # More threads than CPUs only wait busily on each other (num_thread 1000 took the
+            # machine): at most one per logical CPU.
+            threads=min(int(merged.get("num_thread") or 0), os.cpu_count() or 1) or None,
             flash_attention=flash,
             # quantized K/V needs flash attention
             kv_type=KVCacheType(self.config.kv_cache_type) if flash else KVCacheType.F16,
