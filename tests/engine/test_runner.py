@@ -140,10 +140,8 @@ def test_a_batch_too_small_for_runs_of_two_still_takes_the_prompt(tiny_llama_pat
         seq = runner.completion(
             CompletionRequest(tokens=[1, 5, 6, 7, 8], options=greedy(num_predict=2))
         )
-        events = []
-        while (event := seq.events.get(timeout=60)) is not None:
-            events.append(event)
-        assert events[-1]["done"] and events[-1]["eval_count"] == 2
+        _, done = collect(seq)
+        assert done.eval_count == 2
     finally:
         runner.close()
 
