@@ -10,7 +10,7 @@
 #                the GPU runs the code CI tests); the rest comes from the image (numpy, pillow...).
 # .gpu/cuda/     ggml-python and llama-cpp-python built with CUDA (bench/gpu/build-cuda.sh).
 # .gpu/vision/   a tiny random Gemma 3 with its vision tower (transformers + llama.cpp's own
-#                converter, hearth.plugins.testing.gemma3_vision) in Ollama's one-file layout,
+#                converter, hearth_gemma3.testing) in Ollama's one-file layout,
 #                and an image to ask about.
 # .gpu/model-N/  the default model (Gemma 3 270M Q4_K_M, 253 MB) in pieces of 50 MiB:
 #                it cannot travel in one call, so each piece goes with a call of its own
@@ -36,7 +36,8 @@ rm -f .gpu/wheels/*.whl
 import shutil
 from pathlib import Path
 
-from hearth.plugins.testing.gemma3_vision import build_tiny_gemma3_vision, sample_images
+from hearth.plugins.testing import sample_images
+from hearth_gemma3.testing import build_tiny_gemma3_vision
 
 work = Path(".gpu/build/gemma3v")
 files = build_tiny_gemma3_vision(work)
