@@ -119,6 +119,24 @@ def test_server_uses_only_the_runners_wire_protocol():
     assert used <= {"hearth.runner.protocol"}
 
 
+def test_the_layers_below_the_routes_never_import_them():
+    """The service's operations speak the domain (server/errors.py, server/request_types.py);
+    only the routes (server/api/) know HTTP, and app.py assembles them."""
+    below = [
+        path
+        for path in (APP / "server").rglob("*.py")
+        if path.relative_to(APP / "server").parts[0] not in ("api", "app.py")
+    ]
+    assert below, "no modules found below the routes"
+    reaching_up = {
+        (path.relative_to(APP).as_posix(), module)
+        for path in below
+        for module in _imports(path)
+        if module == "hearth.server.api" or module.startswith("hearth.server.api.")
+    }
+    assert reaching_up == set()
+
+
 def test_the_check_sees_relative_and_function_level_imports(tmp_path, monkeypatch):
     fake = tmp_path / "app"
     (fake / "ui").mkdir(parents=True)

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from hearth.server.api.schemas import ChatMessage
 from hearth.server.config import FOREVER, ConfigError, ServerConfig, parse_duration, parse_host
 from hearth.server.prompting.outputs import OutputParser, parse_tool_calls
 from hearth.server.prompting.prompts import FALLBACK_TEMPLATE, check_template, conversation, render
 from hearth.server.prompting.templates import TemplateError
+from hearth.server.request_types import ChatMessage
 
 
 @pytest.mark.parametrize(

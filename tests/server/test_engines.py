@@ -11,8 +11,8 @@ import pytest
 from pydantic import ValidationError
 
 from hearth.cli.modelfile import parse_modelfile
-from hearth.server.api.schemas import Options
 from hearth.server.config import ConfigError, ServerConfig
+from hearth.server.request_types import Options
 from hearth.server.store import engines
 from hearth.server.store.engines import (
     EngineChoice,

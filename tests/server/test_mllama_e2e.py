@@ -25,8 +25,8 @@ from PIL import Image
 from hearth.convert import convert_checkpoint
 from hearth.plugins.registry import default_converters, default_registry
 from hearth.runner.core import Runner, RunnerConfig
-from hearth.server.api.schemas import ChatMessage
 from hearth.server.prompting.prompts import conversation, render
+from hearth.server.request_types import ChatMessage
 from hearth_mllama.image import CLIP_MEAN, CLIP_STD
 from hearth_mllama.testing import (
     TinyMllamaVision,

@@ -23,7 +23,7 @@ from hearth.runner.protocol import (
     from_wire,
     to_wire,
 )
-from hearth.server.api.schemas import RUNTIME_OPTIONS, Options
+from hearth.server.request_types import RUNTIME_OPTIONS, Options
 from hearth.server.scheduling.runner_process import RunnerError, RunnerProcess
 from hearth.server.scheduling.service import completion_options
 

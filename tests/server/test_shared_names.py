@@ -8,8 +8,8 @@ import typing
 from hearth.engine.kvcache import KVCacheType
 from hearth.engine.ml.api import DType
 from hearth.runner.protocol import EngineKind, RunnerOptions
-from hearth.server.api.schemas import Options
 from hearth.server.config import ServerConfig
+from hearth.server.request_types import Options
 from hearth.server.store.engines import ENGINE_CHOICES
 
 

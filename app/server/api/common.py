@@ -12,9 +12,9 @@ from fastapi import Request
 
 from ..errors import RequestError
 from ..prompting.prompts import conversation, render
+from ..request_types import ChatMessage
 from ..scheduling.runner_process import RunnerError
 from ..scheduling.service import Service, Target
-from .schemas import ChatMessage
 
 __all__ = [
     "chat_prompt",

@@ -34,6 +34,7 @@ from ...convert import PreparedConversion, prepare_conversion
 from ...engine.gguf import GGUFError, GGUFFile
 from ...plugins.registry import default_converters
 from ..prompting.prompts import check_template
+from ..request_types import Options
 from ..scheduling.service import Service
 from ..store.engines import llamacpp_installed
 from ..store.model_store import BlobError, BlobWriter, Layer, ModelStore, normalize_digest
@@ -41,7 +42,7 @@ from ..store.names import ModelName
 from .common import service_of
 from .errors import APIError, validation_message
 from .responses import ndjson_or_last
-from .schemas import CreateRequest, Options
+from .schemas import CreateRequest
 
 __all__ = ["router"]
 

@@ -23,6 +23,7 @@ from fastapi.responses import JSONResponse, Response
 from ...runner.protocol import CompletionRequest
 from ..prompting.outputs import OutputParser
 from ..prompting.prompts import render
+from ..request_types import Options
 from ..scheduling.service import Generation, Piece, Service, Target, pieces
 from ..store.model_store import ModelNotFound, ModelRecord
 from . import openai_convert as convert
@@ -42,7 +43,6 @@ from .openai_schemas import (
     SamplingFields,
 )
 from .responses import sse
-from .schemas import Options
 
 __all__ = ["router"]
 

@@ -51,7 +51,8 @@ from typing import Annotated, Any, Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from .schemas import KeepAlive, Options, refuse_unsampled
+from ..request_types import Options, refuse_unsampled
+from .schemas import KeepAlive
 
 __all__ = [
     "OAChatRequest",

@@ -30,17 +30,18 @@ the answer. The ones that are not plainly honoured:
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
-from pydantic_core import PydanticCustomError
+from pydantic import AliasChoices, ConfigDict, Field, field_validator
 
-from ...runner.protocol import CompletionOptions
+from ..request_types import (
+    Body,
+    ChatMessage,
+    Options,
+    refuse_unsampled,
+)
 
 __all__ = [
-    "Options",
-    "ToolCall",
-    "ChatMessage",
     "GenerateRequest",
     "ChatRequest",
     "EmbedRequest",
@@ -53,10 +54,6 @@ __all__ = [
     "ModelField",
     "KeepAlive",
     "Format",
-    "RUNTIME_OPTIONS",
-    "ROLES",
-    "Role",
-    "refuse_unsampled",
 ]
 
 _EXAMPLE_MODEL = "gemma3:270m"
@@ -71,118 +68,22 @@ ModelField = Annotated[
 ]
 KeepAlive = float | str | None
 Format = Literal["", "json"] | dict[str, Any] | None
-_I64 = 2**63 - 1
 
 
-class _Body(BaseModel):
-    model_config = ConfigDict(extra="ignore", allow_inf_nan=False, populate_by_name=True)
-
-
-class Options(_Body):
-    """Ollama's `options`: sampling settings reach the runner, runtime ones pick the runner."""
-
-    # runtime (choose or reload the runner)
-    num_ctx: int | None = Field(None, ge=1, le=1 << 24)
-    num_batch: int | None = Field(None, ge=1, le=1 << 16)
-    num_thread: int | None = Field(None, ge=0, le=1024)
-    num_gpu: int | None = Field(None, ge=-1, le=1 << 16)
-    main_gpu: int | None = Field(None, ge=0, le=1024)
-    use_mmap: bool | None = None
-    numa: bool | None = None
-    flash_attention: bool | None = None  # Hearth extension
-    engine: Literal["auto", "hearth", "llamacpp"] | None = None  # Hearth: store/engines.py
-    # sampling (passed to the runner)
-    num_keep: int | None = Field(None, ge=-1, le=1 << 24)
-    seed: int | None = Field(None, ge=-1, le=_I64)
-    num_predict: int | None = Field(None, ge=-2, le=1 << 24)
-    top_k: int | None = Field(None, ge=0, le=1 << 20)
-    top_p: float | None = Field(None, ge=0.0, le=1.0)
-    min_p: float | None = Field(None, ge=0.0, le=1.0)
-    typical_p: float | None = Field(None, ge=0.0, le=1.0)
-    repeat_last_n: int | None = Field(None, ge=-1, le=1 << 24)
-    temperature: float | None = Field(None, ge=0.0, le=100.0)
-    repeat_penalty: float | None = Field(None, ge=0.0, le=100.0)
-    presence_penalty: float | None = Field(None, ge=-100.0, le=100.0)
-    frequency_penalty: float | None = Field(None, ge=-100.0, le=100.0)
-    stop: list[Annotated[str, Field(max_length=1000)]] | None = Field(None, max_length=64)
-
-    @field_validator("stop", mode="before")
-    @classmethod
-    def _one_stop(cls, v: Any) -> Any:
-        return [v] if isinstance(v, str) else v
-
-
-# The options that choose (or reload) the runner: all but those a completion sends it
-# (the runner protocol's CompletionOptions) and typical_p (a sampling option the sampler lacks:
-# refused unless off, see refuse_unsampled).
-RUNTIME_OPTIONS = frozenset(Options.model_fields) - CompletionOptions.names() - {"typical_p"}
-
-
-def refuse_unsampled(options: dict[str, Any] | None) -> None:
-    """Raise (a 400 naming the option) for a sampling option the sampler does not have, rather
-    than let a generation quietly differ from what was asked."""
-    typical = (options or {}).get("typical_p")
-    if typical is not None and typical != 1:
-        raise PydanticCustomError(
-            "unsupported",
-            "typical_p (locally typical sampling) is not supported; leave it out or set it "
-            "to 1, and use top_p, top_k or min_p instead",
-        )
-
-
-Role = Literal["system", "user", "assistant", "tool"]
-ROLES: tuple[str, ...] = get_args(Role)
-
-
-class FunctionCall(_Body):
-    name: str = Field(min_length=1, max_length=256)
-    arguments: dict[str, Any] = Field(default_factory=dict)
-    index: int | None = None
-
-
-class ToolCall(_Body):
-    id: str | None = None
-    type: str | None = "function"
-    function: FunctionCall
-
-
-class ChatMessage(_Body):
-    role: Role = Field(examples=["user"])
-    content: str | None = ""
-    thinking: str | None = None
-    images: list[str] | None = Field(None, max_length=16)
-    tool_calls: list[ToolCall] | None = None
-    tool_name: str | None = None
-    tool_call_id: str | None = None
-
-    @field_validator("role", mode="before")
-    @classmethod
-    def _known_role(cls, v: Any) -> Any:
-        """A sentence naming the roles (before the enum's terser message); a template would
-        otherwise render an unknown role as it likes, or drop the message."""
-        if isinstance(v, str) and v not in ROLES:
-            raise PydanticCustomError(
-                "role",
-                "'{role}' is not a message role; use system, user, assistant or tool",
-                {"role": v[:40]},
-            )
-        return v
-
-
-class FunctionSpec(_Body):
+class FunctionSpec(Body):
     model_config = ConfigDict(extra="allow")
     name: str = Field(min_length=1, max_length=256)
     description: str | None = None
     parameters: dict[str, Any] | None = None
 
 
-class Tool(_Body):
+class Tool(Body):
     model_config = ConfigDict(extra="allow")
     type: str = "function"
     function: FunctionSpec
 
 
-class _Generation(_Body):
+class _Generation(Body):
     model: ModelField
     format: Format = None
     options: Options | None = None
@@ -216,7 +117,7 @@ class ChatRequest(_Generation):
     tools: list[Tool] | None = Field(None, max_length=128)
 
 
-class EmbedRequest(_Body):
+class EmbedRequest(Body):
     model: ModelField
     input: str | list[str] = Field(default="", examples=["Why is the sky blue?"])
     truncate: bool = True
@@ -232,34 +133,34 @@ class EmbedRequest(_Body):
         return v
 
 
-class EmbeddingsRequest(_Body):
+class EmbeddingsRequest(Body):
     model: ModelField
     prompt: str = ""
     options: Options | None = None
     keep_alive: KeepAlive = None
 
 
-class ShowRequest(_Body):
+class ShowRequest(Body):
     model: ModelField
     verbose: bool = False
 
 
-class CopyRequest(_Body):
+class CopyRequest(Body):
     source: str = Field(min_length=1, max_length=250, examples=[_EXAMPLE_MODEL])
     destination: str = Field(min_length=1, max_length=250, examples=["my-copy:latest"])
 
 
-class DeleteRequest(_Body):
+class DeleteRequest(Body):
     model: ModelField
 
 
-class PullRequest(_Body):
+class PullRequest(Body):
     model: ModelField
     insecure: bool = False
     stream: bool = True
 
 
-class CreateRequest(_Body):
+class CreateRequest(Body):
     """Ollama's create request; `from` may also be an absolute path to a local .gguf file
     (Hearth extension), with `link` to hard-link (or symlink) it instead of copying, and
     `projector` the absolute path of its vision projector (`mmproj-*.gguf`). `files` may

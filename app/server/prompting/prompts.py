@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from ..api.schemas import ChatMessage
+from ..request_types import ChatMessage
 from .templates import TemplateError, compile_template, render_chat
 
 __all__ = [

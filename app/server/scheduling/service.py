@@ -29,11 +29,11 @@ from ...runner.protocol import (
     from_wire,
     to_wire,
 )
-from ..api.schemas import RUNTIME_OPTIONS, ChatMessage, Options
 from ..config import ConfigError, ServerConfig, parse_duration
 from ..errors import ModelFailed, ModelFileMissing, RequestError
 from ..prompting.images import check_image
 from ..prompting.outputs import OutputParser, ParsedCall
+from ..request_types import RUNTIME_OPTIONS, ChatMessage, Options
 from ..store.engines import EngineChoice, EngineUnavailableError, choose_engine
 from ..store.model_store import ModelRecord, ModelStore
 from ..store.modelinfo import ModelInfo, ModelInfoCache, capabilities
