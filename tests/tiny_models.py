@@ -49,3 +49,10 @@ def tiny_gemma3(layers: int = 6, window: int = 16, seed: int = 2) -> TinyTransfo
 
 def write_tiny_gemma3(path: str | Path, layers: int = 6, window: int = 16, seed: int = 2) -> Path:
     return write_tiny_model(path, tiny_gemma3(layers, window, seed))
+
+
+def byte_token(tokenizer: Any, value: int) -> int:
+    """The id of a byte-fallback token (`<0x41>` for 65) in a tokenizer that has them."""
+    token = tokenizer.token_id(f"<0x{value:02X}>")
+    assert token is not None, f"no byte token for {value}"
+    return int(token)

@@ -13,11 +13,9 @@ import numpy as np
 import pytest
 
 import hearth.runner as runner_package
-from hearth.engine.gguf import GGUFFile
 from hearth.engine.memory_use import MemoryUse
 from hearth.engine.prompt_cache import Slot
 from hearth.engine.sampling import SamplingOptions
-from hearth.engine.tokenizer import load_tokenizer
 from hearth.runner.engine import (
     HearthEngine,
     LlamaCppRunnerEngine,
@@ -29,6 +27,8 @@ from hearth.runner.feed import InputFeed, Inputs
 from hearth.runner.loop import BatchLoop
 from hearth.runner.protocol import CompletionChunk, CompletionDone, RunnerOptions
 from hearth.runner.sequence import Sequence, SequenceSettings
+
+from tiny_models import byte_token
 
 RUNNER = Path(runner_package.__file__).parent
 
@@ -169,19 +169,8 @@ class _RecordedEngine(RunnerEngine):
         return None
 
 
-@pytest.fixture(scope="module")
-def tok(tiny_llama_path):
-    return load_tokenizer(GGUFFile(tiny_llama_path).metadata)
-
-
-def _byte(tok, b: int) -> int:
-    i = tok.token_id(f"<0x{b:02X}>")
-    assert i is not None
-    return i
-
-
 def test_an_engine_that_sees_no_images_refuses_them_by_the_interface(tok):
-    engine = _RecordedEngine(tok, _byte(tok, 65), 16, pipelined=False)
+    engine = _RecordedEngine(tok, byte_token(tok, 65), 16, pipelined=False)
     with pytest.raises(ValueError, match=r"this model \(recorded\) cannot see images"):
         engine.prompt("[img-0] what is it?", [b"png"])
 
@@ -191,7 +180,7 @@ def test_the_loop_runs_any_runner_engine_and_keeps_same_batch_runs_whole(tok, pi
     """Two prompts of 12 inputs, each with a marked run of 5 (inputs 5..9, as an image's
     positions), through batches of 8: no pass splits a run, every prompt input is evaluated
     once in order, and the answer streams, pipelined (placeholders filled) or not."""
-    answer = _byte(tok, ord("A"))
+    answer = byte_token(tok, ord("A"))
     engine = _RecordedEngine(tok, answer, num_batch=8, pipelined=pipelined)
     loop = BatchLoop(engine, pipelined=pipelined)
     assert loop.pipelined is pipelined

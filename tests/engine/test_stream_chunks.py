@@ -12,9 +12,7 @@ import numpy as np
 import pytest
 
 import hearth.runner.sequence as sequence_module
-from hearth.engine.gguf import GGUFFile
 from hearth.engine.sampling import SamplingOptions
-from hearth.engine.tokenizer import load_tokenizer
 from hearth.runner.core import Runner, RunnerConfig
 from hearth.runner.protocol import (
     CompletionChunk,
@@ -23,6 +21,8 @@ from hearth.runner.protocol import (
     CompletionRequest,
 )
 from hearth.runner.sequence import Sequence, SequenceSettings
+
+from tiny_models import byte_token
 
 
 class Clock:
@@ -38,17 +38,6 @@ def clock(monkeypatch) -> Clock:
     c = Clock()
     monkeypatch.setattr(sequence_module, "time", SimpleNamespace(perf_counter=c))
     return c
-
-
-@pytest.fixture(scope="module")
-def tok(tiny_llama_path):
-    return load_tokenizer(GGUFFile(tiny_llama_path).metadata)
-
-
-def _byte(tok, b: int) -> int:
-    i = tok.token_id(f"<0x{b:02X}>")
-    assert i is not None
-    return i
 
 
 def _generate(tok, clock: Clock, gaps_ms: list[float], interval: float, logprobs=False):
@@ -79,7 +68,7 @@ def _generate(tok, clock: Clock, gaps_ms: list[float], interval: float, logprobs
     for gap, ch in zip(gaps_ms, text, strict=True):
         clock.now += gap / 1000
         logits = np.zeros(tok.vocab_size, dtype=np.float32)
-        logits[_byte(tok, ord(ch))] = 100.0
+        logits[byte_token(tok, ord(ch))] = 100.0
         seq.accept_logits(logits)
         drain()
     drain()
