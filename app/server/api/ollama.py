@@ -147,7 +147,7 @@ async def generate(body: GenerateRequest, request: Request) -> Response:
     if body.context:
         req = await _with_context(svc, target, settings, req, body.context, keep_alive)
     gen = await svc.generate(target, settings, req, keep_alive)
-    parser = OutputParser(think=bool(think))
+    parser = target.output_parser(think, (), prompt)
     items = _generate_items(gen, parser, target, body, prompt)
     if body.stream:
         return ndjson(items, gen.close)
@@ -274,7 +274,7 @@ async def chat(body: ChatRequest, request: Request) -> Response:
     prompt, images = chat_prompt(svc, target, body.messages, tools, think, level)
     settings = svc.settings(target, body.options)
     gen = await svc.generate(target, settings, _request(settings, body, prompt, images), keep_alive)
-    parser = OutputParser(think=bool(think), tools={t["function"]["name"] for t in tools})
+    parser = target.output_parser(think, (t["function"]["name"] for t in tools), prompt)
     items = _items(gen, parser, target, bool(body.logprobs), _chat_fields)
     if body.stream:
         return ndjson(items, gen.close)

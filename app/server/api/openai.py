@@ -139,7 +139,7 @@ async def chat_completions(body: OAChatRequest, request: Request) -> Response:
     top = (body.top_logprobs or 0) if body.logprobs else None
     opts = convert.options(body, body.max_completion_tokens or body.max_tokens)
     gen = await _start(svc, target, body, opts, prompt, images, fmt, top)
-    parser = OutputParser(think=bool(think), tools={t["function"]["name"] for t in tools})
+    parser = target.output_parser(think, (t["function"]["name"] for t in tools), prompt)
     items = _parsed(gen, parser, body.parallel_tool_calls is False)
     head = _head("chatcmpl-", "chat.completion.chunk", target)
     if body.stream:

@@ -1,144 +1,128 @@
 """Turning generated text into what the APIs return: content, thinking and tool calls.
 
-Models write tool calls as JSON in their text (bare, in a ```json fence, inside
-`<tool_call>...</tool_call>`, after `[TOOL_CALLS]` or `<|python_tag|>`), and reasoning models
-wrap their thinking in `<think>...</think>`. `OutputParser` splits a stream incrementally:
-text that cannot be a tool call streams through at once, and text that might be one is held
-until the end and parsed; only calls to tools the request offered are accepted.
+How a model writes its calls and thinking is its `ToolCallFormat` and `ThinkingMarkers`
+(`toolformats.py`, found from its chat template and tokens). `OutputParser` splits a stream
+incrementally: text that cannot be a tool call streams through at once, and from a call's
+opener on the text is held until the end and parsed; only calls to tools the request offered
+are accepted, and held text that is no call comes back as content (never dropped).
 """
 
 from __future__ import annotations
 
-import json
+from collections.abc import Collection
 from dataclasses import dataclass, field
-from typing import Any
+
+from .toolformats import GENERIC, THINK_TAGS, ParsedCall, ThinkingMarkers, ToolCallFormat
 
 __all__ = ["OutputParser", "ParsedCall", "parse_tool_calls"]
 
-_OPENERS = ("<tool_call>", "```", "[TOOL_CALLS]", "<|python_tag|>", "{", "[")
-_THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
 
-
-@dataclass(frozen=True)
-class ParsedCall:
-    name: str
-    arguments: dict[str, Any]
-
-
-def _candidates(text: str) -> list[Any]:
-    """Every JSON value that starts at a '{' or '[' in `text` (not nested in another)."""
-    decoder = json.JSONDecoder()
-    out, i = [], 0
-    while i < len(text):
-        if text[i] in "{[":
-            try:
-                value, end = decoder.raw_decode(text, i)
-            except ValueError:
-                i += 1
-                continue
-            out.append(value)
-            i = end
-        else:
-            i += 1
-    return out
-
-
-def _as_call(value: Any, names: set[str]) -> ParsedCall | None:
-    if not isinstance(value, dict):
-        return None
-    if isinstance(value.get("function"), dict):
-        value = value["function"]
-    name = value.get("name")
-    args = value.get("arguments", value.get("parameters", {}))
-    if isinstance(args, str):
-        try:
-            args = json.loads(args)
-        except ValueError:
-            return None
-    if not isinstance(name, str) or name not in names or not isinstance(args, dict):
-        return None
-    return ParsedCall(name, args)
-
-
-def parse_tool_calls(text: str, names: set[str]) -> list[ParsedCall]:
+def parse_tool_calls(
+    text: str, names: Collection[str], format: ToolCallFormat = GENERIC
+) -> list[ParsedCall]:
     """Tool calls found in `text` (empty when it holds none)."""
-    calls: list[ParsedCall] = []
-    for value in _candidates(text):
-        items = value if isinstance(value, list) else [value]
-        for item in items:
-            call = _as_call(item, names)
-            if call is not None:
-                calls.append(call)
-    return calls
+    return format.parse(text, names)[0]
 
 
 @dataclass
 class OutputParser:
     """Feed generated text pieces; get (thinking, content) pieces back, tool calls at the end.
 
-    `think`: split `<think>...</think>` at the start into thinking. `tools`: the names of the
-    offered tools (empty: no tool parsing)."""
+    `think`: split the thinking at the start of the reply (between `markers`) from its content.
+    `tools`: the names of the offered tools (empty: no tool parsing). `format`: how the model
+    writes calls (the default, `GENERIC`, takes any JSON call at the start of the reply).
+    `thinking_started`: the prompt ended with the opening marker, so the reply begins inside
+    the thinking. `hide_thinking`: the thinking is split off and dropped (`think: false` on a
+    model whose template cannot switch it off).
+
+    Content before a call streams at once; from an opener of `format` on, the text is held
+    and parsed by `finish()`, which returns what was no call as content."""
 
     think: bool = False
     tools: set[str] = field(default_factory=set)
+    format: ToolCallFormat = GENERIC
+    markers: ThinkingMarkers = THINK_TAGS
+    thinking_started: bool = False
+    hide_thinking: bool = False
     _pending: str = ""
-    _state: str = "start"  # start -> (thinking ->) body; body -> holding when a call may begin
+    _state: str = "start"  # start -> (thinking ->) body -> holding once a call begins
     _held: str = ""
+    _at_start: bool = True  # no content yet: `format.at_start` openers still count
 
     def feed(self, text: str) -> tuple[str, str]:
         """Returns (thinking, content) ready to emit now."""
         self._pending += text
         thinking = content = ""
+        opener, closer = self.markers.open, self.markers.close
         if self._state == "start":
             head = self._pending.lstrip()
-            if self.think and head.startswith(_THINK_OPEN):
-                self._state, self._pending = "thinking", head[len(_THINK_OPEN) :]
-            elif self.think and _THINK_OPEN.startswith(head):
-                return "", ""  # could still become <think>
+            if self.think and self.thinking_started:
+                self._state = "thinking"
+            elif self.think and head.startswith(opener):
+                self._state, self._pending = "thinking", head[len(opener) :]
+            elif self.think and opener.startswith(head):
+                return "", ""  # could still become the opening marker
             else:
                 self._state = "body"
         if self._state == "thinking":
-            end = self._pending.find(_THINK_CLOSE)
+            end = self._pending.find(closer)
             if end < 0:
-                keep = _partial_suffix(self._pending, _THINK_CLOSE)
+                keep = _partial_suffix(self._pending, closer)
                 thinking = self._pending[: len(self._pending) - keep]
                 self._pending = self._pending[len(self._pending) - keep :]
-                return thinking, ""
+                return ("" if self.hide_thinking else thinking), ""
             thinking = self._pending[:end]
-            self._pending = self._pending[end + len(_THINK_CLOSE) :].lstrip()
+            self._pending = self._pending[end + len(closer) :].lstrip()
             self._state = "body"
         if self._state == "body":
-            content, self._pending = self._body(self._pending)
-        elif self._state == "passing":
-            content, self._pending = self._pending, ""
+            content = self._body()
         elif self._state == "holding":
             self._held += self._pending
             self._pending = ""
-        return thinking, content
+        return ("" if self.hide_thinking else thinking), content
 
-    def _body(self, text: str) -> tuple[str, str]:
+    def _hold(self, text: str) -> None:
+        self._state, self._held, self._pending = "holding", text, ""
+
+    def _body(self) -> str:
+        """The content of `_pending` that can go out now; the rest stays pending or held."""
+        text = self._pending
+        fmt = self.format
         if not self.tools:
-            return text, ""
-        head = text.lstrip()
-        if not head:
-            return "", text  # only whitespace so far: wait
-        if any(head.startswith(o) for o in _OPENERS):
-            self._state, self._held = "holding", text
-            return "", ""
-        if any(o.startswith(head) for o in _OPENERS):
-            return "", text  # could still become an opener
-        self._state = "passing"
-        return text, ""
+            self._pending = ""
+            return text
+        if self._at_start:
+            head = text.lstrip()
+            openers = fmt.at_start + fmt.anywhere
+            if not head:
+                return ""  # only whitespace so far: wait
+            if any(head.startswith(o) for o in openers):
+                self._hold(text)
+                return ""
+            if any(o.startswith(head) for o in openers):
+                return ""  # could still become an opener
+            self._at_start = False
+        found = [i for i in (text.find(o) for o in fmt.anywhere) if i >= 0]
+        if found:
+            cut = min(found)
+            self._hold(text[cut:])
+            return text[:cut]
+        keep = max((_partial_suffix(text, o) for o in fmt.anywhere), default=0)
+        self._pending = text[len(text) - keep :]
+        return text[: len(text) - keep]
 
     def finish(self) -> tuple[str, str, list[ParsedCall]]:
         """Flush: (thinking, content, tool calls)."""
         if self._state == "thinking":
             thinking, self._pending = self._pending, ""
-            return thinking, "", []
+            return ("" if self.hide_thinking else thinking), "", []
         if self._state == "holding":
-            calls = parse_tool_calls(self._held, self.tools)
             held, self._held = self._held, ""
-            return "", ("" if calls else held), calls
+            try:
+                calls, rest = self.format.parse(held, self.tools)
+            except (ValueError, TypeError, RecursionError):
+                calls, rest = [], held  # never an error: the text comes back
+            return "", rest, calls
         rest, self._pending = self._pending, ""
         return "", rest, []
 

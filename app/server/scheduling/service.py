@@ -10,7 +10,7 @@ import contextlib
 import json
 import os
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -33,6 +33,13 @@ from ..config import ConfigError, ServerConfig, parse_duration
 from ..errors import ModelFailed, ModelFileMissing, RequestError
 from ..prompting.images import check_image
 from ..prompting.outputs import OutputParser, ParsedCall
+from ..prompting.toolformats import (
+    THINK_TAGS,
+    ThinkingMarkers,
+    ToolCallFormat,
+    detect_thinking_markers,
+    detect_tool_format,
+)
 from ..request_types import RUNTIME_OPTIONS, ChatMessage, Options
 from ..store.engines import EngineChoice, EngineUnavailableError, choose_engine
 from ..store.model_store import ModelRecord, ModelStore
@@ -78,6 +85,37 @@ class Target:
     @property
     def capabilities(self) -> list[str]:
         return capabilities(self.info, self.template, self.projector_info)
+
+    @property
+    def tool_format(self) -> ToolCallFormat:
+        """How the model writes tool calls, from its template and vocabulary."""
+        return detect_tool_format(self.template, self.info.marker_tokens)
+
+    @property
+    def thinking_markers(self) -> ThinkingMarkers | None:
+        """The markers around the model's reasoning, None when its template and vocabulary
+        declare none."""
+        return detect_thinking_markers(self.template, self.info.marker_tokens)
+
+    def output_parser(
+        self, think: bool | None, tools: Iterable[str] = (), prompt: str = ""
+    ) -> OutputParser:
+        """The parser for a reply to `prompt` in this model's formats. `think` as
+        `api.common.think_flag` gives it: True splits the thinking off; None (not asked) splits
+        it off too when the model declares thinking markers (a model that thinks by default
+        keeps its thinking out of the content); False drops what the model thinks anyway.
+        A prompt that ends with the opening marker starts the reply inside the thinking."""
+        markers = self.thinking_markers
+        split = bool(think) or markers is not None
+        markers = markers or THINK_TAGS
+        return OutputParser(
+            think=split,
+            tools=set(tools),
+            format=self.tool_format,
+            markers=markers,
+            thinking_started=split and prompt.rstrip().endswith(markers.open),
+            hide_thinking=think is False,
+        )
 
     def require(self, capability: str, what: str) -> None:
         if not self.info.supported:

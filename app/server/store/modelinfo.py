@@ -19,6 +19,7 @@ import numpy as np
 from ...engine.architecture import Architecture, Architectures
 from ...engine.gguf import GGUFFile, Metadata
 from ...engine.kvcache.types import KVCacheType
+from ..prompting.toolformats import marker_tokens
 from .engines import llamacpp_installed
 
 __all__ = ["ModelInfo", "ModelInfoCache", "capabilities", "human_number", "quantization_name"]
@@ -93,6 +94,8 @@ class ModelInfo:
     model_info: dict[str, Any] = field(default_factory=dict)  # short metadata, JSON-ready
     sees_images: bool = False  # the architecture's plugin has an image encoder
     has_plugin: bool = True
+    # tool-call and thinking markers in the vocabulary (prompting.toolformats.marker_tokens)
+    marker_tokens: frozenset[str] = frozenset()
 
     def details(self) -> dict[str, Any]:
         return {
@@ -225,6 +228,7 @@ def read_model_info(path: Path, registry: Architectures) -> ModelInfo:
             model_info=info,
             sees_images=model_cls is not None and model_cls.handles_multimodal(),
             has_plugin=model_cls is not None,
+            marker_tokens=marker_tokens(set(map(str, vocab)) if vocab is not None else ()),
         )
 
 

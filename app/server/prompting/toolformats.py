@@ -1,0 +1,306 @@
+"""How a model writes tool calls and thinking, found from its chat template and vocabulary.
+
+A template that renders `tools` also shows the model how its calls look (it renders earlier
+calls the same way), so the format is read from the template's text and the model's special
+tokens, never from the model's name:
+
+* `hermes`: `<tool_call>{"name": ..., "arguments": ...}</tool_call>`, one block per call
+  (Qwen 2.5/3, Hermes 2/3, and the templates that copied them);
+* `llama3`: `{"name": ..., "parameters": ...}` (or `"arguments"`), bare or after
+  `<|python_tag|>`, several separated by `;` (Llama 3.1/3.2/3.3: the `ipython` role);
+* `mistral`: `[TOOL_CALLS][{"name": ..., "arguments": ...}, ...]` (v3, Nemo) or
+  `[TOOL_CALLS]name[CALL_ID]id[ARGS]{...}` / `[TOOL_CALLS]name[ARGS]{...}` per call (v11+);
+* `deepseek`: `<｜tool▁call▁begin｜>function<｜tool▁sep｜>name` + a ```json fence
+  (R1) or `name<｜tool▁sep｜>{...}` (V3.1), each closed by `<｜tool▁call▁end｜>`;
+* `generic`: a template that renders tools in no known way: any JSON call at the start of
+  the reply (bare, fenced, in the markers above);
+* `none`: the template renders no tools (the service refuses tools for such a model).
+
+Each format says which text opens a call (`anywhere`: after text too; `at_start`: only as
+the reply's first text) and parses the held text into calls plus whatever was no call.
+Thinking markers (`<think>`/`</think>`, Mistral's `[THINK]`/`[/THINK]`) come from the same
+sources (`ThinkingMarkers`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "ParsedCall",
+    "ThinkingMarkers",
+    "ToolCallFormat",
+    "FORMATS",
+    "GENERIC",
+    "NO_TOOLS",
+    "THINK_TAGS",
+    "detect_thinking_markers",
+    "detect_tool_format",
+    "marker_tokens",
+]
+
+
+@dataclass(frozen=True)
+class ParsedCall:
+    name: str
+    arguments: dict[str, Any]
+
+
+# (calls, text that was no call): what a format makes of the text held from its opener on
+Parse = Callable[[str, Collection[str]], tuple[list[ParsedCall], str]]
+
+
+@dataclass(frozen=True)
+class ToolCallFormat:
+    """One family's way of writing tool calls (see the module docstring)."""
+
+    name: str
+    anywhere: tuple[str, ...]  # openers that start a call wherever they appear
+    at_start: tuple[str, ...]  # openers that start a call only as the reply's first text
+    parse: Parse
+
+
+@dataclass(frozen=True)
+class ThinkingMarkers:
+    open: str
+    close: str
+
+
+THINK_TAGS = ThinkingMarkers("<think>", "</think>")
+MISTRAL_THINK = ThinkingMarkers("[THINK]", "[/THINK]")
+
+_DECODER = json.JSONDecoder()
+
+
+def _json_at(text: str, i: int) -> tuple[Any, int] | None:
+    try:
+        return _DECODER.raw_decode(text, i)
+    except ValueError:
+        return None
+
+
+def _as_call(value: Any, names: Collection[str]) -> ParsedCall | None:
+    """`value` as a call to an offered tool: {"name", "arguments"|"parameters"}, or OpenAI's
+    {"function": {...}}, arguments as an object or a JSON string of one."""
+    if not isinstance(value, dict):
+        return None
+    if isinstance(value.get("function"), dict):
+        value = value["function"]
+    name = value.get("name")
+    args = value.get("arguments", value.get("parameters", {}))
+    if isinstance(args, str):
+        try:
+            args = json.loads(args) if args.strip() else {}
+        except ValueError:
+            return None
+    if not isinstance(name, str) or name not in names or not isinstance(args, dict):
+        return None
+    return ParsedCall(name, args)
+
+
+def _json_calls(text: str, names: Collection[str]) -> tuple[list[ParsedCall], str]:
+    """Every JSON value in `text` that is a call (or a list of calls); the rest is text. A
+    value that is not wholly calls stays text."""
+    calls: list[ParsedCall] = []
+    rest: list[str] = []
+    i = last = 0
+    while i < len(text):
+        if text[i] not in "{[":
+            i += 1
+            continue
+        found = _json_at(text, i)
+        if found is None:
+            i += 1
+            continue
+        value, end = found
+        items = value if isinstance(value, list) else [value]
+        parsed = [_as_call(item, names) for item in items]
+        if items and all(p is not None for p in parsed):
+            rest.append(text[last:i])
+            calls.extend(p for p in parsed if p is not None)
+            last = end
+        i = end
+    rest.append(text[last:])
+    return calls, _leftover(calls, rest)
+
+
+def _leftover(calls: list[ParsedCall], pieces: list[str]) -> str:
+    """The text around the calls; with calls found, separators (whitespace, `;`, fences and
+    the markers' remains) are no content."""
+    text = "".join(pieces)
+    if not calls:
+        return text
+    return "" if not re.sub(r"[\s;,`]|json", "", text) else text.strip()
+
+
+def _generic(text: str, names: Collection[str]) -> tuple[list[ParsedCall], str]:
+    stripped = text
+    for marker in ("<tool_call>", "</tool_call>", "[TOOL_CALLS]", "<|python_tag|>"):
+        stripped = stripped.replace(marker, " ")
+    calls, rest = _json_calls(stripped, names)
+    return (calls, rest) if calls else ([], text)
+
+
+_HERMES_BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.S)
+
+
+def _hermes(text: str, names: Collection[str]) -> tuple[list[ParsedCall], str]:
+    calls: list[ParsedCall] = []
+    rest: list[str] = []
+    last = 0
+    if "<tool_call>" not in text:  # bare JSON at the start (Qwen sometimes drops the tags)
+        return _generic(text, names)
+    for m in _HERMES_BLOCK.finditer(text):
+        inner = m.group(1).strip()
+        found = _json_at(inner, 0)
+        if found is None or inner[found[1] :].strip():
+            continue  # no call: the block stays text
+        call = _as_call(found[0], names)
+        if call is None:
+            continue
+        rest.append(text[last : m.start()])
+        calls.append(call)
+        last = m.end()
+    rest.append(text[last:])
+    return calls, _leftover(calls, rest)
+
+
+def _llama3(text: str, names: Collection[str]) -> tuple[list[ParsedCall], str]:
+    body = text.replace("<|python_tag|>", " ")
+    calls, rest = _json_calls(body, names)
+    return (calls, rest) if calls else ([], text)
+
+
+_MISTRAL_CALL = re.compile(r"\s*([\w.\-]+)(?:\[CALL_ID\]\s*[A-Za-z0-9]+)?\s*\[ARGS\]\s*", re.S)
+
+
+def _mistral(text: str, names: Collection[str]) -> tuple[list[ParsedCall], str]:
+    calls: list[ParsedCall] = []
+    rest: list[str] = []
+    parts = text.split("[TOOL_CALLS]")
+    rest.append(parts[0])
+    for part in parts[1:]:
+        i = 0
+        while i < len(part):
+            m = _MISTRAL_CALL.match(part, i)
+            if m is not None:  # v11+: name[ARGS]{...}
+                found = _json_at(part, m.end())
+                if found is None or not isinstance(found[0], dict) or m.group(1) not in names:
+                    break
+                calls.append(ParsedCall(m.group(1), found[0]))
+                i = found[1]
+                continue
+            j = len(part) - len(part[i:].lstrip())
+            found = _json_at(part, j) if part[j:j + 1] in ("[", "{") else None  # fmt: skip
+            if found is None:
+                break
+            items = found[0] if isinstance(found[0], list) else [found[0]]
+            parsed = [_as_call(item, names) for item in items]
+            if not items or any(p is None for p in parsed):
+                break
+            calls.extend(p for p in parsed if p is not None)
+            i = found[1]
+        if part[i:].strip():
+            rest.append(("[TOOL_CALLS]" if i == 0 else "") + part[i:])
+    if not calls:
+        return [], text
+    return calls, _leftover(calls, rest)
+
+
+_DEEPSEEK_CALL = re.compile(
+    r"<｜tool▁call▁begin｜>(?:function<｜tool▁sep｜>([^\n]+)\n```(?:json)?\s*(.*?)\s*```"
+    r"|([^<\n]+?)<｜tool▁sep｜>(.*?))\s*<｜tool▁call▁end｜>",
+    re.S,
+)
+
+
+def _deepseek(text: str, names: Collection[str]) -> tuple[list[ParsedCall], str]:
+    calls: list[ParsedCall] = []
+    rest: list[str] = []
+    last = 0
+    for m in _DEEPSEEK_CALL.finditer(text):
+        name = (m.group(1) or m.group(3) or "").strip()
+        found = _json_at((m.group(2) or m.group(4) or "").strip(), 0)
+        if name not in names or found is None or not isinstance(found[0], dict):
+            continue
+        rest.append(text[last : m.start()])
+        calls.append(ParsedCall(name, found[0]))
+        last = m.end()
+    rest.append(text[last:])
+    if not calls:
+        return [], text
+    leftover = "".join(rest).replace("<｜tool▁calls▁begin｜>", "")
+    leftover = leftover.replace("<｜tool▁calls▁end｜>", "")
+    return calls, _leftover(calls, [leftover])
+
+
+def _no_calls(text: str, names: Collection[str]) -> tuple[list[ParsedCall], str]:
+    return [], text
+
+
+GENERIC = ToolCallFormat(
+    "generic", (), ("<tool_call>", "```", "[TOOL_CALLS]", "<|python_tag|>", "{", "["), _generic
+)
+NO_TOOLS = ToolCallFormat("none", (), (), _no_calls)
+HERMES = ToolCallFormat("hermes", ("<tool_call>",), ("{",), _hermes)
+LLAMA3 = ToolCallFormat("llama3", ("<|python_tag|>",), ("{",), _llama3)
+MISTRAL = ToolCallFormat("mistral", ("[TOOL_CALLS]",), ("[{", "{"), _mistral)
+DEEPSEEK = ToolCallFormat(
+    "deepseek", ("<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>"), (), _deepseek
+)
+FORMATS = {f.name: f for f in (GENERIC, NO_TOOLS, HERMES, LLAMA3, MISTRAL, DEEPSEEK)}
+
+# Markers whose presence as a token decides a format or must be rendered by the runner.
+_MARKERS: tuple[tuple[str, ToolCallFormat], ...] = (
+    ("<tool_call>", HERMES),
+    ("[TOOL_CALLS]", MISTRAL),
+    ("<｜tool▁call▁begin｜>", DEEPSEEK),
+    ("<|python_tag|>", LLAMA3),
+)
+MARKER_TEXTS = frozenset(
+    [m for m, _ in _MARKERS]
+    + ["</tool_call>", "[ARGS]", "[CALL_ID]", "<｜tool▁calls▁begin｜>", "<｜tool▁sep｜>"]
+    + ["<｜tool▁call▁end｜>", "<｜tool▁calls▁end｜>", "<think>", "</think>", "[THINK]"]
+    + ["[/THINK]"]
+)
+
+
+def marker_tokens(tokens: Collection[str]) -> frozenset[str]:
+    """The call and thinking markers among a vocabulary's tokens."""
+    return frozenset(t for t in MARKER_TEXTS if t in tokens)
+
+
+def detect_tool_format(template: str | None, tokens: Collection[str] = ()) -> ToolCallFormat:
+    """The format a model writes its calls in, from its chat template (which renders the
+    offered `tools` and earlier calls) and its marker tokens (`marker_tokens`). A template
+    that never mentions `tools` gives `NO_TOOLS`; one that renders them with no known marker
+    `GENERIC`, unless the vocabulary has a family's marker token."""
+    if not template or "tools" not in template:
+        return NO_TOOLS
+    for marker, fmt in _MARKERS:
+        if marker in template:
+            return fmt
+    if "ipython" in template and "<|start_header_id|>" in template:
+        return LLAMA3  # Llama 3.2's template names no python_tag: its calls are bare JSON
+    for marker, fmt in _MARKERS:
+        if marker in tokens:
+            return fmt
+    return GENERIC
+
+
+def detect_thinking_markers(
+    template: str | None, tokens: Collection[str] = ()
+) -> ThinkingMarkers | None:
+    """The markers around a model's reasoning, from its template or its vocabulary; None
+    when it declares none."""
+    for markers in (THINK_TAGS, MISTRAL_THINK):
+        if template and markers.open in template and markers.close in template:
+            return markers
+    for markers in (THINK_TAGS, MISTRAL_THINK):
+        if markers.open in tokens and markers.close in tokens:
+            return markers
+    return None
