@@ -195,6 +195,9 @@ class CompletionRequest:
     truncate: bool = True  # prompt longer than num_ctx: keep num_keep + the tail (else error)
     shift: bool = True  # context full while generating: discard half after num_keep (else stop)
     cache_prompt: bool = True
+    # special tokens (by text) the reply shows although special tokens are hidden: the tool-call
+    # and thinking markers the service parses (llama.cpp's preserved tokens)
+    show_tokens: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True, kw_only=True)

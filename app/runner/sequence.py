@@ -73,6 +73,7 @@ class SequenceSettings:
     truncate: bool = True
     shift: bool = True
     stream_interval: float = field(default_factory=_stream_interval)  # seconds
+    show_tokens: tuple[str, ...] = ()  # special tokens whose text the output keeps
 
 
 def settings_from_request(req: CompletionRequest) -> SequenceSettings:
@@ -92,6 +93,7 @@ def settings_from_request(req: CompletionRequest) -> SequenceSettings:
         top_logprobs=top,
         truncate=req.truncate,
         shift=req.shift,
+        show_tokens=tuple(t for t in req.show_tokens if isinstance(t, str)),
     )
 
 
@@ -142,7 +144,8 @@ class Sequence:
         self.done = False
         self.shifted = False
         self.sampler = Sampler(settings.sampling, history=[t for t in prompt if t >= 0])
-        self._decoder = StreamDecoder(tokenizer)
+        shown = (tokenizer.token_id(t) for t in settings.show_tokens)
+        self._decoder = StreamDecoder(tokenizer, show=(i for i in shown if i is not None))
         self._stops = [s for s in settings.stop if s]
         self._held = ""  # text withheld because it may begin a stop string
         self._cut = False  # a stop string ended the output (the text after it is dropped)

@@ -109,9 +109,12 @@ class StreamDecoder:
     `tokenizer.decode(ids, skip_special)`.
     """
 
-    def __init__(self, tokenizer: Tokenizer, skip_special: bool = True) -> None:
+    def __init__(
+        self, tokenizer: Tokenizer, skip_special: bool = True, show: Iterable[int] = ()
+    ) -> None:
         self.tokenizer = tokenizer
         self.skip_special = skip_special
+        self.show = frozenset(show)  # special ids rendered as their text even when skipped
         self._reset()
 
     def _reset(self) -> None:
@@ -122,7 +125,7 @@ class StreamDecoder:
         self._tail = ""  # decoded text not yet emitted (the clean-up may still change it)
 
     def _render(self, id: int) -> bytes:
-        piece = self.tokenizer._piece(id, not self.skip_special)
+        piece = self.tokenizer._piece(id, not self.skip_special or id in self.show)
         if self._remove_space:  # only the first token of the sequence
             self._remove_space = False
             if piece[:1] == b" ":

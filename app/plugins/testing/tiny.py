@@ -126,6 +126,7 @@ class TinyTransformer:
     types: dict[str, QT] = field(default_factory=_default_types)
     # more "<architecture>.<key>" metadata, e.g. {"attention.sliding_window": 16}
     metadata: dict[str, Any] = field(default_factory=dict)
+    chat_template: str | None = None  # written as tokenizer.chat_template
 
 
 def _add_metadata(w: gguf.GGUFWriter, key: str, value: Any) -> None:
@@ -163,6 +164,8 @@ def write_tiny_model(path: str | Path, spec: TinyTransformer | None = None) -> P
     for key, value in s.metadata.items():
         _add_metadata(w, f"{s.architecture}.{key}", value)
     n_vocab = add_spm_vocab(w)
+    if s.chat_template is not None:
+        w.add_chat_template(s.chat_template)
 
     def matrix(name: str, *shape: int, scale: float = s.weight_scale) -> None:
         data = rng.standard_normal(shape).astype(np.float32) * scale

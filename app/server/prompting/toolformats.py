@@ -276,14 +276,17 @@ def marker_tokens(tokens: Collection[str]) -> frozenset[str]:
 
 def detect_tool_format(template: str | None, tokens: Collection[str] = ()) -> ToolCallFormat:
     """The format a model writes its calls in, from its chat template (which renders the
-    offered `tools` and earlier calls) and its marker tokens (`marker_tokens`). A template
-    that never mentions `tools` gives `NO_TOOLS`; one that renders them with no known marker
-    `GENERIC`, unless the vocabulary has a family's marker token."""
-    if not template or "tools" not in template:
+    offered `tools` and earlier calls) and its marker tokens (`marker_tokens`): a family's
+    marker in the template decides; a template that never mentions `tools` gives `NO_TOOLS`;
+    one that renders them with no known marker `GENERIC`, unless the vocabulary has a
+    family's marker token."""
+    if not template:
         return NO_TOOLS
     for marker, fmt in _MARKERS:
         if marker in template:
             return fmt
+    if "tools" not in template:
+        return NO_TOOLS
     if "ipython" in template and "<|start_header_id|>" in template:
         return LLAMA3  # Llama 3.2's template names no python_tag: its calls are bare JSON
     for marker, fmt in _MARKERS:

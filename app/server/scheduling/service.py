@@ -347,6 +347,9 @@ class Service:
         """Lease a runner and start the completion; errors before the first token raise
         (so the route can answer with a status code)."""
         started = time.perf_counter_ns()
+        if not request.show_tokens and target.info.marker_tokens:
+            # the markers the output parser looks for, also where they are control tokens
+            request = replace(request, show_tokens=sorted(target.info.marker_tokens))
         lease = await self.lease(target, settings, keep_alive)
         gen = Generation(self, lease, request, started)
         try:
