@@ -9,7 +9,12 @@ import random
 import pytest
 from test_tokenizer import stream
 
-from hearth.engine.tokenizer import Tokenizer, UnsupportedTokenizerError, load_tokenizer
+from hearth.engine.tokenizer import (
+    StreamDecoder,
+    Tokenizer,
+    UnsupportedTokenizerError,
+    load_tokenizer,
+)
 from hearth.engine.tokenizer.pretokenize import KNOWN_PRE, get_pretokenizer
 from hearth.engine.tokenizer.special import SpecialSplitter
 
@@ -122,6 +127,16 @@ def test_token_kinds_decode_like_llama_cpp() -> None:
     assert tok.decode([ud], skip_special=True) == "<ud>"  # USER_DEFINED: always shown
     assert tok.decode([ctl]) == "<ctl>" and tok.decode([ctl], skip_special=True) == ""
     assert tok.is_special(ud) and tok.is_special(ctl) and not tok.is_special(junk)
+
+
+def test_a_stream_shows_the_control_tokens_it_is_asked_to() -> None:
+    """The runner hides control tokens but shows the tool-call and thinking markers the
+    service parses (CompletionRequest.show_tokens), as llama.cpp keeps its preserved tokens."""
+    tok = synthetic_spm()
+    ctl, a = tok.token_id("<ctl>"), tok.token_id("▁a")
+    assert "".join(stream(tok, [ctl, a], True)) == " a"
+    decoder = StreamDecoder(tok, show=[ctl])
+    assert "".join([decoder.feed(ctl), decoder.feed(a), decoder.flush()]) == "<ctl> a"
 
 
 def test_add_eos_and_trailing_eos_handling() -> None:

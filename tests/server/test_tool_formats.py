@@ -20,6 +20,7 @@ from hearth.server.prompting.toolformats import (
     THINK_TAGS,
     detect_thinking_markers,
     detect_tool_format,
+    marker_tokens,
 )
 
 from .fakes import add_model
@@ -280,3 +281,8 @@ def test_a_model_that_thinks_by_default_keeps_thinking_out_of_the_content(family
     assert (msg["reasoning"], msg["content"]) == ("I'm thinking", "Hello, world!")
     msg = c.post("/api/chat", json={**body, "stream": False, "think": False}).json()["message"]
     assert "thinking" not in msg and msg["content"] == "Hello, world!"
+
+
+def test_marker_tokens_are_the_markers_in_a_vocabulary():
+    vocab = {"<tool_call>", "</tool_call>", "<think>", "hello", "[INST]"}
+    assert marker_tokens(vocab) == {"<tool_call>", "</tool_call>", "<think>"}
