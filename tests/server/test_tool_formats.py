@@ -286,3 +286,23 @@ def test_a_model_that_thinks_by_default_keeps_thinking_out_of_the_content(family
 def test_marker_tokens_are_the_markers_in_a_vocabulary():
     vocab = {"<tool_call>", "</tool_call>", "<think>", "hello", "[INST]"}
     assert marker_tokens(vocab) == {"<tool_call>", "</tool_call>", "<think>"}
+
+
+@pytest.mark.parametrize("name", [QWEN25, LLAMA31, NEMO, MISTRAL_V11, MISTRAL_V13, DEEPSEEK_R1])
+def test_arguments_can_be_streamed_as_they_are_written(name):
+    """partial_calls: each call's arguments text only grows, and ends as the whole object."""
+    text = EMITTED.get(name) or (
+        "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>special_function\n"
+        '```json\n{"arg1": 1}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>'
+    )
+    text += text.replace("special_function", "python").replace('"arg1": 1', '"code": "x"')
+    p = parser_for(name)
+    seen: dict[int, str] = {}
+    for ch in text:
+        p.feed(ch)
+        for i, call in enumerate(p.partial_calls()):
+            assert call.arguments.startswith(seen.get(i, "")), (seen, call)
+            seen[i] = call.arguments
+    assert [json.loads(seen[i]) for i in sorted(seen)] == [{"arg1": 1}, {"code": "x"}]
+    calls = p.finish()[2]
+    assert [(c.name, c.arguments) for c in calls] == [CALL, ("python", {"code": "x"})]

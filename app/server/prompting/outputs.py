@@ -12,9 +12,17 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass, field
 
-from .toolformats import GENERIC, THINK_TAGS, ParsedCall, ThinkingMarkers, ToolCallFormat
+from .toolformats import (
+    GENERIC,
+    THINK_TAGS,
+    ParsedCall,
+    PartialCall,
+    ThinkingMarkers,
+    ToolCallFormat,
+    partial_calls,
+)
 
-__all__ = ["OutputParser", "ParsedCall", "parse_tool_calls"]
+__all__ = ["OutputParser", "ParsedCall", "PartialCall", "parse_tool_calls"]
 
 
 def parse_tool_calls(
@@ -110,6 +118,15 @@ class OutputParser:
         keep = max((_partial_suffix(text, o) for o in fmt.anywhere), default=0)
         self._pending = text[len(text) - keep :]
         return text[: len(text) - keep]
+
+    def partial_calls(self) -> list[PartialCall]:
+        """The calls begun so far, each with its arguments' JSON text so far (see
+        `toolformats.partial_calls`): for routes that stream arguments as they are written
+        (a call's text only grows). `finish()` gives the calls that count: one that does not
+        parse after all comes back there as content."""
+        if self._state != "holding" or not self.tools:
+            return []
+        return partial_calls(self.format, self._held, self.tools)
 
     def finish(self) -> tuple[str, str, list[ParsedCall]]:
         """Flush: (thinking, content, tool calls)."""

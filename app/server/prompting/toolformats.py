@@ -32,6 +32,7 @@ from typing import Any
 
 __all__ = [
     "ParsedCall",
+    "PartialCall",
     "ThinkingMarkers",
     "ToolCallFormat",
     "FORMATS",
@@ -41,6 +42,7 @@ __all__ = [
     "detect_thinking_markers",
     "detect_tool_format",
     "marker_tokens",
+    "partial_calls",
 ]
 
 
@@ -62,6 +64,38 @@ class ToolCallFormat:
     anywhere: tuple[str, ...]  # openers that start a call wherever they appear
     at_start: tuple[str, ...]  # openers that start a call only as the reply's first text
     parse: Parse
+    # where a call's arguments begin: the group "name" is the tool, the match's end the start
+    # of its arguments object (see `partial_calls`)
+    heads: tuple[re.Pattern[str], ...] = ()
+
+
+@dataclass(frozen=True)
+class PartialCall:
+    """A call being written: its tool and its arguments' JSON text so far."""
+
+    name: str
+    arguments: str
+
+
+def partial_calls(fmt: ToolCallFormat, held: str, names: Collection[str]) -> list[PartialCall]:
+    """The calls begun in `held` (the text from the format's opener on), in order, each with
+    the text of its arguments object so far: whole once it parses, else all that follows its
+    head up to the next call's. While `held` grows, each call's text only grows (a later value
+    starts with the earlier one), so the growth can be streamed as argument deltas; the calls
+    `parse` returns at the end are the ones that count."""
+    heads = sorted(
+        (m for pattern in fmt.heads for m in pattern.finditer(held)), key=lambda m: m.start()
+    )
+    out: list[PartialCall] = []
+    for k, m in enumerate(heads):
+        name = m.group("name").strip()
+        if name not in names or held[m.end() : m.end() + 1] not in ("{", ""):
+            continue
+        stop = heads[k + 1].start() if k + 1 < len(heads) else len(held)
+        found = _json_at(held, m.end())
+        end = found[1] if found is not None and found[1] <= stop else stop
+        out.append(PartialCall(name, held[m.end() : end]))
+    return out
 
 
 @dataclass(frozen=True)
@@ -242,15 +276,30 @@ def _no_calls(text: str, names: Collection[str]) -> tuple[list[ParsedCall], str]
     return [], text
 
 
+_JSON_HEAD = re.compile(r'"name"\s*:\s*"(?P<name>[^"]+)"\s*,\s*"(?:arguments|parameters)"\s*:\s*')
+_MISTRAL_HEAD = re.compile(
+    r"\[TOOL_CALLS\]\s*(?P<name>[\w.\-]+)(?:\[CALL_ID\]\s*[A-Za-z0-9]*)?\s*\[ARGS\]\s*"
+)
+_DEEPSEEK_HEADS = (
+    re.compile(r"<｜tool▁sep｜>(?P<name>[^\n<]+)\n```(?:json)?\s*"),
+    re.compile(r"<｜tool▁call▁begin｜>(?P<name>(?!function<)[^<\n]+?)<｜tool▁sep｜>\s*"),
+)
+
 GENERIC = ToolCallFormat(
-    "generic", (), ("<tool_call>", "```", "[TOOL_CALLS]", "<|python_tag|>", "{", "["), _generic
+    "generic",
+    (),
+    ("<tool_call>", "```", "[TOOL_CALLS]", "<|python_tag|>", "{", "["),
+    _generic,
+    (_JSON_HEAD,),
 )
 NO_TOOLS = ToolCallFormat("none", (), (), _no_calls)
-HERMES = ToolCallFormat("hermes", ("<tool_call>",), ("{",), _hermes)
-LLAMA3 = ToolCallFormat("llama3", ("<|python_tag|>",), ("{",), _llama3)
-MISTRAL = ToolCallFormat("mistral", ("[TOOL_CALLS]",), ("[{", "{"), _mistral)
+HERMES = ToolCallFormat("hermes", ("<tool_call>",), ("{",), _hermes, (_JSON_HEAD,))
+LLAMA3 = ToolCallFormat("llama3", ("<|python_tag|>",), ("{",), _llama3, (_JSON_HEAD,))
+MISTRAL = ToolCallFormat(
+    "mistral", ("[TOOL_CALLS]",), ("[{", "{"), _mistral, (_JSON_HEAD, _MISTRAL_HEAD)
+)
 DEEPSEEK = ToolCallFormat(
-    "deepseek", ("<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>"), (), _deepseek
+    "deepseek", ("<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>"), (), _deepseek, _DEEPSEEK_HEADS
 )
 FORMATS = {f.name: f for f in (GENERIC, NO_TOOLS, HERMES, LLAMA3, MISTRAL, DEEPSEEK)}
 
