@@ -6,6 +6,8 @@ tokens, never from the model's name:
 
 * `hermes`: `<tool_call>{"name": ..., "arguments": ...}</tool_call>`, one block per call
   (Qwen 2.5/3, Hermes 2/3, and the templates that copied them);
+* `qwen_xml`: `<tool_call><function=name><parameter=key>value</parameter>...</function>
+  </tool_call>` (Qwen3-Coder); a value that is JSON is taken as JSON, else as text;
 * `llama3`: `{"name": ..., "parameters": ...}` (or `"arguments"`), bare or after
   `<|python_tag|>`, several separated by `;` (Llama 3.1/3.2/3.3: the `ipython` role);
 * `mistral`: `[TOOL_CALLS][{"name": ..., "arguments": ...}, ...]` (v3, Nemo) or
@@ -113,7 +115,7 @@ _DECODER = json.JSONDecoder()
 def _json_at(text: str, i: int) -> tuple[Any, int] | None:
     try:
         return _DECODER.raw_decode(text, i)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested thousands deep
         return None
 
 
@@ -272,6 +274,37 @@ def _deepseek(text: str, names: Collection[str]) -> tuple[list[ParsedCall], str]
     return calls, _leftover(calls, [leftover])
 
 
+_XML_FUNCTION = re.compile(r"<function=([^>\n]+)>(.*?)</function>", re.S)
+_XML_PARAMETER = re.compile(r"<parameter=([^>\n]+)>\n?(.*?)\n?</parameter>", re.S)
+
+
+def _xml_value(text: str) -> Any:
+    """A parameter's value: JSON when it is JSON (numbers, objects, true), else the text."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def _qwen_xml(text: str, names: Collection[str]) -> tuple[list[ParsedCall], str]:
+    calls: list[ParsedCall] = []
+    rest: list[str] = []
+    last = 0
+    for m in _HERMES_BLOCK.finditer(text):
+        f = _XML_FUNCTION.fullmatch(m.group(1).strip())
+        if f is None or f.group(1).strip() not in names:
+            continue
+        params = list(_XML_PARAMETER.finditer(f.group(2)))
+        if "".join(_XML_PARAMETER.sub("", f.group(2)).split()):
+            continue  # text outside the parameters: no call
+        args = {p.group(1).strip(): _xml_value(p.group(2)) for p in params}
+        rest.append(text[last : m.start()])
+        calls.append(ParsedCall(f.group(1).strip(), args))
+        last = m.end()
+    rest.append(text[last:])
+    return calls, _leftover(calls, rest)
+
+
 def _no_calls(text: str, names: Collection[str]) -> tuple[list[ParsedCall], str]:
     return [], text
 
@@ -293,6 +326,7 @@ GENERIC = ToolCallFormat(
     (_JSON_HEAD,),
 )
 NO_TOOLS = ToolCallFormat("none", (), (), _no_calls)
+QWEN_XML = ToolCallFormat("qwen_xml", ("<tool_call>",), (), _qwen_xml)
 HERMES = ToolCallFormat("hermes", ("<tool_call>",), ("{",), _hermes, (_JSON_HEAD,))
 LLAMA3 = ToolCallFormat("llama3", ("<|python_tag|>",), ("{",), _llama3, (_JSON_HEAD,))
 MISTRAL = ToolCallFormat(
@@ -301,7 +335,7 @@ MISTRAL = ToolCallFormat(
 DEEPSEEK = ToolCallFormat(
     "deepseek", ("<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>"), (), _deepseek, _DEEPSEEK_HEADS
 )
-FORMATS = {f.name: f for f in (GENERIC, NO_TOOLS, HERMES, LLAMA3, MISTRAL, DEEPSEEK)}
+FORMATS = {f.name: f for f in (GENERIC, NO_TOOLS, HERMES, QWEN_XML, LLAMA3, MISTRAL, DEEPSEEK)}
 
 # Markers whose presence as a token decides a format or must be rendered by the runner.
 _MARKERS: tuple[tuple[str, ToolCallFormat], ...] = (
@@ -331,6 +365,8 @@ def detect_tool_format(template: str | None, tokens: Collection[str] = ()) -> To
     family's marker token."""
     if not template:
         return NO_TOOLS
+    if "<tool_call>" in template and "<function=" in template and "<parameter=" in template:
+        return QWEN_XML
     for marker, fmt in _MARKERS:
         if marker in template:
             return fmt
