@@ -123,7 +123,9 @@ def test_options_round_trip_through_the_wire_and_reach_the_sampler():
         num_keep=2,
         stop=["\n", "END"],
     )
-    request = CompletionRequest(prompt="hi", options=options, logprobs=True, top_logprobs=3)
+    request = CompletionRequest(
+        prompt="hi", options=options, logprobs=True, top_logprobs=3, show_tokens=["[TOOL_CALLS]"]
+    )
     wire = json.loads(json.dumps(to_wire(request)))
     assert from_wire(CompletionRequest, wire) == request
     settings = settings_from_request(from_wire(CompletionRequest, wire))
@@ -138,6 +140,7 @@ def test_options_round_trip_through_the_wire_and_reach_the_sampler():
     assert (sampling.presence_penalty, sampling.frequency_penalty) == (0.1, 0.2)
     assert (settings.num_predict, settings.num_keep, settings.stop) == (9, 2, ("\n", "END"))
     assert settings.top_logprobs == 3
+    assert settings.show_tokens == ("[TOOL_CALLS]",)  # the markers the service parses
     # Options left out travel as nothing and take the runner's defaults.
     bare = to_wire(CompletionRequest(tokens=[1]))
     assert bare["options"] == {"stop": []}
