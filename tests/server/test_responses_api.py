@@ -238,6 +238,15 @@ def test_the_assembler_places_whitespace_and_always_gives_a_message():
         ({"input": "hi", "tool_choice": {"type": "file_search"}}, "'file_search'"),
         ({"input": "hi", "background": True}, "background"),
         ({"input": "hi", "text": {"format": {"type": "json_schema", "name": "x"}}}, "schema"),
+        (
+            {
+                "input": "hi",
+                "tools": [WEATHER],
+                "tool_choice": "required",
+                "text": {"format": {"type": "json_object"}},
+            },
+            "JSON text.format",
+        ),  # fmt: skip
         ({"input": "hi", "temperature": 3}, "temperature"),
         ({"input": "hi", "options": {"typical_p": 0.5}}, "typical_p"),
         ({}, "input"),

@@ -162,13 +162,16 @@ def sampling_options(
     return Options.model_validate({**base, **mapped})
 
 
-def output_format(rf: ResponseFormat | None, forced: dict[str, Any] | None) -> Any:
-    """The output format: the response format, or the schema of a call tool_choice forces."""
+def output_format(
+    rf: ResponseFormat | None, forced: dict[str, Any] | None, field: str = "response_format"
+) -> Any:
+    """The output format: the response format (the request's `field`), or the schema of a
+    call tool_choice forces."""
     fmt = response_format(rf)
     if forced is not None and fmt is not None:
         raise APIError(
             400,
-            "a tool_choice that requires a call cannot be combined with a JSON response format: "
+            f"a tool_choice that requires a call cannot be combined with a JSON {field}: "
             "both would constrain the same output",
         )
     return forced if forced is not None else fmt

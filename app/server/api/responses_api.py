@@ -279,7 +279,7 @@ async def create_response(body: ResponsesRequest, request: Request) -> Response:
     target = await svc.target(body.model)
     target.require("completion", "chat")
     tools, forced = openai_convert.tool_choice(convert.tool_choice(body.tool_choice), tools)
-    fmt = openai_convert.output_format(text_format, forced)
+    fmt = openai_convert.output_format(text_format, forced, "text.format")
     if tools:
         target.require("tools", "tools")
     effort = body.reasoning.effort if body.reasoning else None
