@@ -4,11 +4,14 @@ strictly against the openai package's own pydantic types."""
 
 from __future__ import annotations
 
+import base64
+import io
 import json
 
 import openai
 import pytest
 from openai.types.responses import Response, ResponseStreamEvent
+from PIL import Image
 from pydantic import TypeAdapter
 
 from hearth.server.api.responses_api import ReplyAssembler
@@ -270,3 +273,21 @@ def test_options_reach_the_runner(fake_service, oa):
     runner = fake_service.launcher.started[-1]
     assert runner.options.num_ctx == 256
     assert runner.requests[-1].options.top_k == 3 and runner.requests[-1].options.top_p == 0.5
+
+
+def test_a_failure_mid_stream_ends_it_with_an_error_event(fake_service):
+    fake_service.launcher.die_after = 2
+    events = _stream(fake_service, {"model": "tiny", "input": "Hi"})
+    assert events[-1]["type"] == "error" and "stopped" in events[-1]["message"]
+    assert "response.completed" not in [e["type"] for e in events]
+
+
+def test_images_come_as_data_urls(oa):
+    buf = io.BytesIO()
+    Image.new("RGB", (4, 4)).save(buf, format="PNG")
+    url = "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+    content = [{"type": "input_text", "text": "What is this?"},
+               {"type": "input_image", "image_url": url}]  # fmt: skip
+    # the image is read and checked: this model has no vision, so it is refused by name
+    with pytest.raises(openai.BadRequestError, match="does not support images"):
+        oa.responses.create(model="tiny", input=[{"role": "user", "content": content}])
