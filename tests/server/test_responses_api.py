@@ -211,6 +211,17 @@ def test_the_assembler_places_whitespace_and_always_gives_a_message():
     assert events[-1]["type"] == "response.completed"
 
 
+def test_a_reply_of_thoughts_only_closes_them_and_has_an_empty_message():
+    reply = ReplyAssembler({"id": "resp_x"})
+    reply.start()
+    reply.feed(Piece(thinking="hmm"))
+    events = reply.finish([], {"done_reason": "length", "eval_count": 1})
+    assert [(o["type"], o["status"]) for o in reply.output] == [
+        ("reasoning", "incomplete"), ("message", "incomplete")]  # fmt: skip
+    kinds = [e["type"] for e in events]
+    assert kinds.count("response.output_item.done") == 2 and kinds[-1] == "response.incomplete"
+
+
 @pytest.mark.parametrize(
     ("body", "words"),
     [

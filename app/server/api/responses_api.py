@@ -109,20 +109,16 @@ class ReplyAssembler:
         cut = final.get("done_reason") == "length"
         if self.one_call:
             calls = calls[:1]
+        status = "incomplete" if cut else "completed"
         events: list[dict[str, Any]] = []
-        has_message = any(item["type"] == "message" for item in self.output)
-        if (
-            not calls
-            and not has_message
-            and (self._open is None or self._open["type"] != "message")
-        ):
-            events += self._open_item("message")  # a reply always has its message
+        if not calls and not any(item["type"] == "message" for item in self.output):
+            events += self._close(status)  # the thinking, when the reply is only thoughts
+            events += self._open_item("message")  # a reply without calls has its message
             if self._blank:
                 events += self._text("message", self._blank)
-        events += self._close("incomplete" if cut else "completed")
+        events += self._close(status)
         for call in calls:
             events += self._call(call)
-        status = "incomplete" if cut else "completed"
         self.response.update(
             status=status,
             completed_at=int(time.time()),
