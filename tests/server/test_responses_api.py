@@ -244,6 +244,9 @@ def test_a_reply_of_thoughts_only_closes_them_and_has_an_empty_message():
             "input_file",
         ),  # fmt: skip
         ({"input": [{"role": "robot", "content": "hi"}]}, "role must be"),
+        ({"input": [{"role": ["user"], "content": "hi"}]}, "role must be"),
+        ({"input": [{"role": "user", "content": [{"type": ["input_text"]}]}]}, "content part"),
+        ({"input": [{"type": {}, "content": "hi"}]}, "items are not supported"),
         (
             {"input": [{"type": "function_call", "call_id": "c", "name": "f", "arguments": "{"}]},
             "not JSON",

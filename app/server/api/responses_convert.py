@@ -119,7 +119,8 @@ def messages(items: list[dict[str, Any]]) -> list[ChatMessage]:
             raise APIError(400, f"{where}: an input item must be an object")
         kind = item.get("type", "message")
         if kind == "message":
-            role = _ROLES.get(item.get("role"))  # type: ignore[arg-type]
+            given = item.get("role")
+            role = _ROLES.get(given) if isinstance(given, str) else None
             if role is None:
                 raise APIError(400, f"{where}: role must be user, assistant, system or developer")
             if "content" not in item:
