@@ -15,7 +15,7 @@ from pathlib import Path
 from fastapi import FastAPI
 
 from ..plugins.registry import ArchitectureRegistry
-from .api import create, hearth, ollama, ollama_models, openai, pull
+from .api import create, hearth, ollama, ollama_models, openai, pull, responses_api
 from .api.errors import install_error_handlers
 from .api.security import install_security
 from .config import ServerConfig
@@ -117,6 +117,6 @@ def create_app(
     app.state.devices = devices
     install_error_handlers(app)
     install_security(app, config)
-    for module in (ollama_models, ollama, create, pull, openai, hearth):
+    for module in (ollama_models, ollama, create, pull, openai, responses_api, hearth):
         app.include_router(module.router)
     return app

@@ -1,5 +1,6 @@
 """What the Ollama and OpenAI routes share: the service behind a request, the chat prompt and
-its images, embeddings, thinking switches and Hearth's extra final-record fields. Errors are
+its images, starting a completion, embeddings, thinking switches and Hearth's extra
+final-record fields. Errors are
 the service's own (hearth.server.errors); api/errors.py turns them into status codes."""
 
 from __future__ import annotations
@@ -10,15 +11,17 @@ from typing import Any
 
 from fastapi import Request
 
+from ...runner.protocol import CompletionRequest
 from ..errors import RequestError
 from ..prompting.prompts import conversation, render
-from ..request_types import ChatMessage
+from ..request_types import ChatMessage, Options
 from ..scheduling.runner_process import RunnerError
-from ..scheduling.service import Service, Target
+from ..scheduling.service import Generation, Service, Target
 
 __all__ = [
     "chat_prompt",
     "embed_texts",
+    "generate",
     "hearth_extras",
     "normalize",
     "service_of",
@@ -85,6 +88,30 @@ def chat_prompt(
         **(think_level(level) if think else {}),
     )
     return prompt, images
+
+
+async def generate(
+    svc: Service,
+    target: Target,
+    options: Options,
+    prompt: str,
+    images: list[str],
+    fmt: str | dict[str, Any] | None,
+    keep_alive: float | str | None,
+    top_logprobs: int | None = None,
+) -> Generation:
+    """Start a completion of `prompt` with the request's options over the model's (logprobs
+    when `top_logprobs` is not None, with that many alternatives)."""
+    settings = svc.settings(target, options)
+    req = CompletionRequest(
+        prompt=prompt,
+        images=images,
+        options=settings.sampling,
+        format=fmt,
+        logprobs=top_logprobs is not None,
+        top_logprobs=top_logprobs or 0,
+    )
+    return await svc.generate(target, settings, req, svc.keep_alive(keep_alive))
 
 
 def normalize(vector: list[float], dimensions: int | None = None) -> list[float]:

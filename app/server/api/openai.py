@@ -20,7 +20,6 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from ...runner.protocol import CompletionRequest
 from ..prompting.outputs import OutputParser
 from ..prompting.prompts import render
 from ..request_types import Options
@@ -30,6 +29,7 @@ from . import openai_convert as convert
 from .common import (
     chat_prompt,
     embed_texts,
+    generate,
     hearth_extras,
     normalize,
     service_of,
@@ -60,16 +60,7 @@ async def _start(
     fmt: str | dict[str, Any] | None,
     top: int | None,
 ) -> Generation:
-    settings = svc.settings(target, options)
-    req = CompletionRequest(
-        prompt=prompt,
-        images=images,
-        options=settings.sampling,
-        format=fmt,
-        logprobs=top is not None,
-        top_logprobs=top or 0,
-    )
-    return await svc.generate(target, settings, req, svc.keep_alive(body.keep_alive))
+    return await generate(svc, target, options, prompt, images, fmt, body.keep_alive, top)
 
 
 def _head(prefix: str, kind: str, target: Target) -> dict[str, Any]:
@@ -100,18 +91,6 @@ def _last_chunks(
         yield {**head, "choices": [], "usage": convert.usage(final)}
 
 
-def _chat_format(body: OAChatRequest, forced: dict[str, Any] | None) -> Any:
-    """The output format: the response_format, or the schema of a call tool_choice forces."""
-    fmt = convert.response_format(body.response_format)
-    if forced is not None and fmt is not None:
-        raise APIError(
-            400,
-            "a tool_choice that requires a call cannot be combined with a JSON response_format: "
-            "both would constrain the same output",
-        )
-    return forced if forced is not None else fmt
-
-
 async def _parsed(gen: Generation, parser: OutputParser, one_call: bool) -> AsyncIterator[Piece]:
     """The pieces of a chat reply, with at most one tool call when `one_call`
     (parallel_tool_calls: false)."""
@@ -129,7 +108,7 @@ async def chat_completions(body: OAChatRequest, request: Request) -> Response:
     target.require("completion", "chat")
     tools = [t.model_dump(exclude_none=True) for t in body.tools or []]
     tools, forced = convert.tool_choice(body.tool_choice, tools)
-    fmt = _chat_format(body, forced)
+    fmt = convert.output_format(body.response_format, forced)
     if tools:
         target.require("tools", "tools")
     effort = body.reasoning_effort

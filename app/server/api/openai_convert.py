@@ -23,7 +23,9 @@ __all__ = [
     "check_chat",
     "tool_choice",
     "options",
+    "sampling_options",
     "response_format",
+    "output_format",
     "message",
     "usage",
     "finish",
@@ -131,19 +133,48 @@ def tool_choice(
 
 def options(body: SamplingFields, max_tokens: int | None) -> Options:
     """OpenAI's sampling fields as Ollama options (Ollama's defaults: temperature 1, top_p 1)."""
-    given = body.options.model_dump(exclude_none=True) if body.options else {}
-    mapped: dict[str, Any] = {
-        "temperature": 1.0 if body.temperature is None else body.temperature,
-        "top_p": 1.0 if body.top_p is None else body.top_p,
-    }
+    mapped: dict[str, Any] = {}
     for key in ("frequency_penalty", "presence_penalty", "seed"):
         if getattr(body, key) is not None:
             mapped[key] = getattr(body, key)
     if body.stop is not None:
         mapped["stop"] = [body.stop] if isinstance(body.stop, str) else body.stop
+    return sampling_options(body.options, body.temperature, body.top_p, max_tokens, mapped)
+
+
+def sampling_options(
+    given: Options | None,
+    temperature: float | None,
+    top_p: float | None,
+    max_tokens: int | None,
+    more: dict[str, Any] | None = None,
+) -> Options:
+    """The request's Ollama `options` with OpenAI's sampling fields over them (OpenAI's
+    defaults: temperature 1, top_p 1); `max_tokens` is num_predict. Shared by /v1 routes."""
+    mapped: dict[str, Any] = {
+        "temperature": 1.0 if temperature is None else temperature,
+        "top_p": 1.0 if top_p is None else top_p,
+        **(more or {}),
+    }
     if max_tokens is not None:
         mapped["num_predict"] = max_tokens
-    return Options.model_validate({**given, **mapped})
+    base = given.model_dump(exclude_none=True) if given else {}
+    return Options.model_validate({**base, **mapped})
+
+
+def output_format(
+    rf: ResponseFormat | None, forced: dict[str, Any] | None, field: str = "response_format"
+) -> Any:
+    """The output format: the response format (the request's `field`), or the schema of a
+    call tool_choice forces."""
+    fmt = response_format(rf)
+    if forced is not None and fmt is not None:
+        raise APIError(
+            400,
+            f"a tool_choice that requires a call cannot be combined with a JSON {field}: "
+            "both would constrain the same output",
+        )
+    return forced if forced is not None else fmt
 
 
 def response_format(rf: ResponseFormat | None) -> str | dict[str, Any] | None:

@@ -11,7 +11,7 @@ from typing import Any
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.background import BackgroundTask
 
-__all__ = ["ndjson", "ndjson_or_last", "sse", "now_iso", "iso", "dumps"]
+__all__ = ["ndjson", "ndjson_or_last", "sse", "error_message", "now_iso", "iso", "dumps"]
 
 log = logging.getLogger("hearth.server")
 
@@ -84,17 +84,27 @@ async def ndjson_or_last(items: AsyncIterator[dict[str, Any]], stream: bool) -> 
 
 
 def sse(
-    items: AsyncIterator[dict[str, Any]], close: Callable[[], Awaitable[None]] | None = None
+    items: AsyncIterator[dict[str, Any]],
+    close: Callable[[], Awaitable[None]] | None = None,
+    *,
+    named: bool = False,
+    done: bool = True,
+    error: Callable[[Exception], dict[str, Any]] | None = None,
 ) -> StreamingResponse:
-    """Server-sent events ending in `data: [DONE]`; errors become an OpenAI error event."""
+    """Server-sent events, by default as chat completions send them: data lines ending in
+    `data: [DONE]`, an error mid-stream as an OpenAI error object. `named`: each event also
+    names its `type` in an `event:` line (the Responses API's form); `done`: end with
+    `data: [DONE]`; `error`: the event an exception mid-stream becomes."""
 
-    def error(e: Exception) -> dict[str, Any]:
+    def api_error(e: Exception) -> dict[str, Any]:
         return {"error": {"message": _message(e), "type": "api_error", "param": None, "code": None}}
 
     async def body() -> AsyncIterator[str]:
-        async for item in _guard(items, error):
-            yield f"data: {dumps(item)}\n\n"
-        yield "data: [DONE]\n\n"
+        async for item in _guard(items, error or api_error):
+            name = f"event: {item.get('type')}\n" if named and "type" in item else ""
+            yield f"{name}data: {dumps(item)}\n\n"
+        if done:
+            yield "data: [DONE]\n\n"
 
     return StreamingResponse(
         body(),
@@ -102,3 +112,8 @@ def sse(
         headers={"Cache-Control": "no-cache"},
         background=BackgroundTask(close) if close else None,
     )
+
+
+def error_message(e: Exception) -> str:
+    """An exception as the one sentence an error event carries."""
+    return _message(e)
