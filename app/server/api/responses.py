@@ -11,7 +11,7 @@ from typing import Any
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.background import BackgroundTask
 
-__all__ = ["ndjson", "ndjson_or_last", "sse", "now_iso", "iso", "dumps"]
+__all__ = ["ndjson", "ndjson_or_last", "sse", "named_sse", "now_iso", "iso", "dumps"]
 
 log = logging.getLogger("hearth.server")
 
@@ -95,6 +95,27 @@ def sse(
         async for item in _guard(items, error):
             yield f"data: {dumps(item)}\n\n"
         yield "data: [DONE]\n\n"
+
+    return StreamingResponse(
+        body(),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache"},
+        background=BackgroundTask(close) if close else None,
+    )
+
+
+def named_sse(
+    items: AsyncIterator[dict[str, Any]],
+    on_error: Callable[[str], dict[str, Any]],
+    close: Callable[[], Awaitable[None]] | None = None,
+) -> StreamingResponse:
+    """Server-sent events named by each item's `type` (`event: <type>`), as Anthropic's
+    Messages API streams them, with no `[DONE]` line; an exception mid-stream becomes the
+    event `on_error(message)`."""
+
+    async def body() -> AsyncIterator[str]:
+        async for item in _guard(items, lambda e: on_error(_message(e))):
+            yield f"event: {item['type']}\ndata: {dumps(item)}\n\n"
 
     return StreamingResponse(
         body(),
