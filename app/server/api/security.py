@@ -148,7 +148,8 @@ class SecurityMiddleware:
                 scope,
                 send,
                 401,
-                "missing or wrong API key: send 'Authorization: Bearer <HEARTH_API_KEY>'",
+                "missing or wrong API key: send 'Authorization: Bearer <HEARTH_API_KEY>' "
+                "(or 'x-api-key: <HEARTH_API_KEY>')",
                 {"www-authenticate": "Bearer"},
             )
             return
