@@ -28,6 +28,10 @@ WEATHER = {
     },
 }
 
+OLLAMA_WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": WEATHER["description"],
+    "parameters": WEATHER["input_schema"]}}  # fmt: skip
+
 
 @pytest.fixture(scope="module")
 def ac(live_server):
@@ -36,9 +40,9 @@ def ac(live_server):
     )
 
 
-def _ollama_chat(url: str, messages: list[dict], n: int, model: str = MODEL) -> dict:
+def _ollama_chat(url: str, messages: list[dict], n: int, model: str = MODEL, **extra) -> dict:
     body = {"model": model, "messages": messages, "stream": False,
-            "options": {"num_predict": n, **GREEDY}}  # fmt: skip
+            "options": {"num_predict": n, **GREEDY}, **extra}  # fmt: skip
     return httpx.post(url + "/api/chat", json=body, timeout=120).json()
 
 
@@ -105,7 +109,7 @@ def test_forced_tool_call_round_trip(live_server, ac):
         {"role": "assistant", "content": "", "tool_calls": [
             {"function": {"name": "get_weather", "arguments": call.input}}]},
         {"role": "tool", "content": "sunny, 21 C", "tool_name": "get_weather"},
-    ], 10, "tool-gemma")  # fmt: skip
+    ], 10, "tool-gemma", tools=[OLLAMA_WEATHER])  # fmt: skip
     assert answer.content[0].type == "text"
     assert answer.content[0].text == native["message"]["content"]
 
