@@ -231,3 +231,34 @@ def test_api_key_as_x_api_key_or_bearer(make_fake_service):
     refused = service.client.get("/api/tags", headers={"x-api-key": "wrong"})
     assert refused.status_code == 401 and isinstance(refused.json()["error"], str)
     assert service.client.get("/api/tags", headers={"x-api-key": "secret"}).status_code == 200
+
+
+THINK_TEMPLATE = (
+    "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}"
+    "think={{ enable_thinking }}\nassistant: "
+)
+
+
+def test_thinking_switch_and_blocks(fake_service, ac):
+    out = fake_service.client.post(
+        "/api/create",
+        json={"model": "think-tiny", "from": "tiny", "template": THINK_TEMPLATE, "stream": False},
+    )
+    assert out.json()["status"] == "success"
+    fake_service.launcher.script = "<think>Let me see. </think>The answer."
+    on = {"type": "enabled", "budget_tokens": 1024}
+    msg = ac.messages.create(model="think-tiny", max_tokens=50, messages=HI, thinking=on)
+    assert "think=True" in fake_service.launcher.started[0].requests[-1].prompt
+    assert [b.type for b in msg.content] == ["thinking", "text"]
+    assert msg.content[0].thinking.strip() == "Let me see."
+    assert msg.content[1].text.strip() == "The answer."
+    with ac.messages.stream(model="think-tiny", max_tokens=50, messages=HI, thinking=on) as s:
+        final = s.get_final_message()
+    assert [
+        (b.type, getattr(b, "thinking", None) or getattr(b, "text", None)) for b in final.content
+    ] == [(b.type, getattr(b, "thinking", None) or getattr(b, "text", None)) for b in msg.content]
+    # a history holding thinking blocks is accepted; "disabled" turns thinking off
+    history = [*HI, {"role": "assistant", "content": [b.model_dump() for b in msg.content]}, *HI]
+    ac.messages.create(model="think-tiny", max_tokens=5, messages=history,
+                       thinking={"type": "disabled"})  # fmt: skip
+    assert "think=False" in fake_service.launcher.started[0].requests[-1].prompt
