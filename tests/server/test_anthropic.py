@@ -208,6 +208,21 @@ def test_errors_as_the_client_raises_them(fake_service, ac):
     assert oa.status_code == 404 and "param" in oa.json()["error"]
 
 
+def test_error_shape_and_statuses_per_route():
+    from hearth.server.api.errors import error_answer
+
+    assert error_answer("/v1/messages", 503, "busy") == (
+        529,
+        {"type": "error", "error": {"type": "overloaded_error", "message": "busy"}},
+    )
+    assert error_answer("/v1/messages/count_tokens", 413, "big")[1]["error"]["type"] == (
+        "request_too_large"
+    )
+    assert error_answer("/v1/messages", 500, "bug")[1]["error"]["type"] == "api_error"
+    assert error_answer("/v1/chat/completions", 503, "busy")[0] == 503
+    assert error_answer("/api/chat", 503, "busy") == (503, {"error": "busy"})  # fmt: skip
+
+
 def test_failure_mid_stream_is_an_error_event(fake_service, ac):
     fake_service.launcher.die_after = 2
     with (
