@@ -42,11 +42,22 @@ __all__ = ["router"]
 router = APIRouter(tags=["anthropic"])
 
 
-async def _prompt(
-    svc: Service, body: _Prompted
-) -> tuple[Target, str, list[str], set[str], dict[str, Any] | None, bool, bool | None]:
-    """The model, prompt, images, offered tool names, forcing format, one-call flag and
-    thinking switch of a request."""
+@dataclass
+class _Prepared:
+    """A request made ready to run: its model, rendered prompt and checked images, the
+    names of the tools offered, the format forcing a call (tool_choice any / tool), whether
+    at most one call is wanted, and the thinking switch."""
+
+    target: Target
+    prompt: str
+    images: list[str]
+    tool_names: set[str]
+    forced: dict[str, Any] | None
+    one_call: bool
+    think: bool | None
+
+
+async def _prepare(svc: Service, body: _Prompted) -> _Prepared:
     target = await svc.target(body.model)
     target.require("completion", "chat")
     tools, forced, one_call = convert.tools(body)
@@ -55,17 +66,20 @@ async def _prompt(
     think = think_flag(target, convert.think(body.thinking))
     prompt, images = chat_prompt(svc, target, convert.messages(body), tools, think)
     names = {t["function"]["name"] for t in tools}
-    return target, prompt, images, names, forced, one_call, think
+    return _Prepared(target, prompt, images, names, forced, one_call, think)
 
 
 @router.post("/v1/messages", summary="Anthropic Messages")
 async def messages(body: MessagesRequest, request: Request) -> Response:
     svc = service_of(request)
-    target, prompt, images, names, forced, one_call, think = await _prompt(svc, body)
+    ready = await _prepare(svc, body)
+    target, one_call = ready.target, ready.one_call
     settings = svc.settings(target, convert.options(body))
-    req = CompletionRequest(prompt=prompt, images=images, options=settings.sampling, format=forced)
+    req = CompletionRequest(
+        prompt=ready.prompt, images=ready.images, options=settings.sampling, format=ready.forced
+    )
     gen = await svc.generate(target, settings, req, svc.keep_alive(body.keep_alive))
-    items = pieces(gen, OutputParser(think=bool(think), tools=names))
+    items = pieces(gen, OutputParser(think=bool(ready.think), tools=ready.tool_names))
     head = {
         "id": convert.message_id(),
         "type": "message",
@@ -194,12 +208,11 @@ async def count_tokens(body: CountTokensRequest, request: Request) -> dict[str, 
     """The prompt's tokens as the model's runner tokenizes it (text only: image blocks are
     checked but their positions are not counted)."""
     svc = service_of(request)
-    target, prompt, _, _, _, _, _ = await _prompt(svc, body)
-    lease = await svc.lease(
-        target, svc.settings(target, body.options), svc.keep_alive(body.keep_alive)
-    )
+    ready = await _prepare(svc, body)
+    settings = svc.settings(ready.target, body.options)
+    lease = await svc.lease(ready.target, settings, svc.keep_alive(body.keep_alive))
     try:
-        tokens = await lease.runner.tokenize(prompt)
+        tokens = await lease.runner.tokenize(ready.prompt)
     except RunnerError as e:
         raise svc.runner_failure(lease, e) from None
     finally:
