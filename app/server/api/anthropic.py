@@ -32,7 +32,7 @@ from ..prompting.outputs import OutputParser, ParsedCall
 from ..scheduling.runner_process import RunnerError
 from ..scheduling.service import Piece, Service, Target, pieces
 from . import anthropic_convert as convert
-from .anthropic_schemas import CountTokensRequest, MessagesRequest, _Prompted
+from .anthropic_schemas import CountTokensRequest, MessagesRequest, PromptedRequest
 from .common import chat_prompt, service_of, think_flag
 from .errors import APIError
 from .responses import named_sse
@@ -57,7 +57,7 @@ class _Prepared:
     think: bool | None
 
 
-async def _prepare(svc: Service, body: _Prompted) -> _Prepared:
+async def _prepare(svc: Service, body: PromptedRequest) -> _Prepared:
     target = await svc.target(body.model)
     target.require("completion", "chat")
     tools, forced, one_call = convert.tools(body)

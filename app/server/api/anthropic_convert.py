@@ -15,11 +15,11 @@ from . import openai_convert
 from .anthropic_schemas import (
     MessageParam,
     MessagesRequest,
+    PromptedRequest,
     TextBlock,
     ThinkingConfig,
     ToolChoice,
     ToolResultBlock,
-    _Prompted,
 )
 from .common import hearth_extras
 from .errors import APIError
@@ -106,7 +106,7 @@ def _turn(m: MessageParam, names: dict[str, str]) -> list[ChatMessage]:
     return out
 
 
-def messages(body: _Prompted) -> list[ChatMessage]:
+def messages(body: PromptedRequest) -> list[ChatMessage]:
     """The system text and the turns as chat messages (tool results name their tool)."""
     names: dict[str, str] = {}
     out = _system(body.system)
@@ -118,7 +118,7 @@ def messages(body: _Prompted) -> list[ChatMessage]:
 _CHOICES: dict[str, str] = {"auto": "auto", "any": "required", "none": "none"}
 
 
-def tools(body: _Prompted) -> tuple[list[dict[str, Any]], dict[str, Any] | None, bool]:
+def tools(body: PromptedRequest) -> tuple[list[dict[str, Any]], dict[str, Any] | None, bool]:
     """The tools offered (as function tools, the templates' shape), the output format that
     forces a call (tool_choice any or tool) and whether at most one call is wanted
     (`disable_parallel_tool_use`)."""

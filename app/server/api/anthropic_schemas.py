@@ -30,6 +30,7 @@ __all__ = [
     "ImageBlock",
     "MessageParam",
     "MessagesRequest",
+    "PromptedRequest",
     "TextBlock",
     "ThinkingBlock",
     "Tool",
@@ -192,7 +193,7 @@ class ThinkingConfig(_Body):
     budget_tokens: int | None = Field(None, ge=0, le=1 << 24)
 
 
-class _Prompted(_Body):
+class PromptedRequest(_Body):
     """What both routes render into a prompt: the model, system text, messages and tools."""
 
     model: _Model
@@ -211,7 +212,7 @@ class _Prompted(_Body):
         return v
 
 
-class MessagesRequest(_Prompted):
+class MessagesRequest(PromptedRequest):
     max_tokens: int = Field(ge=1, le=1 << 24)
     stop_sequences: list[Annotated[str, Field(max_length=1000)]] | None = Field(None, max_length=64)
     stream: bool = False
@@ -221,5 +222,5 @@ class MessagesRequest(_Prompted):
     metadata: dict[str, Any] | None = None  # ignored
 
 
-class CountTokensRequest(_Prompted):
+class CountTokensRequest(PromptedRequest):
     pass
