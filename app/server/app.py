@@ -15,7 +15,7 @@ from pathlib import Path
 from fastapi import FastAPI
 
 from ..plugins.registry import ArchitectureRegistry
-from .api import create, hearth, ollama, ollama_models, openai, pull, responses_api
+from .api import anthropic, create, hearth, ollama, ollama_models, openai, pull, responses_api
 from .api.errors import install_error_handlers
 from .api.security import install_security
 from .config import ServerConfig
@@ -110,13 +110,13 @@ def create_app(
     app = FastAPI(
         title="Hearth",
         version=hearth_version(),
-        summary="Ollama- and OpenAI-compatible API for local GGUF models",
+        summary="Ollama-, OpenAI- and Anthropic-compatible API for local GGUF models",
         lifespan=lifespan,
     )
     app.state.service = service
     app.state.devices = devices
     install_error_handlers(app)
     install_security(app, config)
-    for module in (ollama_models, ollama, create, pull, openai, responses_api, hearth):
+    for module in (ollama_models, ollama, create, pull, openai, responses_api, anthropic, hearth):
         app.include_router(module.router)
     return app

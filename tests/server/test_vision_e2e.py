@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import anthropic
 import httpx
 import jinja2.sandbox
 import ollama
@@ -342,6 +343,20 @@ def test_openai_client_gives_the_ollama_clients_answer(oa, oc, api, model, work)
         )  # fmt: skip
         text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
         assert text == native.message.content
+
+
+def test_anthropic_client_image_block_gives_the_ollama_clients_answer(server, oc, model, work):
+    ac = anthropic.Anthropic(base_url=server.url, api_key=API_KEY, timeout=120, max_retries=0)
+    for name, path in ((FIRST, work / "a.png"), (OTHER, work / "b.png")):
+        source = {"type": "base64", "media_type": "image/png", "data": b64(IMAGES[name])}
+        content = [{"type": "image", "source": source}, {"type": "text", "text": QUESTION}]
+        msg = ac.messages.create(
+            model=model, max_tokens=8, messages=[{"role": "user", "content": content}],
+            extra_body={"temperature": 0},
+        )  # fmt: skip
+        native = oc.chat(model, messages=[ask(path)], options=GREEDY)
+        assert msg.stop_reason == "max_tokens" and msg.usage.output_tokens == 8
+        assert msg.content[0].text == native.message.content
 
 
 def test_the_service_answers_as_the_runner_does_in_process(oc, api, model, vision, work):

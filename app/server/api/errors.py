@@ -1,7 +1,9 @@
 """Errors as HTTP answers: every expected failure becomes a status code and one sentence.
 
 Native routes answer `{"error": "..."}`; `/v1/` routes answer OpenAI's
-`{"error": {"message", "type", "param", "code"}}`. Malformed requests are 4xx; a 5xx means the
+`{"error": {"message", "type", "param", "code"}}`; Anthropic's Messages routes
+(`/v1/messages...`) answer `{"type": "error", "error": {"type", "message"}}`, with a busy
+service's 503 sent as Anthropic's 529 (overloaded). Malformed requests are 4xx; a 5xx means the
 service itself or a model failed (never the caller's input), and the catch-all handler makes
 sure even a bug answers with a sentence rather than a traceback.
 """
@@ -25,7 +27,13 @@ from ..scheduling.scheduler import LoadFailed, ServerBusy
 from ..store.model_store import BlobError, ModelNotFound
 from ..store.names import InvalidName
 
-__all__ = ["APIError", "install_error_handlers", "error_body", "validation_message"]
+__all__ = [
+    "APIError",
+    "install_error_handlers",
+    "error_answer",
+    "error_body",
+    "validation_message",
+]
 
 log = logging.getLogger("hearth.server")
 
@@ -42,7 +50,38 @@ class APIError(Exception):
 _OPENAI_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error"}
 
 
+_ANTHROPIC_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    529: "overloaded_error",
+}
+# Statuses Anthropic's clients read differently: a busy service is "overloaded" (529).
+_ANTHROPIC_STATUS = {503: 529}
+
+
+def is_anthropic(path: str) -> bool:
+    """Whether `path` is one of the Anthropic Messages API's routes (its own error shape)."""
+    return path == "/v1/messages" or path.startswith("/v1/messages/")
+
+
+def error_answer(path: str, status: int, message: str) -> tuple[int, dict[str, Any]]:
+    """The status and body that answer a failure (`status`, `message`) on `path`, in the
+    shape of the API the path belongs to."""
+    if is_anthropic(path):
+        status = _ANTHROPIC_STATUS.get(status, status)
+        kind = _ANTHROPIC_TYPES.get(
+            status, "invalid_request_error" if status < 500 else "api_error"
+        )
+        return status, {"type": "error", "error": {"type": kind, "message": message}}
+    return status, error_body(path, status, message)
+
+
 def error_body(path: str, status: int, message: str) -> dict[str, Any]:
+    """The body of an error on a native or OpenAI route (see `error_answer` for all routes)."""
     if path.startswith("/v1/"):
         kind = _OPENAI_TYPES.get(status, "invalid_request_error" if status < 500 else "api_error")
         return {"error": {"message": message, "type": kind, "param": None, "code": None}}
@@ -50,7 +89,8 @@ def error_body(path: str, status: int, message: str) -> dict[str, Any]:
 
 
 def _answer(request: Request, status: int, message: str) -> JSONResponse:
-    return JSONResponse(error_body(request.url.path, status, message), status_code=status)
+    status, body = error_answer(request.url.path, status, message)
+    return JSONResponse(body, status_code=status)
 
 
 def validation_message(errors: list[Any]) -> str:

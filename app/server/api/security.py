@@ -3,7 +3,8 @@
 * Loopback by default. Listening anywhere else requires `HEARTH_API_KEY` (checked at start,
   see `ServerConfig.check_exposure`); when a key is set every request but `GET /` and CORS
   preflights must carry `Authorization: Bearer <key>`, even on loopback (the GUI runs its
-  private service that way).
+  private service that way). `x-api-key: <key>` (how Anthropic's clients send it) is
+  accepted too.
 * While bound to loopback, the Host header must name this machine (localhost, a loopback
   address or the host name): a web page cannot reach the API through DNS rebinding.
 * CORS: localhost / 127.0.0.1 / 0.0.0.0 pages and app schemes (app://, file://, tauri://,
@@ -31,7 +32,7 @@ from starlette.datastructures import Headers
 from starlette.middleware.cors import CORSMiddleware
 
 from ..config import ServerConfig
-from .errors import error_body
+from .errors import error_answer
 
 __all__ = ["install_security", "origin_regex", "DEFAULT_ORIGINS"]
 
@@ -91,7 +92,8 @@ class SecurityMiddleware:
         message: str,
         headers: dict[str, str] | None = None,
     ) -> None:
-        body = json.dumps(error_body(scope["path"], status, message)).encode()
+        status, answer = error_answer(scope["path"], status, message)
+        body = json.dumps(answer).encode()
         raw = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
         raw += [(k.encode(), v.encode()) for k, v in (headers or {}).items()]
         await send({"type": "http.response.start", "status": status, "headers": raw})
@@ -109,6 +111,9 @@ class SecurityMiddleware:
         key = self.config.api_key
         if not key:
             return True
+        given = headers.get("x-api-key")  # Anthropic's clients send the key this way
+        if given is not None:
+            return secrets.compare_digest(given.strip(), key)
         auth = headers.get("authorization", "")
         scheme, _, token = auth.partition(" ")
         return scheme.lower() == "bearer" and secrets.compare_digest(token.strip(), key)
@@ -143,7 +148,8 @@ class SecurityMiddleware:
                 scope,
                 send,
                 401,
-                "missing or wrong API key: send 'Authorization: Bearer <HEARTH_API_KEY>'",
+                "missing or wrong API key: send 'Authorization: Bearer <HEARTH_API_KEY>' "
+                "(or 'x-api-key: <HEARTH_API_KEY>')",
                 {"www-authenticate": "Bearer"},
             )
             return
