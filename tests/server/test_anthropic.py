@@ -65,6 +65,28 @@ def test_sampling_fields_and_options_from_the_body(fake_service, ac):
     assert list(opts.stop) == ["END"]
 
 
+def test_the_stop_sequence_that_ended_the_reply(fake_service, ac):
+    ask = {"model": "tiny", "max_tokens": 100, "messages": HI, "stop_sequences": ["nice", "runner"]}
+    msg = ac.messages.create(**ask)
+    assert msg.content[0].text == "Hello from the fake "
+    assert msg.stop_reason == "stop_sequence" and msg.stop_sequence == "runner"
+    with ac.messages.stream(**ask) as stream:
+        final = stream.get_final_message()
+    assert (final.stop_reason, final.stop_sequence) == ("stop_sequence", "runner")
+    # the other APIs say as before that the reply stopped
+    chat = {"model": "tiny", "messages": HI, "stream": False, "options": {"stop": ["runner"]}}
+    assert fake_service.client.post("/api/chat", json=chat).json()["done_reason"] == "stop"
+    oa = {"model": "tiny", "messages": HI, "stop": ["runner"]}
+    choice = fake_service.client.post("/v1/chat/completions", json=oa).json()["choices"][0]
+    assert choice["finish_reason"] == "stop"
+    # a stop string of the model's own parameters is no stop sequence of the request's
+    made = {"model": "stops", "from": "tiny", "parameters": {"stop": ["runner"]}, "stream": False}
+    assert fake_service.client.post("/api/create", json=made).json()["status"] == "success"
+    own = ac.messages.create(model="stops", max_tokens=100, messages=HI)
+    assert own.content[0].text == "Hello from the fake "
+    assert own.stop_reason == "end_turn" and own.stop_sequence is None
+
+
 def test_stream_helpers_assemble_the_same_text(fake_service, ac):
     plain = ac.messages.create(model="tiny", max_tokens=100, messages=HI)
     with ac.messages.stream(model="tiny", max_tokens=100, messages=HI) as stream:

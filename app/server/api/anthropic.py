@@ -13,8 +13,10 @@ generation ends, so each `tool_use` block streams its input as one `input_json_d
 Errors are Anthropic's `{"type": "error", "error": {"type", "message"}}` (api/errors.py).
 `anthropic-version` and `anthropic-beta` headers are accepted and not needed; the API key,
 when set, is checked as on every route (`x-api-key` or `Authorization: Bearer`).
-`stop_reason` is `end_turn`, `max_tokens` or `tool_use`: the runner does not say whether a
-stop sequence or the end of the turn stopped it, so `stop_sequence` is not reported.
+`stop_reason` is `end_turn`, `max_tokens`, `tool_use` or `stop_sequence`, with
+`stop_sequence` naming the one of the request's `stop_sequences` that ended the reply (the
+runner's final record names the stop string it matched); a stop string of the model's own
+parameters ends a reply as `end_turn`.
 """
 
 from __future__ import annotations
@@ -85,14 +87,15 @@ async def messages(body: MessagesRequest, request: Request) -> Response:
         "model": target.name,
     }
     if body.stream:
-        return sse(_events(items, head, one_call), gen.close, named=True, done=False,
+        events = _events(items, head, one_call, body.stop_sequences)
+        return sse(events, gen.close, named=True, done=False,
                    error=lambda e: _error_event(error_message(e)))  # fmt: skip
     reply = _Reply()
     async for p in items:
         reply.add(p)
         if p.final is not None:
             calls = p.tool_calls[:1] if one_call else p.tool_calls
-            return JSONResponse({**head, **reply.result(p.final, calls)})
+            return JSONResponse({**head, **reply.result(p.final, calls, body.stop_sequences)})
     raise APIError(500, "the response ended early")
 
 
@@ -107,7 +110,9 @@ class _Reply:
         self.text.append(p.content)
         self.thinking.append(p.thinking)
 
-    def result(self, final: dict[str, Any], calls: list[ParsedCall]) -> dict[str, Any]:
+    def result(
+        self, final: dict[str, Any], calls: list[ParsedCall], stop_sequences: list[str] | None
+    ) -> dict[str, Any]:
         content: list[dict[str, Any]] = []
         if any(self.thinking):
             content.append(
@@ -119,8 +124,7 @@ class _Reply:
         content.extend(convert.tool_use_block(c) for c in calls)
         return {
             "content": content,
-            "stop_reason": convert.stop_reason(final, calls),
-            "stop_sequence": None,
+            **convert.stop(final, calls, stop_sequences),
             "usage": convert.usage(final),
         }
 
@@ -158,7 +162,10 @@ class _Blocks:
 
 
 async def _events(
-    items: AsyncIterator[Piece], head: dict[str, Any], one_call: bool
+    items: AsyncIterator[Piece],
+    head: dict[str, Any],
+    one_call: bool,
+    stop_sequences: list[str] | None,
 ) -> AsyncIterator[dict[str, Any]]:
     start: dict[str, Any] = {"content": [], "stop_reason": None, "stop_sequence": None}
     usage = {"input_tokens": 0, "output_tokens": 0}
@@ -194,7 +201,7 @@ async def _events(
         final_usage = convert.usage(p.final)
         yield {
             "type": "message_delta",
-            "delta": {"stop_reason": convert.stop_reason(p.final, calls), "stop_sequence": None},
+            "delta": convert.stop(p.final, calls, stop_sequences),
             "usage": final_usage,
         }
         yield {"type": "message_stop"}
