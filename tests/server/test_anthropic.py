@@ -122,6 +122,24 @@ def _tool_model(fake_service) -> None:
     assert out.json()["status"] == "success"
 
 
+def test_tool_input_streams_as_it_is_written(fake_service, ac):
+    _tool_model(fake_service)
+    args = {"city": "Paris on a long and winding road by the river", "days": [1, 2, 3]}
+    fake_service.launcher.script = json.dumps({"name": "get_weather", "arguments": args})
+    ask = {"model": "tool-tiny", "max_tokens": 100, "tools": [WEATHER],
+           "messages": [{"role": "user", "content": "Weather?"}]}  # fmt: skip
+    with ac.messages.stream(**ask) as stream:
+        events = list(stream)
+        final = stream.get_final_message()
+    deltas = [e.delta for e in events if e.type == "content_block_delta"]
+    deltas = [d.partial_json for d in deltas if d.type == "input_json_delta"]
+    assert len(deltas) > 3  # the fake runner writes the call word by word
+    assert json.loads("".join(deltas)) == args
+    [call] = [b for b in final.content if b.type == "tool_use"]
+    assert (call.name, call.input) == ("get_weather", args) and final.stop_reason == "tool_use"
+    assert call.input == ac.messages.create(**ask).content[-1].input
+
+
 def test_tool_round_trip(fake_service, ac):
     _tool_model(fake_service)
     fake_service.launcher.script = '{"name": "get_weather", "arguments": {"city": "Paris"}}'

@@ -33,6 +33,7 @@ __all__ = [
     "tools",
     "stop",
     "tool_use_block",
+    "tool_use_start",
     "usage",
 ]
 
@@ -188,6 +189,11 @@ def stop(
 
 def tool_use_block(call: ParsedCall) -> dict[str, Any]:
     return {"type": "tool_use", "id": _tool_use_id(), "name": call.name, "input": call.arguments}
+
+
+def tool_use_start(name: str) -> dict[str, Any]:
+    """A streamed tool_use block as it starts (its input follows as `input_json_delta`s)."""
+    return {"type": "tool_use", "id": _tool_use_id(), "name": name, "input": {}}
 
 
 def usage(final: dict[str, Any]) -> dict[str, Any]:
