@@ -226,6 +226,7 @@ class CompletionDone:
 
     done: bool = True
     done_reason: str = "stop"  # "stop" (end of turn or a stop string) | "length"
+    stop: str | None = None  # the stop string that ended the output (None: it did not)
     prompt_eval_count: int = 0  # prompt tokens actually evaluated (cached ones excluded)
     prompt_cached: int = 0  # prompt tokens reused from the cache
     prompt_eval_duration: int = 0  # nanoseconds

@@ -148,7 +148,8 @@ class Sequence:
         self._decoder = StreamDecoder(tokenizer, show=(i for i in shown if i is not None))
         self._stops = [s for s in settings.stop if s]
         self._held = ""  # text withheld because it may begin a stop string
-        self._cut = False  # a stop string ended the output (the text after it is dropped)
+        self._cut: str | None = None  # the stop string that ended the output (what follows
+        # it is dropped), None while none has
         # With structured output, where the streamed text is a whole document (see above).
         self._doc = constraint.reader() if constraint is not None and self._stops else None
         self._held_logprobs: list[TokenLogprob] = []
@@ -272,49 +273,52 @@ class Sequence:
         )
 
     def _emit(self, text: str) -> bool:
-        """Send what is safe to send; True when a stop string matched (the output ends there)."""
+        """Send what is safe to send; True when a stop string matched (the output ends there;
+        `_cut` names it)."""
         self._held += text
         if not self._stops:
-            keep, matched = len(self._held), False
+            keep, matched = len(self._held), None
         elif self._doc is None:
             keep, matched = self._plain_cut(self._held)
         else:
             keep, matched = self._document_cut(self._held)
         out = self._held[:keep]
-        self._held = "" if matched else self._held[keep:]
+        self._held = "" if matched is not None else self._held[keep:]
         if self._doc is not None:
             self._doc.feed(out)
-        if out or matched:
+        if out or matched is not None:
             self._send(out)
         self._cut = matched
-        return matched
+        return matched is not None
 
-    def _plain_cut(self, held: str) -> tuple[int, bool]:
-        """(where to cut, matched): the earliest stop string, else keep back the longest tail
-        that begins one."""
-        cut = min((i for i in (held.find(s) for s in self._stops) if i >= 0), default=-1)
-        if cut >= 0:
-            return cut, True
+    def _plain_cut(self, held: str) -> tuple[int, str | None]:
+        """(where to cut, the stop string matched): the earliest stop string (the first given
+        of those found there), else keep back the longest tail that begins one."""
+        found = [(i, n, s) for n, s in enumerate(self._stops) if (i := held.find(s)) >= 0]
+        if found:
+            cut, _, stop = min(found)
+            return cut, stop
         hold = 0
         for s in self._stops:
             for k in range(min(len(s) - 1, len(held)), 0, -1):
                 if held.endswith(s[:k]):
                     hold = max(hold, k)
                     break
-        return len(held) - hold, False
+        return len(held) - hold, None
 
-    def _document_cut(self, held: str) -> tuple[int, bool]:
+    def _document_cut(self, held: str) -> tuple[int, str | None]:
         """`_plain_cut` with structured output: only offsets where the text so far is a whole
         document may start a stop string (anywhere else cutting would leave it unparseable)."""
         ends = self._doc.whole_at(held) if self._doc is not None else []
         for p in ends:
-            if any(held.startswith(s, p) for s in self._stops):
-                return p, True
+            for s in self._stops:
+                if held.startswith(s, p):
+                    return p, s
         for p in ends:
             rest = held[p:]
             if rest and any(s.startswith(rest) for s in self._stops):
-                return p, False  # a stop string may still complete here: hold from p
-        return len(held), False
+                return p, None  # a stop string may still complete here: hold from p
+        return len(held), None
 
     def _send(self, text: str) -> None:
         self._sent_len += len(text)
@@ -347,7 +351,7 @@ class Sequence:
     def finish(self, reason: str) -> None:
         if self.done:
             return
-        if not self._cut:  # the end is not a stop string: what is held is real output
+        if self._cut is None:  # the end is not a stop string: what is held is real output
             if self._emit(self._decoder.flush()):
                 reason = "stop"  # the detokenizer's last text completed a stop string
             elif self._held:
@@ -360,6 +364,7 @@ class Sequence:
         self.events.put(
             CompletionDone(
                 done_reason=reason,
+                stop=self._cut,
                 prompt_eval_count=self.prompt_evaluated,
                 prompt_cached=self.prompt_cached,
                 prompt_eval_duration=int((first - self.t_start) * 1e9),

@@ -244,3 +244,27 @@ def test_without_format_the_runner_still_cuts_at_stop_strings(llama):
             cuts += 1
             assert text == free[: free.index("a")] and done.done_reason == "stop"
     assert cuts >= 4
+
+
+@pytest.mark.parametrize(
+    ("stops", "parts", "text", "stop"),
+    [
+        (["END", "\n"], ["ab END c\nd"], "ab ", "END"),  # the earliest in the text wins
+        (["END", "\n"], ["ab\nEND"], "ab", "\n"),
+        (["xy", "x"], ["ax", "y"], "a", "x"),  # at one place, the first given
+        (["END"], ["ab", EOS], "ab", None),  # the end of turn is no stop string
+        (["END"], ["abEN", EOS], "abEN", None),  # nor a stop string's unfinished start
+    ],
+)
+def test_the_final_record_names_the_stop_string_that_ended_the_output(
+    vocab, stops, parts, text, stop
+):
+    s = Script(vocab, stops, None)
+    assert s.run(*parts) == text
+    assert s.done is not None and s.done.done_reason == "stop" and s.done.stop == stop
+
+
+def test_a_stop_string_that_cuts_a_whole_document_is_named(vocab):
+    s = Script(vocab, ["9", "34"], {"type": "integer"})  # 12 is a whole document
+    assert s.run("12", "3", "4", "5", EOS) == "12"
+    assert s.done is not None and s.done.stop == "34"

@@ -31,7 +31,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 class FakeRunner:
-    """A runner without a model: it answers `script` word by word."""
+    """A runner without a model: it answers `script` word by word, cut before the earliest of
+    the request's stop strings (the final record names it, as the runner's does)."""
 
     _next_pid = 10_000
 
@@ -61,6 +62,9 @@ class FakeRunner:
         if ctl.refuse:
             raise RunnerError(ctl.refuse)
         text = '{"answer": 42}' if request.format else ctl.script
+        found = sorted((i, s) for s in request.options.stop if s and (i := text.find(s)) >= 0)
+        stop = found[0][1] if found else None
+        text = text[: found[0][0]] if found else text
         words = re.findall(r"\S+\s*", text)
         limit = request.options.num_predict
         if limit is not None and 0 <= limit < len(words):
@@ -83,6 +87,7 @@ class FakeRunner:
         prompt = request.prompt or ""
         yield CompletionDone(
             done_reason="length" if len(words) < len(re.findall(r"\S+", text)) else "stop",
+            stop=stop if len(words) == len(re.findall(r"\S+", text)) else None,
             prompt_eval_count=max(1, len(prompt.split())),
             prompt_cached=0,
             prompt_eval_duration=1000,

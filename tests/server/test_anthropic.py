@@ -65,6 +65,28 @@ def test_sampling_fields_and_options_from_the_body(fake_service, ac):
     assert list(opts.stop) == ["END"]
 
 
+def test_the_stop_sequence_that_ended_the_reply(fake_service, ac):
+    ask = {"model": "tiny", "max_tokens": 100, "messages": HI, "stop_sequences": ["nice", "runner"]}
+    msg = ac.messages.create(**ask)
+    assert msg.content[0].text == "Hello from the fake "
+    assert msg.stop_reason == "stop_sequence" and msg.stop_sequence == "runner"
+    with ac.messages.stream(**ask) as stream:
+        final = stream.get_final_message()
+    assert (final.stop_reason, final.stop_sequence) == ("stop_sequence", "runner")
+    # the other APIs say as before that the reply stopped
+    chat = {"model": "tiny", "messages": HI, "stream": False, "options": {"stop": ["runner"]}}
+    assert fake_service.client.post("/api/chat", json=chat).json()["done_reason"] == "stop"
+    oa = {"model": "tiny", "messages": HI, "stop": ["runner"]}
+    choice = fake_service.client.post("/v1/chat/completions", json=oa).json()["choices"][0]
+    assert choice["finish_reason"] == "stop"
+    # a stop string of the model's own parameters is no stop sequence of the request's
+    made = {"model": "stops", "from": "tiny", "parameters": {"stop": ["runner"]}, "stream": False}
+    assert fake_service.client.post("/api/create", json=made).json()["status"] == "success"
+    own = ac.messages.create(model="stops", max_tokens=100, messages=HI)
+    assert own.content[0].text == "Hello from the fake "
+    assert own.stop_reason == "end_turn" and own.stop_sequence is None
+
+
 def test_stream_helpers_assemble_the_same_text(fake_service, ac):
     plain = ac.messages.create(model="tiny", max_tokens=100, messages=HI)
     with ac.messages.stream(model="tiny", max_tokens=100, messages=HI) as stream:
@@ -98,6 +120,24 @@ def _tool_model(fake_service) -> None:
         json={"model": "tool-tiny", "from": "tiny", "template": TOOLS_TEMPLATE, "stream": False},
     )
     assert out.json()["status"] == "success"
+
+
+def test_tool_input_streams_as_it_is_written(fake_service, ac):
+    _tool_model(fake_service)
+    args = {"city": "Paris on a long and winding road by the river", "days": [1, 2, 3]}
+    fake_service.launcher.script = json.dumps({"name": "get_weather", "arguments": args})
+    ask = {"model": "tool-tiny", "max_tokens": 100, "tools": [WEATHER],
+           "messages": [{"role": "user", "content": "Weather?"}]}  # fmt: skip
+    with ac.messages.stream(**ask) as stream:
+        events = list(stream)
+        final = stream.get_final_message()
+    deltas = [e.delta for e in events if e.type == "content_block_delta"]
+    deltas = [d.partial_json for d in deltas if d.type == "input_json_delta"]
+    assert len(deltas) > 3  # the fake runner writes the call word by word
+    assert json.loads("".join(deltas)) == args
+    [call] = [b for b in final.content if b.type == "tool_use"]
+    assert (call.name, call.input) == ("get_weather", args) and final.stop_reason == "tool_use"
+    assert call.input == ac.messages.create(**ask).content[-1].input
 
 
 def test_tool_round_trip(fake_service, ac):

@@ -305,3 +305,35 @@ def test_show_estimates_each_device_at_the_default_settings(fake_service, tiny_l
     assert cpu["device"] == "CPU" and cpu["layers"] == blocks + 1
     assert cpu["weights"] == sum(int(t.n_bytes) for t in reader.tensors)
     assert cpu["cache"] == kv and cpu["graph"] == extras["memory"]["graph"] > 0
+
+
+THINK_TEMPLATE = (
+    "{% for m in messages %}{{ m.role }}: {% if m.thinking %}[{{ m.thinking }}]{% endif %}"
+    "{{ m.content }}\n{% endfor %}think={{ enable_thinking }}\nassistant: "
+)
+
+
+def test_openai_chat_thinking_as_reasoning_content_and_reasoning(fake_service):
+    c = fake_service.client
+    made = {"model": "think-tiny", "from": "tiny", "template": THINK_TEMPLATE, "stream": False}
+    assert c.post("/api/create", json=made).json()["status"] == "success"
+    fake_service.launcher.script = "<think>Let me see. </think>The answer."
+    body = {"model": "think-tiny", "reasoning_effort": "low",
+            "messages": [{"role": "user", "content": "hi"}]}  # fmt: skip
+    message = c.post("/v1/chat/completions", json=body).json()["choices"][0]["message"]
+    assert message["reasoning_content"].strip() == "Let me see."
+    assert message["reasoning"] == message["reasoning_content"]
+    assert message["content"].strip() == "The answer."
+    chunks = [e for e in sse_events(c.post("/v1/chat/completions", json={**body, "stream": True}))
+              if e != "[DONE]" and e["choices"]]  # fmt: skip
+    deltas = [ch["choices"][0]["delta"] for ch in chunks]
+    assert "".join(d.get("reasoning_content", "") for d in deltas) == message["reasoning_content"]
+    assert all(d.get("reasoning") == d.get("reasoning_content") for d in deltas)
+    assert "".join(d["content"] for d in deltas) == message["content"]
+    # an assistant's thinking in the history, under either name, reaches the template
+    for name in ("reasoning_content", "reasoning"):
+        said = {"role": "assistant", "content": "Paris.", name: "It is in France."}
+        history = [*body["messages"], said, {"role": "user", "content": "And Italy?"}]
+        assert c.post("/v1/chat/completions", json={**body, "messages": history}).is_success
+        prompt = fake_service.launcher.started[0].requests[-1].prompt
+        assert "assistant: [It is in France.]Paris." in prompt, prompt

@@ -104,6 +104,19 @@ def test_max_output_tokens_makes_an_incomplete_response(fake_service, oa):
     )
 
 
+def test_long_call_arguments_stream_as_written(fake_service, oa):
+    args = {"city": "Paris on a long and winding road by the river", "days": [1, 2, 3]}
+    fake_service.launcher.script = json.dumps({"name": "get_weather", "arguments": args})
+    ask = {"model": "tool-tiny", "input": "Weather?", "tools": [WEATHER]}
+    with oa.responses.stream(**ask) as stream:
+        deltas = [e.delta for e in stream if e.type == "response.function_call_arguments.delta"]
+        final = stream.get_final_response()
+    assert len(deltas) > 3
+    [call] = final.output
+    assert json.loads(call.arguments) == json.loads("".join(deltas)) == args
+    assert json.loads(oa.responses.create(**ask).output[0].arguments) == args
+
+
 def test_function_call_round_trip(fake_service, oa):
     fake_service.launcher.script = CALL
     first = oa.responses.create(model="tool-tiny", input="Weather in Paris?", tools=[WEATHER])
@@ -113,11 +126,17 @@ def test_function_call_round_trip(fake_service, oa):
     assert "get_weather" in _prompt(fake_service)  # the tool was offered
     with oa.responses.stream(model="tool-tiny", input="Weather in Paris?", tools=[WEATHER]) as s:
         assert _same_output(s.get_final_response(), first)
-    kinds = [e["type"] for e in _stream(fake_service, {"model": "tool-tiny", "input": "Weather?",
-                                                        "tools": [WEATHER]})]  # fmt: skip
-    assert kinds[2:] == ["response.output_item.added", "response.function_call_arguments.delta",
+    events = _stream(fake_service, {"model": "tool-tiny", "input": "Weather?", "tools": [WEATHER]})
+    kinds = [e["type"] for e in events]
+    deltas = [e["delta"] for e in events if e["type"] == "response.function_call_arguments.delta"]
+    # the arguments stream as the model writes them (the fake runner: word by word)
+    assert len(deltas) > 1 and json.loads("".join(deltas)) == {"city": "Paris"}
+    assert kinds[2:] == ["response.output_item.added",
+                         *["response.function_call_arguments.delta"] * len(deltas),
                          "response.function_call_arguments.done", "response.output_item.done",
                          "response.completed"]  # fmt: skip
+    done = [e for e in events if e["type"] == "response.function_call_arguments.done"]
+    assert done[0]["arguments"] == "".join(deltas)
 
     fake_service.launcher.script = "It is sunny in Paris."
     answer = {"type": "function_call_output", "call_id": call.call_id, "output": "sunny, 21 C"}

@@ -10,21 +10,11 @@ import ollama
 import openai
 import pytest
 
+from .live_models import MODEL, create_tools_model
+
 pytestmark = pytest.mark.slow
 
-MODEL = "gemma3:270m"
 EXTRA = {"options": {"num_ctx": 1024}}
-# Gemma's turns, with tools offered, the model's calls as JSON and the results as user turns
-TOOLS_TEMPLATE = (
-    "{% for m in messages %}<start_of_turn>"
-    "{{ 'model' if m.role == 'assistant' else 'user' }}\n"
-    "{% if loop.first and tools %}You may call these functions, answering with JSON "
-    '{"name": ..., "arguments": {...}}: {{ tools | tojson }}\n{% endif %}'
-    "{% if m.role == 'tool' %}Function result: {% endif %}{{ m.content }}"
-    "{% for c in m.tool_calls or [] %}"
-    '{{ {"name": c.function.name, "arguments": c.function.arguments} | tojson }}'
-    "{% endfor %}<end_of_turn>\n{% endfor %}<start_of_turn>model\n"
-)
 WEATHER = {"type": "function", "name": "get_weather", "description": "The weather in a city",
            "parameters": {"type": "object", "properties": {"city": {"type": "string",
                           "maxLength": 20}}, "required": ["city"]}}  # fmt: skip
@@ -100,8 +90,7 @@ def test_text_format_json_schema(oa):
 
 
 def test_function_call_round_trip(live_server, oa):
-    oc = ollama.Client(host=live_server.url, timeout=120)
-    assert oc.create("gemma-tools", from_=MODEL, template=TOOLS_TEMPLATE).status == "success"
+    create_tools_model(live_server.url, "gemma-tools")
     ask = [{"role": "user", "content": "What is the weather in Paris?"}]
     first = oa.responses.create(model="gemma-tools", input=ask, tools=[WEATHER],
                                 tool_choice="required", temperature=0, max_output_tokens=40,
@@ -125,7 +114,7 @@ def test_function_call_round_trip(live_server, oa):
     ]
     chat = _chat(oa, history, model="gemma-tools", tools=[chat_tool], max_tokens=12)
     assert final.output_text == chat.choices[0].message.content
-    oc.delete("gemma-tools")
+    ollama.Client(host=live_server.url, timeout=120).delete("gemma-tools")
 
 
 def test_errors_as_the_client_raises_them(oa):

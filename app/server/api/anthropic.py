@@ -7,14 +7,17 @@ answer as `thinking`, `text` and `tool_use` blocks (ids `toolu_...`). Streaming 
 Anthropic's named server-sent events: `message_start`, `ping`, per block
 `content_block_start` / `content_block_delta` (`thinking_delta`, `text_delta`,
 `input_json_delta`) / `content_block_stop`, then `message_delta` (stop reason, usage) and
-`message_stop`; a failure mid-stream is an `error` event. Tool calls are known when the
-generation ends, so each `tool_use` block streams its input as one `input_json_delta`.
+`message_stop`; a failure mid-stream is an `error` event. A `tool_use` block starts when the
+model begins a call and streams its input as the model writes it (`input_json_delta`s, see
+`_StreamedCalls`).
 
 Errors are Anthropic's `{"type": "error", "error": {"type", "message"}}` (api/errors.py).
 `anthropic-version` and `anthropic-beta` headers are accepted and not needed; the API key,
 when set, is checked as on every route (`x-api-key` or `Authorization: Bearer`).
-`stop_reason` is `end_turn`, `max_tokens` or `tool_use`: the runner does not say whether a
-stop sequence or the end of the turn stopped it, so `stop_sequence` is not reported.
+`stop_reason` is `end_turn`, `max_tokens`, `tool_use` or `stop_sequence`, with
+`stop_sequence` naming the one of the request's `stop_sequences` that ended the reply (the
+runner's final record names the stop string it matched); a stop string of the model's own
+parameters ends a reply as `end_turn`.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from ..prompting.outputs import ParsedCall
+from ..prompting.outputs import ParsedCall, PartialCall
 from ..scheduling.runner_process import RunnerError
 from ..scheduling.service import Piece, Service, Target, pieces
 from . import anthropic_convert as convert
@@ -85,14 +88,15 @@ async def messages(body: MessagesRequest, request: Request) -> Response:
         "model": target.name,
     }
     if body.stream:
-        return sse(_events(items, head, one_call), gen.close, named=True, done=False,
+        events = _events(items, head, one_call, body.stop_sequences)
+        return sse(events, gen.close, named=True, done=False,
                    error=lambda e: _error_event(error_message(e)))  # fmt: skip
     reply = _Reply()
     async for p in items:
         reply.add(p)
         if p.final is not None:
             calls = p.tool_calls[:1] if one_call else p.tool_calls
-            return JSONResponse({**head, **reply.result(p.final, calls)})
+            return JSONResponse({**head, **reply.result(p.final, calls, body.stop_sequences)})
     raise APIError(500, "the response ended early")
 
 
@@ -107,7 +111,9 @@ class _Reply:
         self.text.append(p.content)
         self.thinking.append(p.thinking)
 
-    def result(self, final: dict[str, Any], calls: list[ParsedCall]) -> dict[str, Any]:
+    def result(
+        self, final: dict[str, Any], calls: list[ParsedCall], stop_sequences: list[str] | None
+    ) -> dict[str, Any]:
         content: list[dict[str, Any]] = []
         if any(self.thinking):
             content.append(
@@ -119,8 +125,7 @@ class _Reply:
         content.extend(convert.tool_use_block(c) for c in calls)
         return {
             "content": content,
-            "stop_reason": convert.stop_reason(final, calls),
-            "stop_sequence": None,
+            **convert.stop(final, calls, stop_sequences),
             "usage": convert.usage(final),
         }
 
@@ -157,14 +162,75 @@ class _Blocks:
         return {"type": "content_block_delta", "index": self.index, "delta": delta}
 
 
+@dataclass
+class _StreamedCalls:
+    """The tool_use blocks a stream opens as calls begin, fed their input's JSON text as it is
+    written (`Piece.partial_calls`: a call's text only grows, and a call is whole once the
+    next begins). At the end, what a block's deltas lack of the call that counts is sent; a
+    call that streamed but does not parse after all keeps its block (deltas cannot be taken
+    back)."""
+
+    sent: list[str] = field(default_factory=list)  # each streamed call's input text so far
+    index: list[int] = field(default_factory=list)  # each streamed call's block index
+
+    def grow(self, blocks: _Blocks, partial: list[PartialCall]) -> list[dict[str, Any]]:
+        events: list[dict[str, Any]] = []
+        for i, call in enumerate(partial):
+            if i < len(self.sent) - 1:
+                continue  # a call before the last is whole
+            if i == len(self.sent):
+                events += blocks.switch("tool_use", convert.tool_use_start(call.name))
+                self.sent.append("")
+                self.index.append(blocks.index)
+            events += self._extend(blocks, i, call.arguments)
+        return events
+
+    def finish(self, blocks: _Blocks, calls: list[ParsedCall]) -> list[dict[str, Any]]:
+        """The events that complete the streamed calls' blocks and stream the others whole."""
+        events: list[dict[str, Any]] = []
+        for i, call in enumerate(calls):
+            if i >= len(self.sent):
+                block = convert.tool_use_block(call)
+                events += blocks.switch("tool_use", {**block, "input": {}})
+                events.append(
+                    blocks.delta(
+                        {"type": "input_json_delta", "partial_json": json.dumps(call.arguments)}
+                    )
+                )
+            elif _loads(self.sent[i]) != call.arguments:
+                events += self._extend(blocks, i, json.dumps(call.arguments))
+        return events
+
+    def _extend(self, blocks: _Blocks, i: int, text: str) -> list[dict[str, Any]]:
+        """The delta that grows call i's streamed text to `text` (none when `text` does not
+        continue it or its block is closed)."""
+        sent = self.sent[i]
+        open_ = blocks.kind == "tool_use" and blocks.index == self.index[i]
+        if not open_ or len(text) <= len(sent) or not text.startswith(sent):
+            return []
+        self.sent[i] = text
+        return [blocks.delta({"type": "input_json_delta", "partial_json": text[len(sent) :]})]
+
+
+def _loads(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
 async def _events(
-    items: AsyncIterator[Piece], head: dict[str, Any], one_call: bool
+    items: AsyncIterator[Piece],
+    head: dict[str, Any],
+    one_call: bool,
+    stop_sequences: list[str] | None,
 ) -> AsyncIterator[dict[str, Any]]:
     start: dict[str, Any] = {"content": [], "stop_reason": None, "stop_sequence": None}
     usage = {"input_tokens": 0, "output_tokens": 0}
     yield {"type": "message_start", "message": {**head, **start, "usage": usage}}
     yield {"type": "ping"}
     blocks = _Blocks()
+    streamed = _StreamedCalls()
     async for p in items:
         if p.thinking:
             for e in blocks.switch(
@@ -177,24 +243,21 @@ async def _events(
                 yield e
             yield blocks.delta({"type": "text_delta", "text": p.content})
         if p.final is None:
+            for e in streamed.grow(blocks, p.partial_calls[:1] if one_call else p.partial_calls):
+                yield e
             continue
         calls = p.tool_calls[:1] if one_call else p.tool_calls
         if blocks.index < 0 and not calls:  # an empty reply still has its text block
             for e in blocks.switch("text", {"type": "text", "text": ""}):
                 yield e
-        for call in calls:
-            block = convert.tool_use_block(call)
-            for e in blocks.switch("tool_use", {**block, "input": {}}):
-                yield e
-            yield blocks.delta(
-                {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}
-            )
+        for e in streamed.finish(blocks, calls):
+            yield e
         for e in blocks.stop():
             yield e
         final_usage = convert.usage(p.final)
         yield {
             "type": "message_delta",
-            "delta": {"stop_reason": convert.stop_reason(p.final, calls), "stop_sequence": None},
+            "delta": convert.stop(p.final, calls, stop_sequences),
             "usage": final_usage,
         }
         yield {"type": "message_stop"}

@@ -2,7 +2,8 @@
 messages to chat messages (tool_use blocks to tool calls, tool_result blocks to tool
 messages, image blocks to message images), tools and tool_choice to the tools offered and a
 forcing format (OpenAI's conversion, `openai_convert.tool_choice`, does the work), sampling
-fields to Ollama options, and a parsed reply to content blocks, stop reasons and usage."""
+fields to Ollama options, and a parsed reply to content blocks, stop reasons (with the stop
+sequence that ended it) and usage."""
 
 from __future__ import annotations
 
@@ -30,8 +31,9 @@ __all__ = [
     "options",
     "think",
     "tools",
-    "stop_reason",
+    "stop",
     "tool_use_block",
+    "tool_use_start",
     "usage",
 ]
 
@@ -167,14 +169,31 @@ def options(body: MessagesRequest) -> Options:
     return Options.model_validate({**given, **mapped})
 
 
-def stop_reason(final: dict[str, Any], calls: list[ParsedCall]) -> str:
+def stop(
+    final: dict[str, Any], calls: list[ParsedCall], stop_sequences: list[str] | None
+) -> dict[str, Any]:
+    """`stop_reason` and `stop_sequence`: "stop_sequence" names the one of the request's
+    `stop_sequences` the runner's final record says ended the output (a stop string of the
+    model's own parameters ends it as "end_turn")."""
+    matched = final.get("stop")
     if calls:
-        return "tool_use"
-    return "max_tokens" if final.get("done_reason") == "length" else "end_turn"
+        reason = "tool_use"
+    elif final.get("done_reason") == "length":
+        reason = "max_tokens"
+    elif matched is not None and matched in (stop_sequences or []):
+        reason = "stop_sequence"
+    else:
+        reason = "end_turn"
+    return {"stop_reason": reason, "stop_sequence": matched if reason == "stop_sequence" else None}
 
 
 def tool_use_block(call: ParsedCall) -> dict[str, Any]:
     return {"type": "tool_use", "id": _tool_use_id(), "name": call.name, "input": call.arguments}
+
+
+def tool_use_start(name: str) -> dict[str, Any]:
+    """A streamed tool_use block as it starts (its input follows as `input_json_delta`s)."""
+    return {"type": "tool_use", "id": _tool_use_id(), "name": name, "input": {}}
 
 
 def usage(final: dict[str, Any]) -> dict[str, Any]:

@@ -6,6 +6,11 @@ prompt (OpenAI's meaning), with the part served from the prompt cache in
 `usage.prompt_tokens_details.cached_tokens`; a `"hearth"` key adds truncation and shift flags.
 `/v1/completions` continues the prompt as raw text (no chat template), as OpenAI's legacy
 completions do; giving `suffix` uses the template's fill-in-the-middle instead.
+
+A chat reply's thinking is written twice, in the message and in stream deltas:
+`reasoning_content` (the name DeepSeek, llama.cpp and vLLM use, which most clients read) and
+`reasoning` (Ollama's name, kept for Ollama's clients). An assistant message in the history may
+carry its thinking under either name (`reasoning_content` wins when both are given).
 """
 
 from __future__ import annotations
@@ -132,7 +137,7 @@ async def chat_completions(body: OAChatRequest, request: Request) -> Response:
         if p.final is not None:
             message: dict[str, Any] = {"role": "assistant", "content": "".join(text)}
             if any(thinking):
-                message["reasoning"] = "".join(thinking)
+                message.update(_reasoning("".join(thinking)))
             if p.tool_calls:
                 message["tool_calls"] = convert.tool_calls(p.tool_calls)
             choice = {
@@ -145,13 +150,18 @@ async def chat_completions(body: OAChatRequest, request: Request) -> Response:
     raise APIError(500, "the response ended early")
 
 
+def _reasoning(thinking: str) -> dict[str, str]:
+    """Thinking under both names clients read (see the module)."""
+    return {"reasoning_content": thinking, "reasoning": thinking}
+
+
 async def _chat_chunks(
     items: AsyncIterator[Piece], head: dict[str, Any], usage: bool, logprobs: bool
 ) -> AsyncIterator[dict[str, Any]]:
     async for p in items:
         delta: dict[str, Any] = {"role": "assistant", "content": p.content}
         if p.thinking:
-            delta["reasoning"] = p.thinking
+            delta.update(_reasoning(p.thinking))
         if p.tool_calls:
             delta["tool_calls"] = convert.tool_calls(p.tool_calls)
         choice: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": None}

@@ -221,7 +221,7 @@ def message(m: OAMessage) -> ChatMessage:
         tool_calls=calls or None,
         tool_name=m.name if m.role in ("tool", "function") else None,
         tool_call_id=m.tool_call_id,
-        thinking=m.reasoning,
+        thinking=m.reasoning_content if m.reasoning_content is not None else m.reasoning,
     )
 
 

@@ -118,7 +118,8 @@ class OAMessage(_Body):
     tool_calls: list[OAToolCall] | None = None
     function_call: OAFunctionCall | None = None  # deprecated form of one tool call
     tool_call_id: str | None = None
-    reasoning: str | None = None
+    reasoning: str | None = None  # an assistant's thinking (Ollama's name)
+    reasoning_content: str | None = None  # the same (DeepSeek's, llama.cpp's, vLLM's name)
 
     @field_validator("role", mode="before")
     @classmethod

@@ -6,6 +6,8 @@ text.format) and `OutputParser`. `ReplyAssembler` turns the parsed pieces into t
 output items (a reasoning item when the model thought, a message with one output_text part,
 function_call items) and, streamed, into the semantic events in OpenAI's order, each with its
 `sequence_number`; a non-streamed reply runs the same assembler, so both give the same output.
+A function_call item starts when the model begins the call, and its arguments stream as the
+model writes them (`response.function_call_arguments.delta`, from `Piece.partial_calls`).
 `status` is "incomplete" (`incomplete_details.reason` "max_output_tokens") when the reply was
 cut at `max_output_tokens`. Finished responses are kept (`responses_store`) unless
 `store: false`; `previous_response_id` continues one (its input and output come first).
@@ -68,6 +70,7 @@ class ReplyAssembler:
         self._open: dict[str, Any] | None = None  # the reasoning or message item streaming now
         self._blank = ""  # whitespace not yet placed: it opens no message by itself
         self._thinking_pieces = 0
+        self._calls: list[dict[str, Any]] = []  # function_call items streamed as written
 
     @property
     def output(self) -> list[dict[str, Any]]:
@@ -101,6 +104,14 @@ class ReplyAssembler:
                 return events
             text, self._blank = self._blank + piece.content, ""
             events += self._text("message", text)
+        partial = piece.partial_calls[:1] if self.one_call else piece.partial_calls
+        for i, call in enumerate(partial):
+            if i < len(self._calls) - 1:
+                continue  # a call before the last is whole
+            if i == len(self._calls):
+                events += self._close("completed")
+                events += self._start_call(call.name)
+            events += self._extend_call(i, call.arguments)
         return events
 
     def finish(self, calls: list[ParsedCall], final: dict[str, Any]) -> list[dict[str, Any]]:
@@ -117,8 +128,8 @@ class ReplyAssembler:
             if self._blank:
                 events += self._text("message", self._blank)
         events += self._close(status)
-        for call in calls:
-            events += self._call(call)
+        for i, call in enumerate(calls):
+            events += self._call(call) if i >= len(self._calls) else self._end_call(i, call)
         self.response.update(
             status=status,
             completed_at=int(time.time()),
@@ -184,20 +195,58 @@ class ReplyAssembler:
         ]  # fmt: skip
 
     def _call(self, call: ParsedCall) -> list[dict[str, Any]]:
-        arguments = json.dumps(call.arguments, ensure_ascii=False)
+        """A call not streamed while written: its item, its arguments as one delta, done."""
+        events = self._start_call(call.name)
+        i = len(self._calls) - 1
+        events += self._extend_call(i, json.dumps(call.arguments, ensure_ascii=False))
+        return events + self._end_call(i, call)
+
+    def _start_call(self, name: str) -> list[dict[str, Any]]:
         item = {"id": _id("fc_"), "type": "function_call", "call_id": _id("call_"),
-                "name": call.name, "arguments": "", "status": "in_progress"}  # fmt: skip
+                "name": name, "arguments": "", "status": "in_progress"}  # fmt: skip
         self.output.append(item)
+        self._calls.append(item)
         index = len(self.output) - 1
-        events = [self.event("response.output_item.added", output_index=index, item=dict(item))]
-        item.update(arguments=arguments, status="completed")
+        return [self.event("response.output_item.added", output_index=index, item=dict(item))]
+
+    def _extend_call(self, i: int, arguments: str) -> list[dict[str, Any]]:
+        """The delta that grows call i's arguments to `arguments` (none when they do not
+        continue what was sent: a call's text only grows)."""
+        item = self._calls[i]
+        sent = item["arguments"]
+        if len(arguments) <= len(sent) or not arguments.startswith(sent):
+            return []
+        item["arguments"] = arguments
+        where = {"item_id": item["id"], "output_index": self.output.index(item)}
+        delta = arguments[len(sent) :]
+        return [self.event("response.function_call_arguments.delta", **where, delta=delta)]
+
+    def _end_call(self, i: int, call: ParsedCall) -> list[dict[str, Any]]:
+        """Call i done as the call that counts: its streamed arguments are kept when they
+        parse to its arguments, else completed (or, when they cannot be, replaced: deltas
+        cannot be taken back, so the done event's `arguments` are the ones to use)."""
+        item = self._calls[i]
+        if _loads(item["arguments"]) != call.arguments:
+            whole = json.dumps(call.arguments, ensure_ascii=False)
+            events = self._extend_call(i, whole)
+            item["arguments"] = whole
+        else:
+            events = []
+        item["status"] = "completed"
+        index = self.output.index(item)
         where = {"item_id": item["id"], "output_index": index}
-        events += [
-            self.event("response.function_call_arguments.delta", **where, delta=arguments),
-            self.event("response.function_call_arguments.done", **where, arguments=arguments),
+        return events + [
+            self.event("response.function_call_arguments.done", **where,
+                       arguments=item["arguments"]),
             self.event("response.output_item.done", output_index=index, item=dict(item)),
-        ]
-        return events
+        ]  # fmt: skip
+
+
+def _loads(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
 
 
 def _base(body: ResponsesRequest, model: str) -> dict[str, Any]:

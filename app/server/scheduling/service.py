@@ -32,7 +32,7 @@ from ...runner.protocol import (
 from ..config import ConfigError, ServerConfig, parse_duration
 from ..errors import ModelFailed, ModelFileMissing, RequestError
 from ..prompting.images import check_image
-from ..prompting.outputs import OutputParser, ParsedCall
+from ..prompting.outputs import OutputParser, ParsedCall, PartialCall
 from ..prompting.toolformats import (
     THINK_TAGS,
     ThinkingMarkers,
@@ -427,13 +427,16 @@ class Generation:
 class Piece:
     """One step of a parsed completion: text split into thinking and content, its tokens'
     logprobs as the API shows them; `final` is the runner's `CompletionDone` as JSON, with
-    `total_duration` and `load_duration`, on the last step, when `tool_calls` are known."""
+    `total_duration` and `load_duration`, on the last step, when `tool_calls` are known.
+    `partial_calls`, on the other steps, are the calls begun so far with their arguments' text
+    so far (`OutputParser.partial_calls`), for routes that stream arguments as they grow."""
 
     thinking: str = ""
     content: str = ""
     logprobs: list[dict[str, Any]] | None = None
     tool_calls: list[ParsedCall] = field(default_factory=list)
     final: dict[str, Any] | None = None
+    partial_calls: list[PartialCall] = field(default_factory=list)
 
 
 async def pieces(gen: Generation, parser: OutputParser) -> AsyncIterator[Piece]:
@@ -450,7 +453,8 @@ async def pieces(gen: Generation, parser: OutputParser) -> AsyncIterator[Piece]:
             yield Piece(thinking + more_thinking, content + more_content, None, calls, final)
         else:
             thinking, content = parser.feed(event.content)
-            yield Piece(thinking, content, _logprobs_json(event.logprobs))
+            logprobs = _logprobs_json(event.logprobs)
+            yield Piece(thinking, content, logprobs, partial_calls=parser.partial_calls())
 
 
 def _logprobs_json(logprobs: list[TokenLogprob] | None) -> list[dict[str, Any]] | None:
