@@ -21,8 +21,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from ..request_types import Options, refuse_unsampled
-from .schemas import KeepAlive
+from .schemas import HearthExtensions
 
 __all__ = [
     "ContentBlock",
@@ -193,7 +192,7 @@ class ThinkingConfig(_Body):
     budget_tokens: int | None = Field(None, ge=0, le=1 << 24)
 
 
-class PromptedRequest(_Body):
+class PromptedRequest(HearthExtensions, _Body):
     """What both routes render into a prompt: the model, system text, messages and tools."""
 
     model: _Model
@@ -202,14 +201,6 @@ class PromptedRequest(_Body):
     tools: list[Tool] | None = Field(None, max_length=128)
     tool_choice: ToolChoice | None = None
     thinking: ThinkingConfig | None = None
-    options: Options | None = None  # Hearth / Ollama extension
-    keep_alive: KeepAlive = None  # extension
-
-    @field_validator("options")
-    @classmethod
-    def _sampled(cls, v: Options | None) -> Options | None:
-        refuse_unsampled(v.model_dump(exclude_none=True) if v else None)
-        return v
 
 
 class MessagesRequest(PromptedRequest):

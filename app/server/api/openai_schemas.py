@@ -51,8 +51,8 @@ from typing import Annotated, Any, Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from ..request_types import Options, refuse_unsampled
-from .schemas import KeepAlive
+from ..request_types import Options
+from .schemas import HearthExtensions, KeepAlive
 
 __all__ = [
     "OAChatRequest",
@@ -168,7 +168,7 @@ class StreamOptions(_Body):
     include_usage: bool = False
 
 
-class SamplingFields(_Body):
+class SamplingFields(HearthExtensions, _Body):
     model: _Model
     frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0)
     presence_penalty: float | None = Field(None, ge=-2.0, le=2.0)
@@ -182,14 +182,6 @@ class SamplingFields(_Body):
     n: int | None = Field(None, ge=1, le=128)
     logit_bias: dict[str, float] | None = None  # refused when not empty
     user: str | None = None
-    options: Options | None = None  # Hearth / Ollama extension
-    keep_alive: KeepAlive = None  # extension
-
-    @field_validator("options")
-    @classmethod
-    def _sampled(cls, v: Options | None) -> Options | None:
-        refuse_unsampled(v.model_dump(exclude_none=True) if v else None)
-        return v
 
 
 class FunctionDef(_Body):

@@ -32,10 +32,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field
 
-from ..request_types import Options, refuse_unsampled
-from .schemas import KeepAlive
+from .schemas import HearthExtensions
 
 __all__ = ["ResponsesRequest", "TextConfig", "TextFormat", "ReasoningConfig", "FunctionTool"]
 
@@ -76,7 +75,7 @@ class FunctionTool(_Body):
     strict: bool | None = None
 
 
-class ResponsesRequest(_Body):
+class ResponsesRequest(HearthExtensions, _Body):
     model: _Model
     # a string (one user message) or a list of items (checked by responses_convert)
     input: str | Annotated[list[dict[str, Any]], Field(max_length=10000)] = Field(
@@ -102,11 +101,3 @@ class ResponsesRequest(_Body):
     background: bool | None = None
     conversation: str | dict[str, Any] | None = None
     prompt: dict[str, Any] | None = None
-    options: Options | None = None  # Hearth / Ollama extension
-    keep_alive: KeepAlive = None  # extension
-
-    @field_validator("options")
-    @classmethod
-    def _sampled(cls, v: Options | None) -> Options | None:
-        refuse_unsampled(v.model_dump(exclude_none=True) if v else None)
-        return v

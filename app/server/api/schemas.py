@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AliasChoices, ConfigDict, Field, field_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
 
 from ..request_types import (
     Body,
@@ -42,6 +42,7 @@ from ..request_types import (
 )
 
 __all__ = [
+    "HearthExtensions",
     "GenerateRequest",
     "ChatRequest",
     "EmbedRequest",
@@ -68,6 +69,20 @@ ModelField = Annotated[
 ]
 KeepAlive = float | str | None
 Format = Literal["", "json"] | dict[str, Any] | None
+
+
+class HearthExtensions(BaseModel):
+    """What the /v1 APIs (OpenAI's, the Responses API, Anthropic's) take beyond their owners'
+    fields: Ollama's `options` (sampling options the sampler lacks refused) and `keep_alive`."""
+
+    options: Options | None = None  # Hearth / Ollama extension
+    keep_alive: KeepAlive = None  # extension
+
+    @field_validator("options")
+    @classmethod
+    def _sampled(cls, v: Options | None) -> Options | None:
+        refuse_unsampled(v.model_dump(exclude_none=True) if v else None)
+        return v
 
 
 class FunctionSpec(Body):
