@@ -8,21 +8,17 @@ never changes the chats already there.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
 import time
 from pathlib import Path
 from typing import TextIO
 
 from ..history import ChatStore
-from ..history.export import ExportError, chats_to_json, import_file
-from ..history.export_markdown import chats_to_markdown
+from ..history.export import ExportError, import_file
+from ..history.export_files import FORMATS, export_text, format_for, write_export
 from ..history.migrations import SchemaError
 
-__all__ = ["add_chats", "chats_command", "export_text", "format_for"]
-
-FORMATS = ("json", "markdown")
+__all__ = ["add_chats", "chats_command"]
 
 
 def add_chats(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -45,28 +41,6 @@ def add_chats(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     imp.add_argument("file", metavar="FILE")
 
 
-def format_for(path: Path | None, chosen: str | None) -> str:
-    """The export format: the one chosen, else markdown for a .md/.markdown file, else json."""
-    if chosen:
-        return chosen
-    if path is not None and path.suffix.lower() in (".md", ".markdown"):
-        return "markdown"
-    return "json"
-
-
-def export_text(store: ChatStore, chat_ids: list[int] | None, fmt: str) -> str:
-    if fmt == "markdown":
-        return chats_to_markdown(store, chat_ids)
-    return json.dumps(chats_to_json(store, chat_ids), ensure_ascii=False, indent=1) + "\n"
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """Write `text` to `path` whole or not at all (a temporary file renamed over it)."""
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text(text, encoding="utf-8")
-    os.replace(partial, path)
-
-
 def chats_command(
     args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.stderr
 ) -> int:
@@ -83,14 +57,12 @@ def chats_command(
                 out.write(f"{chat.id:>6}  {when}  {chat.title or 'New chat'}\n")
             return 0
         if args.chats_command == "export":
-            path = Path(args.output).expanduser() if args.output else None
-            text = export_text(store, args.chat, format_for(path, args.format))
-            if path is None:
-                out.write(text)
-            else:
-                write_atomically(path, text)
-                n = len(args.chat) if args.chat else len(store.chats())
-                err.write(f"exported {n} chat{'s' if n != 1 else ''} to {path}\n")
+            if not args.output:
+                out.write(export_text(store, args.chat, format_for(None, args.format)))
+                return 0
+            path = Path(args.output).expanduser()
+            n = write_export(store, args.chat, path, args.format)
+            err.write(f"exported {n} chat{'s' if n != 1 else ''} to {path}\n")
             return 0
         path = Path(args.file).expanduser()
         ids = import_file(store, path)
