@@ -97,7 +97,7 @@ class HearthApp:
         w = self.window
         wire_service(self.service, self.client, self.models, w.sidebar, w.chat_page, w.dialogs)
         wire_chat_page(w, self.chat, self.models, self.settings_ctrl, self.drops)
-        wire_sidebar(w.sidebar, self.history, self.chat, w.dialogs)
+        wire_sidebar(w.sidebar, self.history, self.chat, w.dialogs, w.notify)
         wire_models_page(w, self.models, self.chat)
         wire_get_models(w, self.models, self.downloads, self.settings_ctrl)
         wire_settings_page(
