@@ -118,11 +118,12 @@ class ChatStore:
             db.execute("UPDATE chats SET title=?, title_auto=0 WHERE id=?", (title, chat_id))
 
     def set_auto_title(self, chat_id: int, title: str) -> bool:
-        """Title a chat automatically, unless the user has named it; True if it changed."""
+        """Title a chat automatically (from its first question): only while it has no title,
+        so an automatic title is set once and a user's name sticks; True if it was set."""
         with self._tx() as db:
             cur = db.execute(
-                "UPDATE chats SET title=? WHERE id=? AND title_auto=1 AND title!=?",
-                (title, chat_id, title),
+                "UPDATE chats SET title=? WHERE id=? AND title_auto=1 AND title=''",
+                (title, chat_id),
             )
             return cur.rowcount > 0
 

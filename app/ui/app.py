@@ -142,6 +142,7 @@ class HearthApp:
         if self._closed:
             return
         self._closed = True
+        self.models.stop_watching()
         # Replies still in flight must not reach controllers whose database is closed.
         for ctrl in (self.models, self.chat, self.history, self.service, self.settings_ctrl):
             ctrl.blockSignals(True)
