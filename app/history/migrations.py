@@ -31,6 +31,7 @@ __all__ = [
     "Step",
     "SchemaError",
     "backup_path",
+    "refuse_newer",
     "drop_backups",
     "schema_version",
     "sql_script",
@@ -167,6 +168,20 @@ def schema_version(conn: sqlite3.Connection) -> int:
     return int(conn.execute("PRAGMA user_version").fetchone()[0])
 
 
+def refuse_newer(conn: sqlite3.Connection, path: Path) -> int:
+    """The file's schema version; SchemaError (a sentence) if a newer Hearth wrote it.
+
+    Reading the version changes nothing in the file, so call this before anything that
+    writes (even a journal mode), to leave a newer Hearth's file exactly as it was.
+    """
+    found = schema_version(conn)
+    if found > SCHEMA_VERSION:
+        raise SchemaError(
+            f"{path} was written by a newer Hearth (schema {found}); update Hearth to open it"
+        )
+    return found
+
+
 def backup_path(path: Path, version: int) -> Path:
     """Where the copy of a schema-`version` file is kept while it is upgraded: chats.db.v1.bak."""
     return path.with_name(f"{path.name}.v{version}.bak")
@@ -192,11 +207,7 @@ def upgrade(conn: sqlite3.Connection, path: Path) -> int:
     fails. Safe against another process upgrading at the same time: each step re-reads the
     version once it holds the write lock.
     """
-    found = schema_version(conn)
-    if found > SCHEMA_VERSION:
-        raise SchemaError(
-            f"{path} was written by a newer Hearth (schema {found}); update Hearth to open it"
-        )
+    found = refuse_newer(conn, path)
     if found == SCHEMA_VERSION:
         return found
     backup = None

@@ -113,6 +113,7 @@ def test_upgraded_and_new_files_have_the_same_schema(tmp_path):
 def test_a_database_from_a_newer_hearth_is_refused_untouched(tmp_path):
     db, _ = copy_schema1(tmp_path)
     conn = sqlite3.connect(db)
+    conn.execute("PRAGMA journal_mode=DELETE")  # so that even switching it to WAL would show
     conn.execute(f"PRAGMA user_version={SCHEMA_VERSION + 1}")
     conn.close()
     before = db.read_bytes()
