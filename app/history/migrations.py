@@ -189,14 +189,17 @@ def backup_path(path: Path, version: int) -> Path:
 
 def _backup(conn: sqlite3.Connection, target: Path) -> None:
     """Copy the open database to `target` (online backup: a consistent snapshot, WAL included)."""
-    partial = target.with_name(target.name + ".partial")
-    partial.unlink(missing_ok=True)
-    copy = sqlite3.connect(str(partial))
+    partial = target.with_name(f"{target.name}.{os.getpid()}.partial")  # one per process
     try:
-        conn.backup(copy)
+        partial.unlink(missing_ok=True)
+        copy = sqlite3.connect(str(partial))
+        try:
+            conn.backup(copy)
+        finally:
+            copy.close()
+        os.replace(partial, target)
     finally:
-        copy.close()
-    os.replace(partial, target)
+        partial.unlink(missing_ok=True)
 
 
 def upgrade(conn: sqlite3.Connection, path: Path) -> int:
@@ -213,7 +216,14 @@ def upgrade(conn: sqlite3.Connection, path: Path) -> int:
     backup = None
     if found > 0:  # chats to keep; a new, empty file needs no copy
         backup = backup_path(path, found)
-        _backup(conn, backup)
+        try:
+            _backup(conn, backup)
+        except (OSError, sqlite3.Error) as e:
+            raise SchemaError(
+                f"Hearth could not copy {path} to {backup} before upgrading it ({e}); nothing"
+                " was changed. Free some disk space (or fix the folder's permissions) and"
+                " start Hearth again."
+            ) from e
     for step in STEPS:
         if step.version > found:
             _run_step(conn, path, step, backup)

@@ -200,3 +200,21 @@ def test_a_kill_inside_the_upgrade_leaves_the_old_database_usable(tmp_path):
     assert _version(db) == SCHEMA_VERSION
     assert_same_chats(store, record)
     store.close()
+
+
+def test_no_copy_means_no_upgrade(tmp_path):
+    db, record = copy_schema1(tmp_path)
+    before = _schema1_rows(db)
+    blocker = backup_path(db, 1)  # the copy cannot be put where it goes
+    blocker.mkdir()
+    (blocker / "something").write_text("x")
+    with pytest.raises(SchemaError, match=r"could not copy .* before upgrading.*nothing was"):
+        ChatStore(db)
+    assert _version(db) == 1 and _schema1_rows(db) == before
+    assert list(tmp_path.glob("*.partial")) == []  # no half copy left behind
+    blocker.joinpath("something").unlink()
+    blocker.rmdir()
+    store = ChatStore(db)
+    assert_same_chats(store, record)
+    assert blocker.is_file()
+    store.close()
