@@ -14,7 +14,8 @@ number the messages within their chat (1, 2, ...) and `current_leaf` names the o
 branch was on screen. Times are seconds since 1970 (UTC). `tool_calls`, `tool` and `tools`
 are as records.Chat/Message describe them; options and stats are the stored objects.
 
-Import never overwrites: the chats are added under new ids, all of a file or none of it. A
+Import never overwrites: the chats are added under new ids, all of a file or none of it; a
+reply exported while it was being written ("streaming") comes in as "interrupted". A
 file that is not an export, or is broken, or comes from a newer format, is refused with a
 sentence naming the file and, for a broken one, the chat and field.
 """
@@ -31,7 +32,7 @@ from typing import Any, TypeVar
 
 from .. import __version__
 from .chat_store import ChatStore
-from .records import Chat, Message
+from .records import DONE, ERROR, INTERRUPTED, STOPPED, STREAMING, Chat, Message
 
 __all__ = [
     "EXPORT_FORMAT",
@@ -215,6 +216,11 @@ def _message_from_json(obj: Any, where: str) -> Message:
             images.append(base64.b64decode(text, validate=True))
         except (binascii.Error, ValueError):
             raise ExportError(f"{where}: image {i} is not base64") from None
+    state = get("state", str, DONE)
+    if state == STREAMING:  # exported while the reply was being written: it ends there
+        state = INTERRUPTED
+    if state not in (DONE, INTERRUPTED, STOPPED, ERROR):
+        raise ExportError(f"{where}: 'state' {state!r} is not one Hearth knows")
     return Message(
         id=get("id", int),
         chat_id=0,
@@ -223,7 +229,7 @@ def _message_from_json(obj: Any, where: str) -> Message:
         content=get("content", str, ""),
         thinking=get("thinking", str, ""),
         model=get("model", str, ""),
-        state=get("state", str, "done"),
+        state=state,
         error=get("error", str, ""),
         stats=get("stats", dict, {}),
         tool_calls=fields.list_of("tool_calls", dict),

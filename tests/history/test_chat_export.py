@@ -23,6 +23,7 @@ from hearth.history.export import (
     import_file,
 )
 from hearth.history.export_markdown import chats_to_markdown
+from hearth.history.records import INTERRUPTED, STREAMING
 
 REPO = Path(__file__).resolve().parents[2]
 CALL = {"id": "call_1", "name": "weather__forecast", "arguments": {"city": "Oslo", "days": 2}}
@@ -123,6 +124,11 @@ def test_one_chat_is_exported_alone(full_store):
             b' "messages": [{"id": 1, "role": "user", "images": ["not base64!"]}]}]}',
             "image 1 is not base64",
         ),
+        (
+            b'{"format": "hearth-chats", "version": 1, "chats": [{"model": "m",'
+            b' "messages": [{"id": 1, "role": "user", "state": "exploded"}]}]}',
+            "'state' 'exploded' is not one Hearth knows",
+        ),
     ],
 )
 def test_a_file_that_is_not_an_export_is_refused_with_a_sentence_and_adds_nothing(
@@ -134,6 +140,21 @@ def test_a_file_that_is_not_an_export_is_refused_with_a_sentence_and_adds_nothin
     with pytest.raises(ExportError, match=sentence):
         import_file(full_store, path)
     assert dump(full_store) == before
+
+
+def test_a_reply_exported_while_streaming_comes_in_interrupted(tmp_path):
+    source = ChatStore(tmp_path / "a" / "chats.db")
+    chat = source.create_chat("m")
+    q = source.add_message(chat.id, None, "user", "hi")
+    source.add_message(chat.id, q.id, "assistant", "half a rep", state=STREAMING)
+    path = tmp_path / "x.json"
+    path.write_text(json.dumps(chats_to_json(source)))  # the app still writing the reply
+    target = ChatStore(tmp_path / "b" / "chats.db")
+    (new,) = import_file(target, path)
+    assert [(m.content, m.state) for m in target.path(new)] == [
+        ("hi", "done"),
+        ("half a rep", INTERRUPTED),
+    ]
 
 
 def test_markdown_shows_the_branch_on_screen(full_store):
