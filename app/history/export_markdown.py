@@ -44,17 +44,28 @@ def _fence(text: str, lang: str = "") -> str:
     return f"{ticks}{lang}\n{text}\n{ticks}\n"
 
 
-def _closed(text: str) -> str:
-    """Model text with a code fence left open (a cut-off reply) closed, so the rest of the
-    document is not swallowed by it."""
+def _open_fence(text: str) -> str:
+    """The fence (3 or more ` or ~) of a code block `text` leaves open, else ''."""
     fence = ""
     for line in text.splitlines():
-        mark = line.lstrip()[:3]
-        if mark in ("```", "~~~"):
-            if not fence:
-                fence = line.lstrip()[: len(line.lstrip()) - len(line.lstrip().lstrip(mark[0]))]
-            elif line.strip().startswith(fence) and not line.strip().lstrip(fence[0]):
-                fence = ""
+        stripped = line.strip()
+        char = stripped[:1]
+        if char not in ("`", "~"):
+            continue
+        run = stripped[: len(stripped) - len(stripped.lstrip(char))]
+        if len(run) < 3:
+            continue
+        if not fence:
+            fence = run  # opens a block (an info string may follow)
+        elif stripped == run and char == fence[0] and len(run) >= len(fence):
+            fence = ""  # closes it
+    return fence
+
+
+def _closed(text: str) -> str:
+    """Model text with a code block left open (a cut-off reply) closed, so the rest of the
+    document is not swallowed by it."""
+    fence = _open_fence(text)
     return f"{text}\n{fence}" if fence else text
 
 
