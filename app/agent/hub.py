@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
@@ -43,7 +42,17 @@ from mcp.shared.exceptions import MCPError
 
 from ..paths import logs_dir
 from .config import ServerConfig
-from .results import ToolResult, error_result, tool_result
+from .results import tool_result
+from .specs import (
+    DEFAULT_CALL_TIMEOUT,
+    DEFAULT_RESULT_LIMIT,
+    DEFAULT_START_TIMEOUT,
+    ToolResult,
+    ToolSpec,
+    error_result,
+    qualified_name,
+)
+from .specs import server_slug as _slug
 
 __all__ = [
     "DEFAULT_CALL_TIMEOUT",
@@ -58,49 +67,10 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-DEFAULT_CALL_TIMEOUT = 60.0  # seconds one tool call may take
-DEFAULT_START_TIMEOUT = 30.0  # seconds a server may take to start and list its tools
-DEFAULT_RESULT_LIMIT = 32_000  # characters of one result's text the model gets
 _STOP_WAIT = 10.0  # seconds `close()` waits for the servers to stop
 
 State = Literal["stopped", "starting", "running", "failed"]
 T = TypeVar("T")
-
-
-def _slug(server: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_-]", "_", server) or "_"
-
-
-def qualified_name(server: str, tool: str) -> str:
-    """The name a model sees for `tool` of `server`: `<server>__<tool>`, the server's name
-    with characters other than letters, digits, `_` and `-` replaced by `_`."""
-    return f"{_slug(server)}__{tool}"
-
-
-@dataclass(frozen=True)
-class ToolSpec:
-    """One tool a server offers. `input_schema` is its JSON Schema for the arguments."""
-
-    server: str
-    name: str
-    description: str
-    input_schema: dict[str, Any]
-
-    @property
-    def qualified_name(self) -> str:
-        """Unique across the hub's servers; the name the model calls (`qualified_name()`)."""
-        return qualified_name(self.server, self.name)
-
-    def as_chat_tool(self) -> dict[str, Any]:
-        """The tool as /api/chat's `tools` entries (Ollama's and OpenAI's function shape)."""
-        return {
-            "type": "function",
-            "function": {
-                "name": self.qualified_name,
-                "description": self.description,
-                "parameters": self.input_schema,
-            },
-        }
 
 
 @dataclass(frozen=True)
@@ -233,16 +203,24 @@ class ToolHub:
         deadline = self.start_timeout + self.call_timeout + _STOP_WAIT
         waited = 0.0
         while True:
-            step = 0.05 if cancel is not None else deadline
+            step = 0.05 if cancel is not None else 0.5
             try:
                 return fut.result(step)
             except FutureTimeout:
                 waited += step
-            if cancel is not None and cancel.is_set() and "scope" in holder:
-                self._loop.call_soon_threadsafe(holder["scope"].cancel)
+            except BaseException:  # Ctrl-C in a terminal: stop the call, then let it go up
+                self._cancel_soon(holder)
+                raise
+            if cancel is not None and cancel.is_set():
+                self._cancel_soon(holder)
             if waited >= deadline:
                 fut.cancel()
                 return error_result(f"the tool '{qualified_name}' did not answer and was abandoned")
+
+    def _cancel_soon(self, holder: dict[str, anyio.CancelScope]) -> None:
+        scope = holder.get("scope")
+        if scope is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(scope.cancel)
 
     def close(self) -> None:
         """Stop every server and the hub's thread. Idempotent; the hub is unusable after."""

@@ -20,8 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from .hub import ToolSpec
-from .results import ToolResult, error_result
+from .specs import DEFAULT_MAX_STEPS, ToolResult, ToolSpec, error_result
 
 __all__ = [
     "DEFAULT_MAX_STEPS",
@@ -37,8 +36,6 @@ __all__ = [
     "offers_tools",
     "run_agent",
 ]
-
-DEFAULT_MAX_STEPS = 10  # model turns in one run of the loop
 
 
 @dataclass(frozen=True)

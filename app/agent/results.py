@@ -17,18 +17,17 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from dataclasses import dataclass, field
 from typing import Any
 
 import mcp.types as mcp_types
+
+from .specs import ToolResult
 
 __all__ = [
     "IMAGE_TYPES",
     "MAX_IMAGES",
     "MAX_IMAGE_BYTES",
-    "ToolResult",
     "tool_result",
-    "error_result",
 ]
 
 # The image types Hearth's service decodes (server/prompting/images.py: PNG, JPEG, WebP, GIF,
@@ -38,29 +37,6 @@ IMAGE_TYPES = frozenset(
 )
 MAX_IMAGES = 8  # per result; the service takes at most 16 images per message
 MAX_IMAGE_BYTES = 20 * 1024 * 1024  # all images of one result together
-
-
-@dataclass
-class ToolResult:
-    """What one tool call gave: `text` for the model (notes and cuts said in it), `images`
-    (raw bytes, PNG/JPEG/...), `structured` (the server's structuredContent, or None),
-    `is_error` (the tool or Hearth reports a failure; `text` says it) and `truncated` (Hearth
-    cut the text, dropped structured content or images for size)."""
-
-    text: str
-    images: list[bytes] = field(default_factory=list)
-    structured: Any | None = None
-    is_error: bool = False
-    truncated: bool = False
-
-    def images_base64(self) -> list[str]:
-        """The images as base64 strings, as Ollama's /api/chat `images` field takes them."""
-        return [base64.b64encode(b).decode("ascii") for b in self.images]
-
-
-def error_result(sentence: str) -> ToolResult:
-    """A failed call: the sentence is what the model and the user read."""
-    return ToolResult(text=sentence, is_error=True)
 
 
 def _image(data: str, mime: str, images: list[bytes], notes: list[str], what: str) -> None:
