@@ -57,3 +57,29 @@ class HttpServer:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(10)
+
+
+class HttpStep:
+    """A `ChatStep` over a live service's /api/chat (streamed, as the CLI does), with
+    `body` added to every request (`format`, `options`); keeps each request's messages and
+    each reply's final object."""
+
+    def __init__(self, url: str, model: str, **body: object) -> None:
+        from hearth.cli.http_client import HearthClient
+
+        self.client = HearthClient(url, timeout=600)
+        self.model, self.body = model, body
+        self.requests: list[list[dict[str, object]]] = []
+        self.finals: list[dict[str, object]] = []
+
+    def __call__(self, messages: list[dict[str, object]], tools: list[dict[str, object]]) -> object:
+        from hearth.agent.loop import StepReply
+
+        self.requests.append([dict(m) for m in messages])
+        body = {"model": self.model, "messages": messages, "tools": tools, **self.body}
+        chunks = list(self.client.stream("/api/chat", body))
+        self.finals.append(chunks[-1])
+        return StepReply.from_chunks(chunks)
+
+    def prompt_tokens(self) -> list[int]:
+        return [int(f["hearth"]["prompt_tokens"]) for f in self.finals]  # type: ignore[index]

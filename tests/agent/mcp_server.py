@@ -3,15 +3,19 @@
     python tests/agent/mcp_server.py stdio
     python tests/agent/mcp_server.py http PORT      # streamable HTTP at http://127.0.0.1:PORT/mcp
 
-Tools: echo, add (structured), picture (a PNG), crash (the process exits mid-call), hang
-(sleeps), huge (a long text), pid (which process answers), env (a variable's value), cwd.
+Tools: echo, add (structured), picture (a PNG), image_file (a file's picture), crash (the
+process exits mid-call), hang (sleeps), huge (a long text), pid (which process answers), env
+(a variable's value), cwd. With HEARTH_TEST_CALLS set to a file, each call of echo and
+image_file appends a JSON line {"tool", "arguments", "pid"} to it (what reached the server).
 """
 
 from __future__ import annotations
 
 import io
+import json
 import os
 import sys
+from pathlib import Path
 
 import anyio
 from mcp.server.mcpserver import MCPServer
@@ -22,9 +26,17 @@ from pydantic import BaseModel
 server = MCPServer("hearth-test")
 
 
+def record(tool: str, **arguments: object) -> None:
+    path = os.environ.get("HEARTH_TEST_CALLS")
+    if path:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(json.dumps({"tool": tool, "arguments": arguments, "pid": os.getpid()}) + "\n")
+
+
 @server.tool()
 def echo(text: str) -> str:
     """Say the text back."""
+    record("echo", text=text)
     return f"echo: {text}"
 
 
@@ -51,6 +63,13 @@ def picture_png() -> bytes:
 def picture() -> Image:
     """A small red picture with a blue diagonal."""
     return Image(data=picture_png(), format="png")
+
+
+@server.tool()
+def image_file(path: str) -> Image:
+    """The picture in a file."""
+    record("image_file", path=path)
+    return Image(data=Path(path).read_bytes(), format="png")
 
 
 @server.tool()

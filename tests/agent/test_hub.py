@@ -20,7 +20,7 @@ from hearth.agent.hub import ToolHub
 from .helpers import HttpServer, stdio_entry
 from .mcp_server import picture_png
 
-TOOLS = {"echo", "add", "picture", "crash", "hang", "huge", "pid", "env", "cwd"}
+TOOLS = {"echo", "add", "picture", "image_file", "crash", "hang", "huge", "pid", "env", "cwd"}
 
 
 def _hub(entries: dict[str, dict[str, object]], tmp_path: Path, **kw: float) -> ToolHub:
