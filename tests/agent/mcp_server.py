@@ -5,8 +5,9 @@
 
 Tools: echo, add (structured), picture (a PNG), image_file (a file's picture), crash (the
 process exits mid-call), hang (sleeps), huge (a long text), pid (which process answers), env
-(a variable's value), cwd. With HEARTH_TEST_CALLS set to a file, each call of echo and
-image_file appends a JSON line {"tool", "arguments", "pid"} to it (what reached the server).
+(a variable's value), cwd, grow (adds a tool, and says the tools changed). With
+HEARTH_TEST_CALLS set to a file, each call of echo and image_file appends a JSON line
+{"tool", "arguments", "pid"} to it (what reached the server).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import sys
 from pathlib import Path
 
 import anyio
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.utilities.types import Image
 from PIL import Image as PILImage
 from pydantic import BaseModel
@@ -91,6 +92,18 @@ async def hang(seconds: float = 3600) -> str:
 def huge(size: int) -> str:
     """A text of `size` characters."""
     return ("0123456789" * (size // 10 + 1))[:size]
+
+
+@server.tool()
+async def grow(name: str, ctx: Context) -> str:
+    """Add a tool named `name` (it says its name) and tell the client the tools changed."""
+
+    def said() -> str:
+        return f"I am {name}"
+
+    server.add_tool(said, name=name, description=f"The tool {name}.")
+    await ctx.session.send_tool_list_changed()
+    return f"added {name}"
 
 
 @server.tool()

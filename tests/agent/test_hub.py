@@ -20,7 +20,19 @@ from hearth.agent.hub import ToolHub
 from .helpers import HttpServer, stdio_entry
 from .mcp_server import picture_png
 
-TOOLS = {"echo", "add", "picture", "image_file", "crash", "hang", "huge", "pid", "env", "cwd"}
+TOOLS = {
+    "echo",
+    "add",
+    "picture",
+    "image_file",
+    "grow",
+    "crash",
+    "hang",
+    "huge",
+    "pid",
+    "env",
+    "cwd",
+}
 
 
 def _hub(entries: dict[str, dict[str, object]], tmp_path: Path, **kw: float) -> ToolHub:
@@ -64,6 +76,15 @@ def test_tools_listed_and_called_with_arguments(entry, tmp_path):
         assert (r.text, r.is_error, r.truncated, r.images) == ("echo: héllo", False, False, [])
         total = hub.call("t__add", {"a": 2, "b": 40})
         assert total.structured == {"total": 42} and '"total": 42' in total.text
+
+
+def test_tools_added_while_running_are_listed_again(entry, tmp_path):
+    with _hub({"t": entry}, tmp_path) as hub:
+        assert "t__late" not in {t.qualified_name for t in hub.tools()}
+        assert hub.call("t__grow", {"name": "late"}).text == "added late"
+        time.sleep(0.2)  # the notification comes on its own, after the result
+        assert "t__late" in {t.qualified_name for t in hub.tools()}
+        assert hub.call("t__late", {}).text == "I am late"
 
 
 def test_an_image_result_is_the_images_bytes(entry, tmp_path):
