@@ -108,7 +108,14 @@ def test_a_denied_call_is_not_run_and_the_model_is_told(hub, tools):
 
 def test_a_tool_not_offered_is_refused_without_asking(hub, tools):
     script = Script([("t__rm_rf", {})], "ok")
-    out = run_agent(script, hub, USER, tools[:2], lambda c, s: pytest.fail("asked"))
+    events: list[AgentEvent] = []
+    out = run_agent(
+        script, hub, USER, tools[:2], lambda c, s: pytest.fail("asked"), on_event=events.append
+    )
+    assert [(e.kind, e.spec, e.decision) for e in events[1:3]] == [
+        ("call", None, None),
+        ("result", None, None),
+    ]
     assert (
         out.added[1]["content"] == "there is no tool 't__rm_rf'; the tools offered: t__echo, t__add"
     )
@@ -131,6 +138,22 @@ def test_cancel_stops_the_loop_and_the_running_call(hub, tools):
     assert out.added[1]["content"] == "the call to 't__hang' was cancelled"
     assert out.added[2]["content"] == "the call was not run: the user stopped the chat"
     assert hub.call("t__echo", {"text": "after"}).text == "echo: after"
+
+
+def test_cancel_during_a_model_turn_ends_the_run_as_cancelled(hub, tools):
+    cancel = threading.Event()
+
+    def step(messages, offered):
+        cancel.set()  # the user stopped it while the model was writing
+        return StepReply(content="partial", tool_calls=[ToolCall("c1", "t__echo", {"text": "x"})])
+
+    out = run_agent(step, hub, USER, tools, lambda c, s: pytest.fail("asked"), cancel=cancel)
+    assert (out.reason, out.content) == ("cancelled", "partial")
+    assert out.added[1]["content"] == "the call was not run: the user stopped the chat"
+    plain = run_agent(
+        lambda m, t: StepReply(content="half"), hub, USER, tools, allow, cancel=cancel
+    )
+    assert (plain.reason, plain.steps) == ("cancelled", 0)  # already stopped: no turn at all
 
 
 def test_images_go_to_a_vision_model_as_images_and_to_others_as_a_note(hub, tools):
