@@ -9,6 +9,7 @@ Libraries:
 * convert: Hugging Face checkpoint folders -> GGUF (the driver; plugins' converters); engine
   + plugins.
 * history, app_settings: the desktop app's chat history and settings (Qt-free).
+* agent: MCP servers (tools) and the agent loop (Qt-free, HTTP-free); for the CLI and the app.
 * launcher: starts or finds a `hearth serve` (for the CLI and the desktop app); no server code.
 * hearth.paths, hearth.default_model, hearth.hostport, hearth.program (the desktop id, the
   command that runs `hearth` again, frozen or not), hearth.desktop (the menu entry and icons):
@@ -20,7 +21,8 @@ Programs (each a process, or the command that starts one):
   (hearth.runner.protocol).
 * cli: the `hearth` command; starts the others, talks to the service over HTTP; `hearth chats`
   exports and imports the chat history (history), as the desktop app does.
-* ui: the desktop app; speaks HTTP only, never imports the engine, the runner or the server.
+* ui: the desktop app; speaks HTTP only, never imports the engine, the runner or the server
+  (it uses agent for tools).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from pathlib import Path
 APP = Path(__file__).resolve().parents[1] / "app"
 LEAVES = {"paths", "default_model", "hostport", "program", "desktop"}
 PACKAGES = {
+    "agent",
     "engine",
     "plugins",
     "convert",
@@ -43,6 +46,7 @@ PACKAGES = {
     "ui",
 }
 ALLOWED: dict[str, set[str]] = {
+    "agent": set(),
     "engine": set(),
     "plugins": {"engine"},
     "convert": {"engine", "plugins"},
@@ -51,8 +55,18 @@ ALLOWED: dict[str, set[str]] = {
     "launcher": set(),
     "runner": {"engine", "plugins"},
     "server": {"engine", "plugins", "convert", "runner"},
-    "cli": {"engine", "plugins", "convert", "runner", "server", "launcher", "ui", "history"},
-    "ui": {"history", "app_settings", "launcher"},
+    "cli": {
+        "agent",
+        "engine",
+        "plugins",
+        "convert",
+        "runner",
+        "server",
+        "launcher",
+        "ui",
+        "history",
+    },
+    "ui": {"agent", "history", "app_settings", "launcher"},
     "paths": set(),
     "default_model": {"paths"},
     "hostport": set(),
