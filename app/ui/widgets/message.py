@@ -1,4 +1,5 @@
-"""One message in the transcript: a user bubble, or an assistant reply with its details."""
+"""One message in the transcript: a user bubble, an assistant reply with its details, or a
+tool call with its result (collapsed)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from ..item_models.conversation import MessageItem
 from ..markdown import split_thinking
 from ..theme import Palette
 from .markdown_view import MarkdownView
+from .tool_call import ToolCallView
 
 __all__ = ["MessageWidget"]
 
@@ -111,7 +113,13 @@ class MessageWidget(QFrame):
         outer = QVBoxLayout(self)
         outer.setContentsMargins(0, 6, 0, 6)
         outer.setSpacing(4)
-        self._build_user(outer) if item.role == "user" else self._build_assistant(outer)
+        if item.role == "user":
+            self._build_user(outer)
+        elif item.role == "tool":
+            self.tool_view = ToolCallView()
+            outer.addWidget(self.tool_view)
+        else:
+            self._build_assistant(outer)
         self._render()
 
     # -- layout ------------------------------------------------------------------------------
@@ -287,6 +295,9 @@ class MessageWidget(QFrame):
 
     def _render(self) -> None:
         it = self.item
+        if it.role == "tool":
+            self.tool_view.set_tool(it.content, it.tool, it.images)
+            return
         many = it.versions > 1
         for w in (self.prev_btn, self.version_label, self.next_btn):
             w.setVisible(many)
@@ -312,7 +323,9 @@ class MessageWidget(QFrame):
             INTERRUPTED: self.tr("interrupted: Hearth closed before this reply finished"),
             STOPPED: self.tr("stopped"),
         }
-        self.state_label.setText(states.get(it.state, ""))
+        calls = ", ".join(str(c.get("name", "")) for c in it.tool_calls)
+        called = self.tr("calls %1").replace("%1", calls) if calls else ""
+        self.state_label.setText(" · ".join(x for x in (states.get(it.state, ""), called) if x))
         if it.thinking:
             secs = it.thinking_seconds or float(it.stats.get("thinking_seconds", 0) or 0)
             label = (
