@@ -86,13 +86,15 @@ class ChatStore:
 
     # -- chats -------------------------------------------------------------------------------
 
-    def create_chat(self, model: str, title: str = "", system_prompt: str = "") -> Chat:
+    def create_chat(
+        self, model: str, title: str = "", system_prompt: str = "", tools: Sequence[str] = ()
+    ) -> Chat:
         now = time.time()
         with self._tx() as db:
             cur = db.execute(
-                "INSERT INTO chats(title, model, system_prompt, created_at, updated_at)"
-                " VALUES (?, ?, ?, ?, ?)",
-                (title, model, system_prompt, now, now),
+                "INSERT INTO chats(title, model, system_prompt, tools, created_at, updated_at)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (title, model, system_prompt, json.dumps(list(tools)), now, now),
             )
         chat = self.chat(int(cur.lastrowid or 0))
         assert chat is not None
@@ -139,6 +141,10 @@ class ChatStore:
         )
         self._update("chats", chat_id, columns)
 
+    def set_chat_tools(self, chat_id: int, tools: Sequence[str]) -> None:
+        """Name the MCP servers enabled for this chat (replacing the list)."""
+        self._update("chats", chat_id, (("tools", json.dumps(list(tools))),))
+
     # -- messages ----------------------------------------------------------------------------
 
     def add_message(
@@ -151,20 +157,33 @@ class ChatStore:
         images: Sequence[bytes] = (),
         model: str = "",
         state: str = DONE,
+        tool_calls: Sequence[dict[str, Any]] = (),
+        tool: dict[str, Any] | None = None,
     ) -> Message:
-        """Append a message under `parent_id` and make it the chat's current leaf."""
+        """Append a message under `parent_id` and make it the chat's current leaf.
+
+        `tool_calls` (assistant) and `tool` (role "tool": the call it answers) are described on
+        records.Message; a tool result's images go in `images`, as a user's do.
+        """
         now = time.time()
         with self._tx() as db:
             cur = db.execute(
-                "INSERT INTO messages(chat_id, parent_id, role, content, model, state, created_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (chat_id, parent_id, role, content, model, state, now),
+                "INSERT INTO messages(chat_id, parent_id, role, content, model, state,"
+                " tool_calls, tool, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    chat_id,
+                    parent_id,
+                    role,
+                    content,
+                    model,
+                    state,
+                    json.dumps(list(tool_calls)),
+                    json.dumps(tool or {}),
+                    now,
+                ),
             )
             mid = int(cur.lastrowid or 0)
-            db.executemany(
-                "INSERT INTO attachments(message_id, position, data) VALUES (?, ?, ?)",
-                [(mid, i, sqlite3.Binary(data)) for i, data in enumerate(images)],
-            )
+            _insert_images(db, mid, images)
             db.execute(
                 "UPDATE chats SET current_leaf=?, updated_at=? WHERE id=?", (mid, now, chat_id)
             )
@@ -181,6 +200,8 @@ class ChatStore:
         state: str | None = None,
         error: str | None = None,
         stats: dict[str, Any] | None = None,
+        tool_calls: Sequence[dict[str, Any]] | None = None,
+        tool: dict[str, Any] | None = None,
     ) -> None:
         columns = (
             ("content", content),
@@ -188,6 +209,8 @@ class ChatStore:
             ("state", state),
             ("error", error),
             ("stats", None if stats is None else json.dumps(stats)),
+            ("tool_calls", None if tool_calls is None else json.dumps(list(tool_calls))),
+            ("tool", None if tool is None else json.dumps(tool)),
         )
         self._update("messages", message_id, columns)
 
@@ -215,7 +238,84 @@ class ChatStore:
             stats=json.loads(row["stats"] or "{}"),
             created_at=row["created_at"],
             images=images,
+            tool_calls=json.loads(row["tool_calls"] or "[]"),
+            tool=json.loads(row["tool"] or "{}"),
         )
+
+    def tree(self, chat_id: int) -> list[Message]:
+        """Every message of a chat, all branches, oldest first (so parents before replies)."""
+        rows = self._conn.execute(
+            "SELECT * FROM messages WHERE chat_id=? ORDER BY id", (chat_id,)
+        ).fetchall()
+        return [self._message(row) for row in rows]
+
+    def add_chats(self, chats: Sequence[tuple[Chat, Sequence[Message]]]) -> list[int]:
+        """Add whole chats (an import) in one transaction, under new ids; return the new ids.
+
+        Everything a chat and its messages hold is kept (times, states, titles, tools, images)
+        but ids: a chat's `current_leaf` and each message's `parent_id` name messages of the
+        same list, which must come parents first; they are mapped to the new ids. Raises
+        ValueError, adding nothing, if a parent or the current leaf is not in the list.
+        Nothing already stored is changed.
+        """
+        new_ids = []
+        with self._tx() as db:
+            for chat, messages in chats:
+                cur = db.execute(
+                    "INSERT INTO chats(title, title_auto, model, system_prompt, options, tools,"
+                    " created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        chat.title,
+                        int(chat.title_auto),
+                        chat.model,
+                        chat.system_prompt,
+                        json.dumps(chat.options),
+                        json.dumps(chat.tools),
+                        chat.created_at,
+                        chat.updated_at,
+                    ),
+                )
+                chat_id = int(cur.lastrowid or 0)
+                ids: dict[int, int] = {}
+                for m in messages:
+                    if m.parent_id is not None and m.parent_id not in ids:
+                        raise ValueError(
+                            f"message {m.id} of chat {chat.title!r} answers message"
+                            f" {m.parent_id}, which is not before it in the chat"
+                        )
+                    cur = db.execute(
+                        "INSERT INTO messages(chat_id, parent_id, role, content, thinking, model,"
+                        " state, error, stats, tool_calls, tool, created_at)"
+                        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        (
+                            chat_id,
+                            None if m.parent_id is None else ids[m.parent_id],
+                            m.role,
+                            m.content,
+                            m.thinking,
+                            m.model,
+                            m.state,
+                            m.error,
+                            json.dumps(m.stats),
+                            json.dumps(m.tool_calls),
+                            json.dumps(m.tool),
+                            m.created_at,
+                        ),
+                    )
+                    ids[m.id] = int(cur.lastrowid or 0)
+                    _insert_images(db, ids[m.id], m.images)
+                if chat.current_leaf is not None:
+                    if chat.current_leaf not in ids:
+                        raise ValueError(
+                            f"chat {chat.title!r} shows message {chat.current_leaf},"
+                            " which is not one of its messages"
+                        )
+                    db.execute(
+                        "UPDATE chats SET current_leaf=? WHERE id=?",
+                        (ids[chat.current_leaf], chat_id),
+                    )
+                new_ids.append(chat_id)
+        return new_ids
 
     def siblings(self, message_id: int) -> list[int]:
         """Ids of a message's versions (itself included), oldest first."""
@@ -307,4 +407,12 @@ def _chat(row: sqlite3.Row) -> Chat:
         title_auto=bool(row["title_auto"]),
         created_at=row["created_at"],
         updated_at=row["updated_at"],
+        tools=json.loads(row["tools"] or "[]"),
+    )
+
+
+def _insert_images(db: sqlite3.Connection, message_id: int, images: Sequence[bytes]) -> None:
+    db.executemany(
+        "INSERT INTO attachments(message_id, position, data) VALUES (?, ?, ?)",
+        [(message_id, i, sqlite3.Binary(data)) for i, data in enumerate(images)],
     )

@@ -27,6 +27,8 @@ class Chat:
     title_auto: bool = True
     created_at: float = 0.0
     updated_at: float = 0.0
+    # Names of the MCP servers enabled for this chat (schema 2).
+    tools: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -43,6 +45,12 @@ class Message:
     stats: dict[str, Any] = field(default_factory=dict)
     created_at: float = 0.0
     images: list[bytes] = field(default_factory=list)
+    # Schema 2. An assistant message's tool calls as the model emitted them:
+    # [{"id", "name", "arguments"}]. A role "tool" message (its parent is the assistant message
+    # that called it; the result text is `content`, its images `images`) keeps the call here:
+    # {"call_id", "name", "server", "arguments", "decision", "is_error", "truncated", "structured"}.
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    tool: dict[str, Any] = field(default_factory=dict)
     # Filled by ChatStore.path(): where this message sits among its siblings (versions).
     version: int = 1
     versions: int = 1

@@ -1,0 +1,248 @@
+"""The history database's schema, as an ordered list of steps, and the upgrade that runs them.
+
+Every schema the database has had is a step N-1 -> N here, in order, and the list is the only
+definition of the schema: a new file runs every step, an old one the steps it lacks, so both
+end with the same tables, indexes and triggers. `PRAGMA user_version` says which step a file
+has reached. A step is never edited once released; a change is a new step appended at the end.
+
+Upgrading a file that holds chats (`upgrade`):
+- first a copy of it, `<name>.v<N>.bak` beside it (SQLite's online backup API, written to a
+  temporary name and renamed, so a kill leaves no half copy under the real name);
+- then each step in its own transaction (BEGIN IMMEDIATE ... user_version=N ... COMMIT), with
+  foreign keys off while it runs and checked before it commits, so a kill or an error at any
+  point leaves the file at the last whole step, still readable by the Hearth that wrote it;
+- the copy stays until the upgraded file has been opened once more (`drop_backups`, called by
+  the next open at the current schema), then it is removed.
+A file from a newer Hearth (user_version above the last step) is refused with a sentence.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = [
+    "STEPS",
+    "SCHEMA_VERSION",
+    "Step",
+    "SchemaError",
+    "backup_path",
+    "drop_backups",
+    "schema_version",
+    "sql_script",
+    "upgrade",
+]
+
+
+class SchemaError(RuntimeError):
+    """The file cannot be opened at this Hearth's schema; the message is a sentence for users."""
+
+
+@dataclass(frozen=True)
+class Step:
+    """One schema change: `apply` takes a file at `version - 1` to `version`.
+
+    `apply` runs inside the step's transaction and must not commit; it may rebuild tables
+    (foreign keys are off while it runs and are checked before the commit).
+    """
+
+    version: int
+    summary: str
+    apply: Callable[[sqlite3.Connection], None]
+
+
+def sql_script(script: str) -> Callable[[sqlite3.Connection], None]:
+    """A step body that runs `script` statement by statement inside the caller's transaction.
+
+    (`Connection.executescript` would commit the open transaction first, breaking the step's
+    all-or-nothing promise, so the script is split with `sqlite3.complete_statement`.)
+    """
+
+    def apply(conn: sqlite3.Connection) -> None:
+        statement = ""
+        for line in script.splitlines(keepends=True):
+            statement += line
+            if sqlite3.complete_statement(statement):
+                conn.execute(statement)
+                statement = ""
+        if statement.strip():
+            raise ValueError(f"incomplete SQL at the end of a migration step: {statement!r}")
+
+    return apply
+
+
+def _fts_index(table: str, column: str) -> str:
+    """SQL for a full-text index `<table>_fts` over `<table>.<column>`, kept in step by triggers.
+
+    The index uses external content (`content=<table>`), so the text is not stored twice; the
+    price is that SQLite does not maintain it: the triggers mirror every insert, delete and
+    update of the column, and a removal must pass the old text (FTS5's 'delete' command) so the
+    index can find the terms to drop. A step that rebuilds `<table>` must recreate these
+    triggers (dropping a table drops its triggers) and run `INSERT INTO <table>_fts(<table>_fts)
+    VALUES('rebuild')` if the rowids change.
+    """
+    fts = f"{table}_fts"
+    return f"""
+CREATE VIRTUAL TABLE IF NOT EXISTS {fts} USING fts5(
+    {column}, content='{table}', content_rowid='id', tokenize='unicode61 remove_diacritics 2'
+);
+CREATE TRIGGER IF NOT EXISTS {table}_ai AFTER INSERT ON {table} BEGIN
+    INSERT INTO {fts}(rowid, {column}) VALUES (new.id, new.{column});
+END;
+CREATE TRIGGER IF NOT EXISTS {table}_ad AFTER DELETE ON {table} BEGIN
+    INSERT INTO {fts}({fts}, rowid, {column}) VALUES ('delete', old.id, old.{column});
+END;
+CREATE TRIGGER IF NOT EXISTS {table}_au AFTER UPDATE OF {column} ON {table} BEGIN
+    INSERT INTO {fts}({fts}, rowid, {column}) VALUES ('delete', old.id, old.{column});
+    INSERT INTO {fts}(rowid, {column}) VALUES (new.id, new.{column});
+END;
+"""
+
+
+# Schema 1 (Hearth's first history): chats as message trees, images, full-text search over
+# message text and chat titles.
+_SCHEMA_1 = """
+CREATE TABLE IF NOT EXISTS chats (
+    id INTEGER PRIMARY KEY,
+    title TEXT NOT NULL DEFAULT '',
+    title_auto INTEGER NOT NULL DEFAULT 1,
+    model TEXT NOT NULL,
+    system_prompt TEXT NOT NULL DEFAULT '',
+    options TEXT NOT NULL DEFAULT '{}',
+    current_leaf INTEGER,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS messages (
+    id INTEGER PRIMARY KEY,
+    chat_id INTEGER NOT NULL REFERENCES chats(id) ON DELETE CASCADE,
+    parent_id INTEGER REFERENCES messages(id) ON DELETE CASCADE,
+    role TEXT NOT NULL,
+    content TEXT NOT NULL DEFAULT '',
+    thinking TEXT NOT NULL DEFAULT '',
+    model TEXT NOT NULL DEFAULT '',
+    state TEXT NOT NULL DEFAULT 'done',
+    error TEXT NOT NULL DEFAULT '',
+    stats TEXT NOT NULL DEFAULT '{}',
+    created_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS messages_by_parent ON messages(chat_id, parent_id);
+CREATE INDEX IF NOT EXISTS chats_by_time ON chats(updated_at);
+CREATE TABLE IF NOT EXISTS attachments (
+    id INTEGER PRIMARY KEY,
+    message_id INTEGER NOT NULL REFERENCES messages(id) ON DELETE CASCADE,
+    position INTEGER NOT NULL,
+    data BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS attachments_by_message ON attachments(message_id);
+"""
+
+# Schema 2 (tools): an assistant message's tool calls as the model emitted them (JSON list of
+# {"id","name","arguments"}); a role "tool" message's call record (JSON {"call_id","name",
+# "server","arguments","decision","is_error","truncated","structured"}; its result text is
+# `content`, its images are attachments); the MCP servers enabled for a chat (JSON list).
+_SCHEMA_2 = """
+ALTER TABLE messages ADD COLUMN tool_calls TEXT NOT NULL DEFAULT '[]';
+ALTER TABLE messages ADD COLUMN tool TEXT NOT NULL DEFAULT '{}';
+ALTER TABLE chats ADD COLUMN tools TEXT NOT NULL DEFAULT '[]';
+"""
+
+STEPS: list[Step] = [
+    Step(
+        1,
+        "chats, messages, images and full-text search",
+        sql_script(_SCHEMA_1 + _fts_index("messages", "content") + _fts_index("chats", "title")),
+    ),
+    Step(2, "tool calls, tool results and each chat's tools", sql_script(_SCHEMA_2)),
+]
+
+SCHEMA_VERSION = STEPS[-1].version
+
+
+def schema_version(conn: sqlite3.Connection) -> int:
+    return int(conn.execute("PRAGMA user_version").fetchone()[0])
+
+
+def backup_path(path: Path, version: int) -> Path:
+    """Where the copy of a schema-`version` file is kept while it is upgraded: chats.db.v1.bak."""
+    return path.with_name(f"{path.name}.v{version}.bak")
+
+
+def _backup(conn: sqlite3.Connection, target: Path) -> None:
+    """Copy the open database to `target` (online backup: a consistent snapshot, WAL included)."""
+    partial = target.with_name(target.name + ".partial")
+    partial.unlink(missing_ok=True)
+    copy = sqlite3.connect(str(partial))
+    try:
+        conn.backup(copy)
+    finally:
+        copy.close()
+    os.replace(partial, target)
+
+
+def upgrade(conn: sqlite3.Connection, path: Path) -> int:
+    """Bring the open database at `path` to SCHEMA_VERSION; return the version it had.
+
+    `conn` must be in autocommit mode (isolation_level=None). Raises SchemaError, with the file
+    left as it was before the failing step, if the file is newer than this Hearth or a step
+    fails. Safe against another process upgrading at the same time: each step re-reads the
+    version once it holds the write lock.
+    """
+    found = schema_version(conn)
+    if found > SCHEMA_VERSION:
+        raise SchemaError(
+            f"{path} was written by a newer Hearth (schema {found}); update Hearth to open it"
+        )
+    if found == SCHEMA_VERSION:
+        return found
+    backup = None
+    if found > 0:  # chats to keep; a new, empty file needs no copy
+        backup = backup_path(path, found)
+        _backup(conn, backup)
+    for step in STEPS:
+        if step.version > found:
+            _run_step(conn, path, step, backup)
+    return found
+
+
+def _run_step(conn: sqlite3.Connection, path: Path, step: Step, backup: Path | None) -> None:
+    conn.execute("PRAGMA foreign_keys=OFF")  # a no-op inside a transaction, so set it before
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            if schema_version(conn) >= step.version:  # another process did it meanwhile
+                conn.execute("ROLLBACK")
+                return
+            step.apply(conn)
+            broken = conn.execute("PRAGMA foreign_key_check").fetchall()
+            if broken:
+                raise sqlite3.IntegrityError(f"{len(broken)} rows point at missing rows")
+            conn.execute(f"PRAGMA user_version={step.version}")
+            conn.execute("COMMIT")
+        except BaseException as exc:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            if not isinstance(exc, Exception):
+                raise
+            kept = f"; a copy of it is at {backup}" if backup else ""
+            raise SchemaError(
+                f"Hearth could not upgrade {path} to schema {step.version} ({step.summary}):"
+                f" {exc}. The file is unchanged since schema {step.version - 1}{kept}."
+            ) from exc
+    finally:
+        conn.execute("PRAGMA foreign_keys=ON")
+
+
+def drop_backups(path: Path) -> list[Path]:
+    """Remove the copies kept by earlier upgrades; call once the upgraded file has opened."""
+    removed = []
+    for version in range(1, SCHEMA_VERSION):
+        copy = backup_path(path, version)
+        with contextlib.suppress(FileNotFoundError):
+            copy.unlink()
+            removed.append(copy)
+    return removed
