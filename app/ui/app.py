@@ -34,6 +34,7 @@ from .controllers.drops import DropController
 from .controllers.history import HistoryController
 from .controllers.models import ModelsController
 from .controllers.settings import SettingsController
+from .controllers.tools import ToolsController
 from .service_manager import ServiceManager
 from .views.main_window import MainWindow
 from .wiring_chat import wire_chat_page
@@ -42,6 +43,7 @@ from .wiring_models import wire_models_page
 from .wiring_service import wire_service
 from .wiring_settings import wire_settings_page
 from .wiring_sidebar import wire_sidebar
+from .wiring_tools import wire_tools
 
 __all__ = ["main", "HearthApp", "parse_args"]
 
@@ -80,7 +82,11 @@ class HearthApp:
             self.client, lambda: self.settings.work_offline, self.models
         )
         self.history = HistoryController(self.store)
-        self.chat = ChatController(self.store, self.client, self.models, lambda: self.settings)
+        # The tool servers (MCP) live as long as the app: started on demand, stopped at exit.
+        self.tools = ToolsController(self.settings_ctrl)
+        self.chat = ChatController(
+            self.store, self.client, self.models, lambda: self.settings, self.tools
+        )
         self.drops = DropController(self.chat, self.models)
         self.window = MainWindow(
             self.history.model, self.chat.conversation, self.models.model, self.drops, palette
@@ -108,6 +114,7 @@ class HearthApp:
             w.dialogs,
             w.notify,
         )
+        wire_tools(w, self.tools, self.chat, self.models, self.settings_ctrl)
 
     def _open_first_chat(self) -> None:
         self.history.refresh()
@@ -143,7 +150,8 @@ class HearthApp:
             return
         self._closed = True
         # Replies still in flight must not reach controllers whose database is closed.
-        for ctrl in (self.models, self.chat, self.history, self.service, self.settings_ctrl):
+        ctrls = (self.models, self.chat, self.history, self.service, self.settings_ctrl, self.tools)
+        for ctrl in ctrls:
             ctrl.blockSignals(True)
         app = QApplication.instance()
         if app is not None:
@@ -151,6 +159,7 @@ class HearthApp:
         self.settings.window_geometry = bytes(self.window.saveGeometry().toBase64().data()).decode()
         save_settings(self.settings)
         self.chat.shutdown()
+        self.tools.close()
         self.service.stop()
         self.store.close()
 

@@ -302,5 +302,7 @@ def tool_record(event: Any) -> dict[str, Any] | None:
         "truncated": bool(result.truncated),
         "structured": result.structured,
         "_text": result.text,
-        "_images": [bytes(i) if isinstance(i, bytes) else base64.b64decode(i) for i in result.images],
+        "_images": [
+            bytes(i) if isinstance(i, bytes) else base64.b64decode(i) for i in result.images
+        ],
     }

@@ -22,11 +22,11 @@ from ...history.chat_store import make_title
 from ...history.records import STREAMING
 from ..api_client import ApiClient, ApiError
 from ..item_models.conversation import ConversationModel, MessageItem
+from ..widgets.tool_call import ALWAYS
+from .agent_reply import AgentReply, PendingCall
 from .clipboard import copy_text
 from .errors import friendly_error
 from .images import attachable_images
-from ..widgets.tool_call import ALWAYS
-from .agent_reply import AgentReply, PendingCall
 from .model_turn import ModelTurn
 from .models import ModelsController
 from .reply import StreamingReply

@@ -8,6 +8,7 @@ ends a turn at once (it shuts the socket, which wakes the blocked read).
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import socket
@@ -55,10 +56,8 @@ class ModelTurn:
             self._aborted = True
             conn = self._conn
         if conn is not None and conn.sock is not None:
-            try:
+            with contextlib.suppress(OSError):
                 conn.sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
 
     def run(self, body: dict[str, Any], on_piece: OnPiece) -> TurnResult:
         """POST `body` (stream on) to /api/chat and read the reply; raises ApiError."""
@@ -115,4 +114,3 @@ class ModelTurn:
         if self._aborted:
             raise ApiError("cancelled", kind="cancelled")
         return out
-
