@@ -9,6 +9,7 @@ Libraries:
 * convert: Hugging Face checkpoint folders -> GGUF (the driver; plugins' converters); engine
   + plugins.
 * history, app_settings: the desktop app's chat history and settings (Qt-free).
+* agent: MCP servers (tools) and the agent loop (Qt-free, HTTP-free); for the CLI and the app.
 * launcher: starts or finds a `hearth serve` (for the CLI and the desktop app); no server code.
 * hearth.paths, hearth.default_model, hearth.hostport, hearth.program (the desktop id, the
   command that runs `hearth` again, frozen or not), hearth.desktop (the menu entry and icons):
@@ -19,7 +20,8 @@ Programs (each a process, or the command that starts one):
 * server: the service; engine + plugins + convert + the runner's wire protocol
   (hearth.runner.protocol).
 * cli: the `hearth` command; starts the others, talks to the service over HTTP.
-* ui: the desktop app; speaks HTTP only, never imports the engine, the runner or the server.
+* ui: the desktop app; speaks HTTP only, never imports the engine, the runner or the server
+  (it uses agent for tools).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from pathlib import Path
 APP = Path(__file__).resolve().parents[1] / "app"
 LEAVES = {"paths", "default_model", "hostport", "program", "desktop"}
 PACKAGES = {
+    "agent",
     "engine",
     "plugins",
     "convert",
@@ -42,6 +45,7 @@ PACKAGES = {
     "ui",
 }
 ALLOWED: dict[str, set[str]] = {
+    "agent": set(),
     "engine": set(),
     "plugins": {"engine"},
     "convert": {"engine", "plugins"},
@@ -50,8 +54,8 @@ ALLOWED: dict[str, set[str]] = {
     "launcher": set(),
     "runner": {"engine", "plugins"},
     "server": {"engine", "plugins", "convert", "runner"},
-    "cli": {"engine", "plugins", "convert", "runner", "server", "launcher", "ui"},
-    "ui": {"history", "app_settings", "launcher"},
+    "cli": {"agent", "engine", "plugins", "convert", "runner", "server", "launcher", "ui"},
+    "ui": {"agent", "history", "app_settings", "launcher"},
     "paths": set(),
     "default_model": {"paths"},
     "hostport": set(),

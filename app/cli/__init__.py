@@ -11,11 +11,26 @@ import os
 import sys
 
 from .. import __version__
+from ..agent.specs import DEFAULT_CALL_TIMEOUT, DEFAULT_MAX_STEPS
 from ..default_model import DEFAULT_MODEL
 from ..runner.protocol import ENGINES, EngineKind, KVCacheType, RunnerOptions
 from .desktop import add_install_desktop, display_libraries_sentence, install_desktop_command
 
 __all__ = ["main", "build_parser"]
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be 1 or more")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError("must be more than 0")
+    return value
 
 
 def _add_run(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -40,6 +55,22 @@ def _add_run(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     run.add_argument(
         "--mmproj", default=None, help="vision projector .gguf (default: mmproj*.gguf beside)"
     )
+    run.add_argument(
+        "--format", default=None, help='"json", or a JSON schema (inline or a .json file)'
+    )
+    run.add_argument(
+        "--tools", metavar="CONFIG.json", default=None,
+        help='MCP servers the model may use ({"mcpServers": ...}, as Claude Desktop\'s)',
+    )  # fmt: skip
+    run.add_argument("--yes", action="store_true", help="allow every tool call without asking")
+    run.add_argument(
+        "--max-steps", type=_positive, default=DEFAULT_MAX_STEPS,
+        help=f"model turns with tool calls per answer (default {DEFAULT_MAX_STEPS})",
+    )  # fmt: skip
+    run.add_argument(
+        "--tool-timeout", type=_positive_float, default=DEFAULT_CALL_TIMEOUT,
+        help=f"seconds one tool call may take (default {DEFAULT_CALL_TIMEOUT:g})",
+    )  # fmt: skip
 
 
 def _add_runner(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

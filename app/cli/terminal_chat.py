@@ -4,19 +4,30 @@ A client of the service: it uses the running `hearth serve` (HEARTH_HOST), or st
 one for the session. With PROMPT, print one streamed reply and exit; without it, an
 interactive chat whose follow-up turns reuse the runner's cached conversation. `--raw` sends
 the text without a chat template. MODEL may be a path to a .gguf file: it is registered (as
-`local/<file name>`, hard-linked, not copied) so the service can load it.
+`local/<file name>`, hard-linked, not copied) so the service can load it. `--tools CONFIG.json`
+gives the model the tools of the MCP servers in that file (`terminal_tools.py`).
 """
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
+from ..agent.loop import StepReply
 from ..default_model import DEFAULT_MODEL
 from .connection import Connection, connect
 from .http_client import HearthClient, ServiceError
+
+if TYPE_CHECKING:
+    from .terminal_tools import ToolSession
+
+
+class _UsageError(RuntimeError):
+    """A combination of options that cannot work; the message says why."""
+
 
 __all__ = ["resolve_model", "request_options", "run"]
 
@@ -81,43 +92,90 @@ def request_options(args: Any) -> dict[str, Any]:
     return options
 
 
+def response_format(value: str | None) -> str | dict[str, Any] | None:
+    """`--format`: "json", or a JSON schema given inline or as a file's path (Ollama's
+    `format`: the reply is held to it)."""
+    if value is None or value == "json":
+        return value
+    text = value
+    if not value.lstrip().startswith("{"):
+        try:
+            text = Path(value).expanduser().read_text(encoding="utf-8")
+        except OSError as e:
+            raise _UsageError(f'--format must be "json", a JSON schema or its file: {e}') from None
+    try:
+        schema = json.loads(text)
+    except ValueError as e:
+        raise _UsageError(f"--format's JSON schema is not valid JSON: {e}") from None
+    if not isinstance(schema, dict):
+        raise _UsageError("--format's JSON schema must be an object")
+    return schema
+
+
 def run(args: Any, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
     conn: Connection | None = None
+    tools: ToolSession | None = None
     try:
+        fmt = response_format(getattr(args, "format", None))
+        if getattr(args, "tools", None) and args.raw:
+            raise _UsageError("--tools needs the model's chat template: leave out --raw")
         conn = connect(start_private=True)
         model = resolve_model(conn.client, args.model, getattr(args, "mmproj", None))
-        chat = _Chat(conn.client, model, args, out, err)
+        if getattr(args, "tools", None):
+            from .terminal_tools import open_tools  # the MCP SDK loads only for --tools
+
+            tools = open_tools(args, conn.client, model, sys.stdin, err)
+        chat = _Chat(conn.client, model, args, out, err, tools)
+        if fmt is not None:
+            chat.base["format"] = fmt
         if args.prompt is not None:
             return chat.one_shot(args.prompt)
         return chat.interactive()
-    except ServiceError as e:
+    except (ServiceError, _UsageError) as e:
         err.write(f"\nhearth: {e}\n")
         return 1
     finally:
+        if tools is not None:
+            tools.close()  # the MCP servers stop with the chat
         if conn is not None:
             conn.close()
 
 
 class _Chat:
-    def __init__(self, client: HearthClient, model: str, args: Any, out: TextIO, err: TextIO):
+    def __init__(
+        self,
+        client: HearthClient,
+        model: str,
+        args: Any,
+        out: TextIO,
+        err: TextIO,
+        tools: ToolSession | None = None,
+    ):
         self.client, self.model, self.args = client, model, args
-        self.out, self.err = out, err
+        self.out, self.err, self.tools = out, err, tools
         self._report = ""
         self.base: dict[str, Any] = {"model": model, "options": request_options(args)}
         if args.keep_alive is not None:
             self.base["keep_alive"] = args.keep_alive
 
-    def _stream(self, path: str, body: dict[str, Any]) -> str:
-        parts = []
+    def _stream(self, path: str, body: dict[str, Any]) -> list[dict[str, Any]]:
+        """Stream a reply to `out`; returns the NDJSON objects."""
+        items = []
         for item in self.client.stream(path, {**self.base, **body}):
             piece = item.get("response") if "response" in item else item["message"]["content"]
             if piece:
-                parts.append(piece)
                 self.out.write(piece)
                 self.out.flush()
+            items.append(item)
             if item.get("done"):
                 self._done(item)
-        return "".join(parts)
+        return items
+
+    def _step(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> StepReply:
+        """One model turn offering `tools` (the agent loop's `ChatStep`)."""
+        return StepReply.from_chunks(
+            self._stream("/api/chat", {"messages": messages, "tools": tools})
+        )
 
     def _done(self, final: dict[str, Any]) -> None:
         extra = final.get("hearth", {})
@@ -136,13 +194,18 @@ class _Chat:
             f"done: {final.get('done_reason', '')}\n"
         )
 
-    def _reply(self, messages: list[dict[str, Any]], text: str) -> str:
+    def _reply(self, messages: list[dict[str, Any]], text: str) -> list[dict[str, Any]]:
+        """Answer the last user message; returns the messages to add (the answer, and with
+        tools every call's turn and result)."""
         self._report = ""
         if self.args.raw:
-            reply = self._stream("/api/generate", {"prompt": text, "raw": True})
+            items = self._stream("/api/generate", {"prompt": text, "raw": True})
+            reply = "".join(i.get("response", "") for i in items)
+        elif self.tools is not None:
+            return self.tools.run(messages, self._step).added
         else:
-            reply = self._stream("/api/chat", {"messages": messages})
-        return reply
+            reply = StepReply.from_chunks(self._stream("/api/chat", {"messages": messages})).content
+        return [{"role": "assistant", "content": reply}]
 
     def one_shot(self, prompt: str) -> int:
         self._reply([{"role": "user", "content": prompt}], prompt)
@@ -170,7 +233,7 @@ class _Chat:
                 continue
             messages.append({"role": "user", "content": text})
             try:
-                reply = self._reply(messages, text)
+                added = self._reply(messages, text)
             except KeyboardInterrupt:  # stop this reply, keep the chat
                 self.out.write("\n")
                 messages.pop()
@@ -179,7 +242,7 @@ class _Chat:
                 self.err.write(f"\nhearth: {e}\n")
                 messages.pop()
                 continue
-            messages.append({"role": "assistant", "content": reply})
+            messages.extend(added)
             self.out.write("\n\n")
             if self._report:
                 self.err.write(self._report)

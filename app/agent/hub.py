@@ -1,0 +1,507 @@
+"""The MCP servers of a chat, behind one thread-safe synchronous object (`ToolHub`).
+
+The MCP SDK is asyncio (anyio); Hearth's callers are a Qt window and a terminal loop. The hub
+runs one asyncio loop on its own daemon thread; each server lives there in one task that owns
+its connection (the SDK's transport and `ClientSession` context managers must be entered and
+left in the same task). The public methods submit coroutines to that loop and wait.
+
+Lifecycle of a server: "stopped" until something needs it (`tools()` or `call()` starts it:
+on demand); "starting" while its process starts (or its HTTP session opens) and it answers
+`initialize` and `tools/list`; "running"; "failed" with a sentence when it could not start,
+stopped during a call (its process died, its HTTP endpoint went away) or did not answer a call
+in time (it is then stopped, in case it hangs). A failed server is started again by the next
+call that needs it. One server's failure is only its own calls' error results: nothing raises.
+`close()` (or `set_servers` dropping one) stops the servers: a stdio server's stdin is closed,
+then it is terminated and killed (the SDK's escalation).
+
+A stdio server's stderr goes to `<logs>/mcp/<server>.log`; its last line is quoted in the
+sentence when it fails to start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from contextlib import AsyncExitStack, suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, TextIO, TypeVar
+
+import anyio
+import httpx2
+import mcp.types as mcp_types
+import pydantic
+from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.shared.exceptions import MCPError
+
+from ..paths import logs_dir
+from .config import ServerConfig
+from .results import tool_result
+from .specs import (
+    DEFAULT_CALL_TIMEOUT,
+    DEFAULT_RESULT_LIMIT,
+    DEFAULT_START_TIMEOUT,
+    ToolResult,
+    ToolSpec,
+    error_result,
+    qualified_name,
+)
+from .specs import server_slug as _slug
+
+__all__ = [
+    "DEFAULT_CALL_TIMEOUT",
+    "DEFAULT_RESULT_LIMIT",
+    "DEFAULT_START_TIMEOUT",
+    "ServerStatus",
+    "ToolHub",
+    "ToolResult",
+    "ToolSpec",
+    "qualified_name",
+]
+
+log = logging.getLogger(__name__)
+
+_STOP_WAIT = 10.0  # seconds `close()` waits for the servers to stop
+
+State = Literal["stopped", "starting", "running", "failed"]
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class ServerStatus:
+    """A snapshot of one server: its `state`, the sentence that says why it failed (`error`,
+    empty otherwise) and the tools it listed when it last started."""
+
+    state: State = "stopped"
+    error: str = ""
+    tools: list[ToolSpec] = field(default_factory=list)
+
+
+class _Server:
+    """One configured server and its connection (hub-thread state)."""
+
+    def __init__(self, config: ServerConfig) -> None:
+        self.config = config
+        self.state: State = "stopped"
+        self.error = ""
+        self.tools: list[ToolSpec] = []
+        self.session: ClientSession | None = None
+        self.task: asyncio.Task[None] | None = None
+        self.ready = asyncio.Event()
+        self.stop = asyncio.Event()
+
+    def status(self) -> ServerStatus:
+        return ServerStatus(self.state, self.error, list(self.tools))
+
+
+def _spec(server: str, tool: mcp_types.Tool) -> ToolSpec:
+    schema = dict(tool.input_schema or {})
+    schema.setdefault("type", "object")
+    return ToolSpec(server, tool.name, tool.description or "", schema)
+
+
+def _last_line(path: Path, start: int) -> str:
+    """The last non-empty line written to `path` after offset `start` (a server's stderr)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(start)
+            lines = [ln.strip() for ln in f.read()[-4000:].decode("utf-8", "replace").splitlines()]
+    except OSError:
+        return ""
+    lines = [ln for ln in lines if ln]
+    return lines[-1][:300] if lines else ""
+
+
+class ToolHub:
+    """The MCP servers of `servers` (see the module doc for their lifecycle).
+
+    `call_timeout`: seconds a call may take before it is an error result and its server is
+    restarted. `result_limit`: characters of one result's text (the cut is said in it).
+    `start_timeout`: seconds a server may take to start and list its tools.
+    `log_dir`: where stdio servers' stderr goes (default `<hearth logs>/mcp`).
+    Thread-safe; `on_status` callbacks run on the hub's thread."""
+
+    def __init__(
+        self,
+        servers: Mapping[str, ServerConfig],
+        *,
+        call_timeout: float = DEFAULT_CALL_TIMEOUT,
+        result_limit: int = DEFAULT_RESULT_LIMIT,
+        start_timeout: float = DEFAULT_START_TIMEOUT,
+        log_dir: Path | None = None,
+    ) -> None:
+        self.call_timeout = call_timeout
+        self.result_limit = result_limit
+        self.start_timeout = start_timeout
+        self._log_dir = log_dir
+        self._lock = threading.Lock()
+        self._callbacks: list[Callable[[str, ServerStatus], None]] = []
+        self._closed = False
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="hearth-mcp-hub", daemon=True
+        )
+        self._thread.start()
+        self._servers: dict[str, _Server] = {}
+        self._run(self._set_servers(dict(servers)))
+
+    # -- the synchronous facade -------------------------------------------------------------
+
+    def _run(self, coro: Any, timeout: float | None = None) -> Any:
+        if self._closed:
+            coro.close()
+            raise RuntimeError("the tool hub is closed")
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+
+    def on_status(self, callback: Callable[[str, ServerStatus], None]) -> None:
+        """Call `callback(server name, status)` (on the hub's thread) whenever a server's
+        state changes; a GUI forwards it to its own thread."""
+        with self._lock:
+            self._callbacks.append(callback)
+
+    def status(self) -> dict[str, ServerStatus]:
+        """Every configured server's state, error sentence and last listed tools."""
+        with self._lock:
+            return {name: s.status() for name, s in self._servers.items()}
+
+    def set_servers(self, servers: Mapping[str, ServerConfig]) -> None:
+        """Reconfigure: servers removed or changed are stopped (a changed one starts again with
+        its new config when needed); unchanged ones keep running."""
+        self._run(self._set_servers(dict(servers)))
+
+    def tools(self, servers: Iterable[str] | None = None) -> list[ToolSpec]:
+        """The tools of `servers` (default: every enabled one), starting those not running.
+        A server that cannot start adds no tools: its `status()` says why. Unknown names are
+        skipped."""
+        names = None if servers is None else list(servers)
+        result: list[ToolSpec] = self._run(self._tools(names), self.start_timeout + _STOP_WAIT)
+        return result
+
+    def call(
+        self,
+        qualified_name: str,
+        arguments: Mapping[str, Any] | None = None,
+        cancel: threading.Event | None = None,
+    ) -> ToolResult:
+        """Call a tool by its qualified name (`ToolSpec.qualified_name`), starting its server
+        if needed. Never raises for a server's failure: a failed, timed-out or cancelled call
+        is an `is_error` result whose text is the sentence. Setting `cancel` stops the call
+        (the server is sent MCP's cancellation) and returns at once."""
+        if self._closed:
+            return error_result("the tools were stopped: this chat has ended")
+        holder: dict[str, anyio.CancelScope] = {}
+        fut: Future[ToolResult] = asyncio.run_coroutine_threadsafe(
+            self._call_cancellable(qualified_name, dict(arguments or {}), holder, cancel),
+            self._loop,
+        )
+        deadline = self.start_timeout + self.call_timeout + _STOP_WAIT
+        waited = 0.0
+        while True:
+            step = 0.05 if cancel is not None else 0.5
+            try:
+                return fut.result(step)
+            except FutureTimeout:
+                waited += step
+            except BaseException:  # Ctrl-C in a terminal: stop the call, then let it go up
+                self._cancel_soon(holder)
+                raise
+            if cancel is not None and cancel.is_set():
+                self._cancel_soon(holder)
+            if waited >= deadline:
+                fut.cancel()
+                return error_result(f"the tool '{qualified_name}' did not answer and was abandoned")
+
+    def _cancel_soon(self, holder: dict[str, anyio.CancelScope]) -> None:
+        scope = holder.get("scope")
+        if scope is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(scope.cancel)
+
+    def close(self) -> None:
+        """Stop every server and the hub's thread. Idempotent; the hub is unusable after."""
+        if self._closed:
+            return
+        try:
+            self._run(self._close(), _STOP_WAIT + 5)
+        except (FutureTimeout, RuntimeError):
+            log.warning("MCP servers did not all stop in time")
+        finally:
+            self._closed = True
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(5)
+            if not self._loop.is_running():
+                self._loop.close()
+
+    def __enter__(self) -> ToolHub:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- on the hub's thread ------------------------------------------------------------------
+
+    def _changed(self, name: str, server: _Server, state: State, error: str = "") -> None:
+        with self._lock:
+            server.state, server.error = state, error
+            callbacks = list(self._callbacks)
+            status = server.status()
+        for cb in callbacks:
+            try:
+                cb(name, status)
+            except Exception:  # a display's bug must not stop the tools
+                log.exception("an MCP status callback failed")
+
+    async def _set_servers(self, configs: dict[str, ServerConfig]) -> None:
+        stopping = []
+        with self._lock:
+            for name, server in list(self._servers.items()):
+                if configs.get(name) != server.config:
+                    del self._servers[name]
+                    stopping.append(server)
+            for name, config in configs.items():
+                if name not in self._servers:
+                    self._servers[name] = _Server(config)
+        await self._stop_all(stopping)
+
+    async def _stop_all(self, servers: list[_Server]) -> None:
+        tasks = [s.task for s in servers if s.task is not None and not s.task.done()]
+        for s in servers:
+            s.stop.set()
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=_STOP_WAIT)
+            for t in pending:
+                t.cancel()
+
+    async def _close(self) -> None:
+        with self._lock:
+            servers = list(self._servers.values())
+        await self._stop_all(servers)
+
+    def _log_file(self, name: str) -> Path:
+        folder = self._log_dir or logs_dir() / "mcp"
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder / f"{_slug(name)}.log"
+
+    async def _ensure_started(self, name: str) -> _Server | None:
+        """The server, started if it was not running (None for an unknown or disabled name)."""
+        server = self._servers.get(name)
+        if server is None or not server.config.enabled:
+            return None
+        if server.task is not None and not server.task.done() and server.stop.is_set():
+            # Stopping after a failure (a crash, a timeout): let it finish, then start afresh.
+            await asyncio.wait([server.task], timeout=_STOP_WAIT)
+        if server.task is None or server.task.done():
+            server.ready, server.stop = asyncio.Event(), asyncio.Event()
+            server.tools, server.session = [], None
+            self._changed(name, server, "starting")
+            server.task = asyncio.get_running_loop().create_task(self._serve(name, server))
+        try:
+            await asyncio.wait_for(server.ready.wait(), self.start_timeout)
+        except TimeoutError:
+            server.stop.set()
+            self._changed(
+                name, server, "failed",
+                f"the MCP server '{name}' did not start within {self.start_timeout:g} s",
+            )  # fmt: skip
+        return server
+
+    async def _open(
+        self, stack: AsyncExitStack, name: str, config: ServerConfig
+    ) -> tuple[Any, Any]:
+        """Enter the server's transport; returns its (read, write) streams."""
+        if config.command is not None:
+            params = StdioServerParameters(
+                command=config.command,
+                args=list(config.args),
+                env=dict(config.env) or None,
+                cwd=config.cwd,
+            )
+            errlog: TextIO = stack.enter_context(self._log_file(name).open("a", encoding="utf-8"))
+            streams = await stack.enter_async_context(stdio_client(params, errlog=errlog))
+        else:
+            assert config.url is not None
+            http = await stack.enter_async_context(
+                create_mcp_http_client(headers=dict(config.headers) or None)
+            )
+            streams = await stack.enter_async_context(
+                streamable_http_client(config.url, http_client=http)
+            )
+        return streams[0], streams[1]
+
+    async def _serve(self, name: str, server: _Server) -> None:
+        """The task owning one connection: open, initialize, list the tools, then hold the
+        session until asked to stop or the server goes away."""
+        config = server.config
+        closed = anyio.Event()
+        log_start = 0
+        if config.command is not None:
+            with suppress(OSError):
+                log_start = self._log_file(name).stat().st_size
+        try:
+            async with AsyncExitStack() as stack:
+                read, write = await self._open(stack, name, config)
+                # Forward the transport's messages so its end (EOF: the process died, the HTTP
+                # stream closed) is seen even while no call waits.
+                send, receive = anyio.create_memory_object_stream[Any](0)
+                group = await stack.enter_async_context(anyio.create_task_group())
+                stack.callback(group.cancel_scope.cancel)
+                group.start_soon(_forward, read, send, closed)
+                session = await stack.enter_async_context(
+                    ClientSession(receive, write, read_timeout_seconds=self.start_timeout)
+                )
+                await session.initialize()
+                tools = await _list_tools(session)
+                with self._lock:
+                    server.tools = [_spec(name, t) for t in tools]
+                server.session = session
+                self._changed(name, server, "running")
+                server.ready.set()
+                async with anyio.create_task_group() as wait:
+                    for event in (server.stop, closed):
+                        wait.start_soon(_cancel_when, event, wait.cancel_scope)
+                server.session = None
+                if closed.is_set() and not server.stop.is_set():
+                    self._changed(
+                        name, server, "failed",
+                        f"the MCP server '{name}' stopped; it will be started again when needed",
+                    )  # fmt: skip
+        except Exception as e:  # every failure is this server's sentence
+            server.session = None
+            why = _start_failure(name, config, e)
+            tail = _last_line(self._log_file(name), log_start) if config.command is not None else ""
+            if tail and server.state == "starting":
+                why += f" (it said: {tail})"
+            if server.state != "failed":
+                self._changed(name, server, "failed", why)
+        finally:
+            server.session = None
+            server.ready.set()
+            if server.state in ("running", "starting"):
+                self._changed(name, server, "stopped")
+
+    async def _tools(self, names: list[str] | None) -> list[ToolSpec]:
+        if names is None:
+            names = [n for n, s in self._servers.items() if s.config.enabled]
+        started = await asyncio.gather(*(self._ensure_started(n) for n in names))
+        return [t for s in started if s is not None and s.state == "running" for t in s.tools]
+
+    def _find(self, qualified: str) -> tuple[str, str] | None:
+        """(server name, tool name) for a qualified name; the longest server prefix wins."""
+        best = None
+        for name in self._servers:
+            prefix = _slug(name) + "__"
+            longer = best is None or len(prefix) > len(_slug(best[0])) + 2
+            if qualified.startswith(prefix) and len(qualified) > len(prefix) and longer:
+                best = (name, qualified[len(prefix) :])
+        return best
+
+    async def _call_cancellable(
+        self,
+        qualified: str,
+        arguments: dict[str, Any],
+        holder: dict[str, anyio.CancelScope],
+        cancel: threading.Event | None,
+    ) -> ToolResult:
+        with anyio.CancelScope() as scope:
+            holder["scope"] = scope
+            if cancel is not None and cancel.is_set():
+                scope.cancel()
+            return await self._call(qualified, arguments)
+        return error_result(f"the call to '{qualified}' was cancelled")
+
+    async def _call(self, qualified: str, arguments: dict[str, Any]) -> ToolResult:
+        found = self._find(qualified)
+        if found is None:
+            return error_result(f"there is no tool '{qualified}' among the enabled MCP servers")
+        name, tool = found
+        server = await self._ensure_started(name)
+        if server is None:
+            return error_result(f"the MCP server '{name}' is disabled")
+        session = server.session
+        if server.state != "running" or session is None:
+            return error_result(server.error or f"the MCP server '{name}' is not running")
+        try:
+            result = await session.call_tool(
+                tool, arguments, read_timeout_seconds=self.call_timeout
+            )
+        except MCPError as e:
+            if e.code == mcp_types.REQUEST_TIMEOUT:
+                why = (
+                    f"the tool '{tool}' of the MCP server '{name}' did not answer within "
+                    f"{self.call_timeout:g} s; the call was stopped and the server is restarted"
+                )
+                self._changed(name, server, "failed", why)
+                server.stop.set()
+                return error_result(why)
+            if e.code == mcp_types.CONNECTION_CLOSED:
+                why = (
+                    f"the MCP server '{name}' stopped during the call to '{tool}'; "
+                    "it will be started again on the next call"
+                )
+                self._changed(name, server, "failed", why)
+                server.stop.set()
+                return error_result(why)
+            return error_result(
+                f"the MCP server '{name}' refused the call to '{tool}': {e.message}"
+            )
+        except (pydantic.ValidationError, RuntimeError) as e:
+            return error_result(f"the MCP server '{name}' sent a result Hearth cannot read: {e}")
+        if not isinstance(result, mcp_types.CallToolResult):
+            return error_result(f"the MCP server '{name}' sent a result Hearth cannot read")
+        return tool_result(result, self.result_limit)
+
+
+async def _forward(source: Any, sink: Any, closed: anyio.Event) -> None:
+    try:
+        async with sink:
+            async for item in source:
+                await sink.send(item)
+    except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream):
+        pass
+    finally:
+        closed.set()
+
+
+async def _cancel_when(event: asyncio.Event | anyio.Event, scope: anyio.CancelScope) -> None:
+    await event.wait()
+    scope.cancel()
+
+
+async def _list_tools(session: ClientSession) -> list[mcp_types.Tool]:
+    tools: list[mcp_types.Tool] = []
+    cursor: str | None = None
+    for _ in range(100):  # a server paging forever cannot hang the start
+        page = await session.list_tools(
+            params=mcp_types.PaginatedRequestParams(cursor=cursor) if cursor else None
+        )
+        tools.extend(page.tools)
+        cursor = page.next_cursor
+        if not cursor:
+            break
+    return tools
+
+
+def _start_failure(name: str, config: ServerConfig, e: BaseException) -> str:
+    """The sentence for a server that could not start or whose connection broke."""
+    if isinstance(e, BaseExceptionGroup):
+        leaves = [x for x in e.exceptions if not isinstance(x, anyio.get_cancelled_exc_class())]
+        if leaves:
+            return _start_failure(name, config, leaves[0])
+    if isinstance(e, FileNotFoundError) and config.command is not None:
+        return f"the MCP server '{name}' could not start: there is no program '{config.command}'"
+    if isinstance(e, OSError) and config.command is not None:
+        return f"the MCP server '{name}' could not start '{config.command}': {e.strerror or e}"
+    if isinstance(e, httpx2.HTTPError | OSError):
+        return f"the MCP server '{name}' at {config.url} cannot be reached: {e}"
+    if isinstance(e, MCPError):
+        if e.code == mcp_types.CONNECTION_CLOSED:
+            return f"the MCP server '{name}' closed the connection while starting"
+        if e.code == mcp_types.REQUEST_TIMEOUT:
+            return f"the MCP server '{name}' did not answer while starting"
+        return f"the MCP server '{name}' failed to start: {e.message}"
+    return f"the MCP server '{name}' failed: {e}"
