@@ -93,7 +93,8 @@ def test_allow_once_runs_the_call_and_the_result_reaches_the_model(make_app, too
     # Stored as it happened: user → assistant (its call) → tool (the result) → assistant.
     path = app.store.path(app.chat.chat.id)
     assert [m.role for m in path] == ["user", "assistant", "tool", "assistant"]
-    assert path[1].tool_calls == [{"id": "call_0", "name": name, "arguments": {"city": "Lisbon"}}]
+    assert [(c["name"], c["arguments"]) for c in path[1].tool_calls] == [(name, {"city": "Lisbon"})]
+    assert path[2].tool["call_id"] == path[1].tool_calls[0]["id"]
     assert path[2].tool["server"] == "weather" and path[2].tool["decision"]
     assert path[3].content == "Tomorrow Lisbon will be sunny."
     assert "forecast" not in " ".join(app.settings.tools_always_allowed)
@@ -154,7 +155,10 @@ def test_always_allow_is_remembered_per_tool(make_app, tool_stub, qtbot):
     ask(qtbot, app, "Paris?")
     card = wait_card(qtbot, app)
     assert card.tool == "chart"
-    assert roles(app)[-2:] == ["assistant", "tool"]  # the forecast ran without asking
+    # the forecast ran without asking: its result is in, the next turn asks for the chart
+    assert roles(app)[-3:] == ["assistant", "tool", "assistant"]
+    ran = app.store.path(app.chat.chat.id)[-2]
+    assert "Paris: sunny" in ran.content and ran.tool["decision"] == "allow_always"
     with qtbot.waitSignal(app.chat.reply_finished, timeout=30_000):
         qtbot.mouseClick(card.allow_btn, Qt.MouseButton.LeftButton)
     picture = app.store.path(app.chat.chat.id)[-2]

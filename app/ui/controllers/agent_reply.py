@@ -13,7 +13,6 @@ The messages form one line in the chat's tree: user → assistant (its tool call
 
 from __future__ import annotations
 
-import base64
 import queue
 import threading
 from collections.abc import Callable
@@ -22,7 +21,7 @@ from typing import Any
 from PySide6.QtCore import QObject, Signal
 
 from ...agent.hub import ToolHub, ToolSpec
-from ...agent.loop import Decision, StepReply, ToolCall, run_agent
+from ...agent.loop import AgentEvent, Decision, StepReply, ToolCall, run_agent
 from ...history import ChatStore
 from ...history.records import DONE, ERROR, STOPPED, STREAMING
 from ..api_client import ApiError
@@ -30,7 +29,7 @@ from ..widgets.tool_call import ALWAYS, DENY, ONCE
 from .model_turn import ModelTurn
 from .reply import ReplyClock
 
-__all__ = ["AgentReply", "PendingCall"]
+__all__ = ["AgentReply", "PendingCall", "tool_record"]
 
 _DECISIONS = {ONCE: Decision.ALLOW_ONCE, ALWAYS: Decision.ALLOW_ALWAYS, DENY: Decision.DENY}
 
@@ -75,6 +74,7 @@ class AgentReply(QObject):
         servers: list[str],
         always: Callable[[str], bool],
         max_steps: int,
+        images: bool = True,
         parent: QObject | None = None,
     ) -> None:
         super().__init__(parent)
@@ -90,6 +90,7 @@ class AgentReply(QObject):
         self._servers = servers
         self._always = always
         self._max_steps = max_steps
+        self._images = images  # False: the model cannot see a result's images (a note instead)
         self._cancel = threading.Event()
         self._answers: queue.Queue[str] = queue.Queue()
         self._waiting = False
@@ -212,20 +213,20 @@ class AgentReply(QObject):
         state, info, err = DONE, {}, None
         try:
             specs = self._hub.tools(self._servers)
-            messages = list(self._body["messages"])
             outcome = run_agent(
                 self._step,
                 self._hub,
-                messages,
+                self._body["messages"],
                 specs,
                 self._approve,
                 max_steps=self._max_steps,
                 cancel=self._cancel,
                 on_event=self._on_event,
+                images=self._images,
             )
-            if self._cancel.is_set():
+            if self._cancel.is_set() or outcome.reason == "cancelled":
                 state = STOPPED
-            elif _stopped_at_limit(outcome):
+            elif outcome.reason == "step_limit":
                 info = {"max_steps": True}
         except ApiError as e:
             if e.kind == "cancelled" or self._cancel.is_set():
@@ -241,16 +242,12 @@ class AgentReply(QObject):
             raise ApiError("cancelled", kind="cancelled")
         self._w_turn.emit()
         body = {**self._body, "messages": messages, "tools": tools, "stream": True}
-        result = self._turn.run(body, lambda p, t: self._w_piece.emit(p, t))
-        calls = [_tool_call(c, n) for n, c in enumerate(result.tool_calls)]
-        records = [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in calls]
-        self._w_turn_done.emit(records, result.final, result.content)
-        return StepReply(
-            content=result.content,
-            thinking=result.thinking,
-            tool_calls=calls,
-            stats=dict(result.final),
-        )
+        chunks = self._turn.run(body, lambda p, t: self._w_piece.emit(p, t))
+        reply = StepReply.from_chunks(chunks)
+        calls = [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in reply.tool_calls]
+        final = next((c for c in reversed(chunks) if c.get("done")), {})
+        self._w_turn_done.emit(calls, final, reply.content)
+        return reply
 
     def _approve(self, call: ToolCall, spec: ToolSpec) -> Decision:
         if self._cancel.is_set():
@@ -261,48 +258,24 @@ class AgentReply(QObject):
         choice = self._answers.get()
         return _DECISIONS.get(choice, Decision.DENY)
 
-    def _on_event(self, event: Any) -> None:
-        record = tool_record(event)
-        if record is not None:
-            text, images = record.pop("_text"), record.pop("_images")
-            self._w_result.emit(record, text, images)
+    def _on_event(self, event: AgentEvent) -> None:
+        if event.kind == "result" and event.call is not None and event.result is not None:
+            self._w_result.emit(tool_record(event), event.result.text, list(event.result.images))
 
 
-def _tool_call(raw: dict[str, Any], n: int) -> ToolCall:
-    fn = raw.get("function") or {}
-    args = fn.get("arguments")
-    return ToolCall(
-        id=str(raw.get("id") or f"call_{n}"),
-        name=str(fn.get("name") or ""),
-        arguments=args if isinstance(args, dict) else {},
-    )
-
-
-def _stopped_at_limit(outcome: Any) -> bool:
-    return bool(getattr(outcome, "hit_limit", False) or getattr(outcome, "max_steps", False))
-
-
-def tool_record(event: Any) -> dict[str, Any] | None:
-    """The stored record of a result event ({"call_id", "name", "server", "arguments",
-    "decision", "is_error", "truncated", "structured"} plus its text and images), or None for
-    other events."""
-    result = getattr(event, "result", None)
-    call = getattr(event, "call", None)
-    if result is None or call is None:
-        return None
-    spec = getattr(event, "spec", None)
-    decision = getattr(event, "decision", None)
+def tool_record(event: AgentEvent) -> dict[str, Any]:
+    """The stored record of a result event: {"call_id", "name", "server", "arguments",
+    "decision", "is_error", "truncated", "structured"} (history's `Message.tool`); decision
+    is "" for a call never asked about (a tool not offered, or the chat was stopped)."""
+    call, result = event.call, event.result
+    assert call is not None and result is not None
     return {
         "call_id": call.id,
         "name": call.name,
-        "server": getattr(spec, "server", ""),
+        "server": event.spec.server if event.spec else "",
         "arguments": call.arguments,
-        "decision": getattr(decision, "value", decision) or "",
-        "is_error": bool(result.is_error),
-        "truncated": bool(result.truncated),
+        "decision": event.decision.value if event.decision else "",
+        "is_error": result.is_error,
+        "truncated": result.truncated,
         "structured": result.structured,
-        "_text": result.text,
-        "_images": [
-            bytes(i) if isinstance(i, bytes) else base64.b64decode(i) for i in result.images
-        ],
     }

@@ -16,6 +16,7 @@ from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
+from ...agent.loop import no_tools_sentence
 from ...app_settings import AppSettings, save_settings
 from ...history import Chat, ChatStore, Message
 from ...history.chat_store import make_title
@@ -268,10 +269,7 @@ class ChatController(QObject):
         if not any(on for _n, on in self.tool_servers()):
             return ""
         if self.model_can_use_tools() is False:
-            return self.tr(
-                "“%1” cannot use tools: its chat template has no place for them, so this chat's "
-                "tool servers are not offered to it. Pick a model that shows the Tools badge."
-            ).replace("%1", self.model)
+            return no_tools_sentence(self.model)  # the CLI's words too
         return ""
 
     def _active_tool_servers(self) -> list[str]:
@@ -393,6 +391,7 @@ class ChatController(QObject):
                 servers,
                 self._tools.always_allowed,
                 self._settings().tool_max_steps,
+                self.can_see_images(),
                 self,
             )
             reply.changed.connect(self._on_reply_changed)

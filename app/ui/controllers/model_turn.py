@@ -19,21 +19,10 @@ from urllib.parse import urlsplit
 
 from ..api_client import ApiError, error_text
 
-__all__ = ["ModelTurn", "TurnResult"]
+__all__ = ["ModelTurn"]
 
 # on_piece(content, thinking): a piece of the answer and/or of its reasoning
 OnPiece = Callable[[str, str], None]
-
-
-class TurnResult:
-    """What one turn said: its text, reasoning, tool calls (Ollama's shape: {"id"?,
-    "function": {"name", "arguments"}}) and its last chunk (the numbers)."""
-
-    def __init__(self) -> None:
-        self.content = ""
-        self.thinking = ""
-        self.tool_calls: list[dict[str, Any]] = []
-        self.final: dict[str, Any] = {}
 
 
 class ModelTurn:
@@ -59,8 +48,10 @@ class ModelTurn:
             with contextlib.suppress(OSError):
                 conn.sock.shutdown(socket.SHUT_RDWR)
 
-    def run(self, body: dict[str, Any], on_piece: OnPiece) -> TurnResult:
-        """POST `body` (stream on) to /api/chat and read the reply; raises ApiError."""
+    def run(self, body: dict[str, Any], on_piece: OnPiece) -> list[dict[str, Any]]:
+        """POST `body` (stream on) to /api/chat and read the reply: its NDJSON objects (for
+        `hearth.agent.loop.StepReply.from_chunks`), each piece shown through `on_piece` as it
+        comes. Raises ApiError (kind 'cancelled' after `abort()`)."""
         cls = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
         conn = cls(self._host, self._port, timeout=None)
         with self._lock:
@@ -85,8 +76,8 @@ class ModelTurn:
                 self._conn = None
             conn.close()
 
-    def _read(self, resp: http.client.HTTPResponse, on_piece: OnPiece) -> TurnResult:
-        out = TurnResult()
+    def _read(self, resp: http.client.HTTPResponse, on_piece: OnPiece) -> list[dict[str, Any]]:
+        chunks: list[dict[str, Any]] = []
         for raw in resp:
             if self._aborted:
                 raise ApiError("cancelled", kind="cancelled")
@@ -102,15 +93,11 @@ class ModelTurn:
                 continue
             if chunk.get("error"):
                 raise ApiError(str(chunk["error"]), kind="stream", status=resp.status)
+            chunks.append(chunk)
             msg = chunk.get("message") or {}
             piece, thought = str(msg.get("content") or ""), str(msg.get("thinking") or "")
-            out.tool_calls.extend(c for c in msg.get("tool_calls") or [] if isinstance(c, dict))
             if piece or thought:
-                out.content += piece
-                out.thinking += thought
                 on_piece(piece, thought)
-            if chunk.get("done"):
-                out.final = chunk
         if self._aborted:
             raise ApiError("cancelled", kind="cancelled")
-        return out
+        return chunks
