@@ -245,7 +245,7 @@ class AgentReply(QObject):
         chunks = self._turn.run(body, lambda p, t: self._w_piece.emit(p, t))
         reply = StepReply.from_chunks(chunks)
         calls = [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in reply.tool_calls]
-        final = next((c for c in reversed(chunks) if c.get("done")), {})
+        final: dict[str, Any] = next((c for c in reversed(chunks) if c.get("done")), {})
         self._w_turn_done.emit(calls, final, reply.content)
         return reply
 

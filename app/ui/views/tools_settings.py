@@ -215,18 +215,16 @@ class ToolsCard(QFrame):
         self.allowed.addItems(names)
         self.forget_btn.setEnabled(bool(names))
 
+    def _server_items(self) -> list[QTreeWidgetItem]:
+        found = (self.tree.topLevelItem(i) for i in range(self.tree.topLevelItemCount()))
+        return [item for item in found if item is not None]
+
     def server_names(self) -> list[str]:
-        return [
-            str(self.tree.topLevelItem(i).data(0, Qt.ItemDataRole.UserRole))
-            for i in range(self.tree.topLevelItemCount())
-        ]
+        return [str(item.data(0, Qt.ItemDataRole.UserRole)) for item in self._server_items()]
 
     def server_item(self, name: str) -> QTreeWidgetItem | None:
-        for i in range(self.tree.topLevelItemCount()):
-            item = self.tree.topLevelItem(i)
-            if item.data(0, Qt.ItemDataRole.UserRole) == name:
-                return item
-        return None
+        items = self._server_items()
+        return next((i for i in items if i.data(0, Qt.ItemDataRole.UserRole) == name), None)
 
     def selected_server(self) -> str:
         item = self.tree.currentItem()

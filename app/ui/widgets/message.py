@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from PySide6.QtCore import QEvent, Qt, QTimer, Signal
-from PySide6.QtGui import QKeyEvent, QPixmap, QResizeEvent
+from PySide6.QtGui import QKeyEvent, QResizeEvent
 from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
@@ -24,6 +24,7 @@ from ..controllers.reply import format_stats
 from ..item_models.conversation import MessageItem
 from ..markdown import split_thinking
 from ..theme import Palette
+from .bits import thumbnail_row
 from .markdown_view import MarkdownView
 from .tool_call import ToolCallView
 
@@ -40,35 +41,6 @@ def _tool(text: str, name: str, tip: str = "") -> QToolButton:
     b.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
     b.setCursor(Qt.CursorShape.PointingHandCursor)
     return b
-
-
-def _thumbs(images: list[bytes], size: int = 200) -> tuple[QWidget, list[QLabel]]:
-    """A row of thumbnails of `images` (pictures Qt cannot decode get an empty label)."""
-    row = QWidget()
-    lay = QHBoxLayout(row)
-    lay.setContentsMargins(0, 0, 0, 0)
-    lay.setSpacing(6)
-    labels = []
-    for n, data in enumerate(images):
-        pix = QPixmap()
-        pix.loadFromData(data)
-        label = QLabel()
-        label.setObjectName("Thumbnail")
-        label.setAccessibleName(row.tr("Attached image %1").replace("%1", str(n + 1)))
-        if not pix.isNull():
-            label.setPixmap(
-                pix.scaled(
-                    size,
-                    size,
-                    Qt.AspectRatioMode.KeepAspectRatio,
-                    Qt.TransformationMode.SmoothTransformation,
-                )
-            )
-            label.setToolTip(f"{pix.width()} × {pix.height()}")
-        lay.addWidget(label)
-        labels.append(label)
-    lay.addStretch(1)
-    return row, labels
 
 
 class _EditBox(QPlainTextEdit):
@@ -143,7 +115,7 @@ class MessageWidget(QFrame):
         blay = QVBoxLayout(self.bubble)
         blay.setContentsMargins(14, 10, 14, 10)
         if self.item.images:
-            pictures, self.thumbnails = _thumbs(self.item.images)
+            pictures, self.thumbnails = thumbnail_row(self.item.images)
             blay.addWidget(pictures)
         self.text_label = QLabel()
         self.text_label.setWordWrap(True)

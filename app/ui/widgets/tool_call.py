@@ -20,6 +20,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from .bits import thumbnail_row
+
 __all__ = ["ToolCallView", "ApprovalCard", "arguments_text", "ONCE", "ALWAYS", "DENY"]
 
 # The user's answers on the approval card (the chat controller maps them to the loop's Decision).
@@ -116,13 +118,12 @@ class ToolCallView(QFrame):
         self._on_toggled(self.toggle.isChecked())
 
     def _show_images(self) -> None:
-        from .message import _thumbs  # the same thumbnails as a user's pictures
-
         while self.pictures_lay.count():
-            w = self.pictures_lay.takeAt(0).widget()
-            if w is not None:
-                w.deleteLater()
-        row, self.thumbnails = _thumbs(self._images)
+            taken = self.pictures_lay.takeAt(0)
+            old = taken.widget() if taken is not None else None
+            if old is not None:
+                old.deleteLater()
+        row, self.thumbnails = thumbnail_row(self._images)
         self.pictures_lay.addWidget(row)
         self.pictures.setVisible(bool(self._images))
 
