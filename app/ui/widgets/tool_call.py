@@ -50,9 +50,11 @@ def _code_box(name: str, lines: int) -> QPlainTextEdit:
 
 
 def _fit(box: QPlainTextEdit, text: str, most: int) -> None:
+    """Show `text`, the box as tall as its lines (at most `most`; then it scrolls)."""
     box.setPlainText(text)
     n = min(most, max(1, text.count("\n") + 1))
-    box.setFixedHeight(box.fontMetrics().lineSpacing() * n + 16)
+    chrome = int(box.document().documentMargin() * 2) + box.frameWidth() * 2 + 6
+    box.setFixedHeight(box.fontMetrics().lineSpacing() * n + chrome)
 
 
 class ToolCallView(QFrame):
