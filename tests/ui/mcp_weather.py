@@ -1,10 +1,12 @@
 """A real MCP server for the desktop app's tool tests (stdio, written with the mcp SDK):
-`forecast(city)` answers in text, `chart(city)` with a picture. Run as a program."""
+`forecast(city)` answers in text, `chart(city)` with a picture, `radar(city)` takes a
+minute (to be stopped). Run as a program."""
 
 from __future__ import annotations
 
 import io
 
+import anyio
 from mcp.server.mcpserver import Image, MCPServer
 
 server = MCPServer("weather")
@@ -29,6 +31,13 @@ def chart(city: str) -> Image:
     out = io.BytesIO()
     pic.save(out, "PNG")
     return Image(data=out.getvalue(), format="png")
+
+
+@server.tool()
+async def radar(city: str) -> str:
+    """A radar sweep over a city; it takes a minute."""
+    await anyio.sleep(60)
+    return f"{city}: no rain on the radar."
 
 
 if __name__ == "__main__":

@@ -187,6 +187,32 @@ def test_cancel_while_a_call_waits_denies_it_and_stops(make_app, tool_stub, qtbo
     assert tool_stub.script == [{"content": "never sent"}]
 
 
+def test_stop_during_a_call_stops_the_call_and_the_chat_goes_on(make_app, tool_stub, qtbot):
+    import time
+
+    app = tool_app(make_app, tool_stub, qtbot)
+    name = qualified(app, "radar")
+    tool_stub.script = [{"tool_calls": [call(name, city="Bergen")]}, {"content": "never sent"}]
+    ask(qtbot, app, "Rain in Bergen?")
+    card = wait_card(qtbot, app)
+    qtbot.mouseClick(card.allow_btn, Qt.MouseButton.LeftButton)
+    qtbot.wait(1000)  # the minute-long call is running; the window is not waiting for it
+    assert app.chat.busy
+    started = time.monotonic()
+    with qtbot.waitSignal(app.chat.reply_finished, timeout=20_000) as finished:
+        app.window.act_stop.trigger()
+    assert time.monotonic() - started < 15
+    assert finished.args[1] == "stopped"
+    stopped = app.store.path(app.chat.chat.id)[-1]
+    assert stopped.role == "tool" and stopped.tool["is_error"]
+    assert "no rain" not in stopped.content
+    assert tool_stub.script == [{"content": "never sent"}]  # the loop went no further
+    # The chat goes on: the next question gets its answer (the server is started again).
+    tool_stub.script = [{"content": "Ask me later."}]
+    send_and_wait(qtbot, app, "Never mind.")
+    assert app.store.path(app.chat.chat.id)[-1].content == "Ask me later."
+
+
 def test_a_reopened_chat_shows_its_calls_and_regenerate_resends_them(make_app, tool_stub, qtbot):
     app = tool_app(make_app, tool_stub, qtbot)
     name = qualified(app, "forecast")
@@ -258,13 +284,11 @@ def test_settings_tools_add_paste_status_and_limits(make_app, stub, qtbot):
     assert saved["mcpServers"]["weather"]["args"] == [str(WEATHER)]
     # Start it: its status and tools show.
     qtbot.mouseClick(card.check_btn, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: card.server_item("weather").childCount() == 2, timeout=30_000)
+    qtbot.waitUntil(lambda: card.server_item("weather").childCount() == 3, timeout=30_000)
     item = card.server_item("weather")
     assert "running" in item.text(1)
-    assert sorted(item.child(i).text(0).split(" — ")[0] for i in range(2)) == [
-        "chart",
-        "forecast",
-    ]
+    listed = sorted(item.child(i).text(0).split(" — ")[0] for i in range(3))
+    assert listed == ["chart", "forecast", "radar"]
     # Paste another app's JSON: a broken document says why; a good one adds its servers.
     qtbot.mouseClick(card.paste_btn, Qt.MouseButton.LeftButton)
     paste = card.dialog

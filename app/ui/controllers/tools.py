@@ -2,12 +2,13 @@
 too), the one ToolHub that runs them for the app's lifetime, and their status.
 
 The hub starts servers on demand on its own thread; nothing here blocks the window: listing
-the servers' tools (which starts them) runs on a short-lived thread and reports through
-`status_changed`, which may be emitted from any thread (Qt queues it to the receivers).
+the servers' tools (which starts them) and reconfiguring them run on short-lived threads.
+News from those threads (and the hub's) reaches `status_changed` on the GUI thread.
 """
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import threading
 from collections.abc import Iterable
@@ -39,7 +40,8 @@ def server_entry(config: ServerConfig) -> dict[str, Any]:
 
 class ToolsController(QObject):
     servers_changed = Signal()
-    status_changed = Signal()  # from any thread; connect GUI slots normally (queued)
+    status_changed = Signal()  # always on the GUI thread
+    _status_elsewhere = Signal()  # emitted on other threads; queued to `_relay`
 
     def __init__(
         self,
@@ -62,6 +64,11 @@ class ToolsController(QObject):
         self._hub: ToolHub | None = None
         self._lock = threading.Lock()
         self._closed = False
+        self._status_elsewhere.connect(self._relay)
+
+    def _relay(self) -> None:
+        if not self._closed:
+            self.status_changed.emit()
 
     # -- the servers ---------------------------------------------------------------------------
 
@@ -108,10 +115,17 @@ class ToolsController(QObject):
         self._servers = servers
         with self._lock:
             hub = self._hub
-        if hub is not None:
-            hub.set_servers(servers)
+        if hub is not None:  # stopping a changed server may take seconds: not on the GUI thread
+            threading.Thread(
+                target=self._reconfigure, args=(hub, servers), name="hearth-tools-set", daemon=True
+            ).start()
         self.servers_changed.emit()
         self.status_changed.emit()
+
+    def _reconfigure(self, hub: ToolHub, servers: dict[str, ServerConfig]) -> None:
+        with contextlib.suppress(RuntimeError):  # the hub closed meanwhile (the app quit)
+            hub.set_servers(servers)
+        self._status_elsewhere.emit()
 
     # -- the hub -------------------------------------------------------------------------------
 
@@ -124,7 +138,7 @@ class ToolsController(QObject):
                 )
                 on_status = getattr(self._hub, "on_status", None)
                 if on_status is not None:
-                    on_status(lambda *_a: self.status_changed.emit())
+                    on_status(lambda *_a: self._status_elsewhere.emit())
             return self._hub
 
     def set_call_timeout(self, seconds: int) -> None:
@@ -156,9 +170,10 @@ class ToolsController(QObject):
         def run() -> None:
             try:
                 self.hub().tools(wanted)
+            except RuntimeError:  # the hub closed meanwhile (the app quit)
+                pass
             finally:
-                if not self._closed:
-                    self.status_changed.emit()
+                self._status_elsewhere.emit()
 
         threading.Thread(target=run, name="hearth-tools-check", daemon=True).start()
 

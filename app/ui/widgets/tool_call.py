@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QFontDatabase
+from PySide6.QtGui import QFontDatabase, QShowEvent
 from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
@@ -38,23 +38,37 @@ def arguments_text(arguments: Any) -> str:
         return str(arguments)
 
 
-def _code_box(name: str, lines: int) -> QPlainTextEdit:
-    box = QPlainTextEdit()
+class _CodeBox(QPlainTextEdit):
+    """Read-only monospace text, as tall as its lines up to `most` (then it scrolls); the
+    height is measured again once shown, in the font the style sheet gave it."""
+
+    def __init__(self, most: int) -> None:
+        super().__init__()
+        self.most = most
+
+    def show_text(self, text: str) -> None:
+        self.setPlainText(text)
+        self._fit()
+
+    def _fit(self) -> None:
+        text = self.toPlainText()
+        n = min(self.most, max(1, text.count("\n") + 1))
+        chrome = int(self.document().documentMargin() * 2) + self.frameWidth() * 2 + 6
+        self.setFixedHeight(self.fontMetrics().lineSpacing() * n + chrome)
+
+    def showEvent(self, e: QShowEvent) -> None:
+        super().showEvent(e)
+        self._fit()
+
+
+def _code_box(name: str, lines: int) -> _CodeBox:
+    box = _CodeBox(lines)
     box.setReadOnly(True)
     box.setAccessibleName(name)
     box.setObjectName("ToolText")
     box.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
     box.setLineWrapMode(QPlainTextEdit.LineWrapMode.WidgetWidth)
-    box.setMaximumHeight(box.fontMetrics().lineSpacing() * lines + 16)
     return box
-
-
-def _fit(box: QPlainTextEdit, text: str, most: int) -> None:
-    """Show `text`, the box as tall as its lines (at most `most`; then it scrolls)."""
-    box.setPlainText(text)
-    n = min(most, max(1, text.count("\n") + 1))
-    chrome = int(box.document().documentMargin() * 2) + box.frameWidth() * 2 + 6
-    box.setFixedHeight(box.fontMetrics().lineSpacing() * n + chrome)
 
 
 class ToolCallView(QFrame):
@@ -110,9 +124,8 @@ class ToolCallView(QFrame):
             outcome = ", ".join(x for x in (outcome, self.tr("result cut to fit")) if x)
         head = self.tr("Used %1").replace("%1", name) if decision != DENY else name
         self._summary = " · ".join(x for x in (head, server, outcome) if x)
-        self.arguments.setPlainText(arguments_text(tool.get("arguments") or {}))
-        _fit(self.arguments, self.arguments.toPlainText(), 10)
-        _fit(self.result, content, _RESULT_LINES)
+        self.arguments.show_text(arguments_text(tool.get("arguments") or {}))
+        self.result.show_text(content)
         if images != self._images:
             self._images = list(images)
             self._show_images()
@@ -170,7 +183,7 @@ class ApprovalCard(QFrame):
             about.setWordWrap(True)
             lay.addWidget(about)
         self.arguments = _code_box(self.tr("Arguments of the call"), 12)
-        _fit(self.arguments, arguments_text(arguments), 12)
+        self.arguments.show_text(arguments_text(arguments))
         lay.addWidget(self.arguments)
         row = QHBoxLayout()
         self.allow_btn = QPushButton(self.tr("Allow once"))
