@@ -332,3 +332,22 @@ def test_the_step_limit_stops_the_loop(make_app, tool_stub, qtbot):
     send_and_wait(qtbot, app, "Loop forever")
     assert len([r for r in tool_stub.requests if r["path"] == "/api/chat"]) == 2
     assert "step limit" in app.window.toast.label.text()
+
+
+def test_a_damaged_mcp_json_is_said_and_kept(make_app, stub, qtbot):
+    from hearth.agent.config import default_config_path
+
+    path = default_config_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    damaged = '{"mcpServers": {"files": {"command": 42}}}'
+    path.write_text(damaged)
+    app = make_app(stub.url)
+    card = app.window.settings_page.tools
+    assert not card.load_error.isHidden()
+    assert "files" in card.load_error.text() and str(path) in card.load_error.text()
+    # Adding a server writes a new file; the damaged one is kept beside it, word for word.
+    qtbot.mouseClick(card.paste_btn, Qt.MouseButton.LeftButton)
+    card.dialog.text.setPlainText(json.dumps(weather_config()))
+    card.dialog.accept()
+    assert card.server_names() == ["weather"] and card.load_error.isHidden()
+    assert path.with_name("mcp.json.damaged").read_text() == damaged
