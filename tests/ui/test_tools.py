@@ -351,3 +351,44 @@ def test_a_damaged_mcp_json_is_said_and_kept(make_app, stub, qtbot):
     card.dialog.accept()
     assert card.server_names() == ["weather"] and card.load_error.isHidden()
     assert path.with_name("mcp.json.damaged").read_text() == damaged
+
+
+def test_an_edited_later_question_resends_the_earlier_calls(tmp_path):
+    """chat_body over a branch with a tool round trip before the edited question."""
+    from hearth.history import ChatStore
+    from hearth.ui.controllers.request import chat_body
+
+    store = ChatStore(tmp_path / "c.db")
+    chat = store.create_chat(MODEL, tools=["weather"])
+    q = store.add_message(chat.id, None, "user", "Weather in Oslo?")
+    calls = [{"id": "c1", "name": "weather__forecast", "arguments": {"city": "Oslo"}}]
+    a = store.add_message(chat.id, q.id, "assistant", "", tool_calls=calls)
+    record = {"call_id": "c1", "name": "weather__forecast", "server": "weather"}
+    t = store.add_message(chat.id, a.id, "tool", "Oslo: snow", images=[b"png"], tool=record)
+    a2 = store.add_message(chat.id, t.id, "assistant", "Snow in Oslo.")
+    store.add_message(chat.id, a2.id, "user", "And in Rome?")
+    edited = store.add_message(chat.id, a2.id, "user", "And in Paris?")  # the edit: a sibling
+    store.set_leaf(chat.id, edited.id)
+    body = chat_body(store.chat(chat.id), store.path(chat.id), {}, None)
+    assert body["messages"] == [
+        {"role": "user", "content": "Weather in Oslo?"},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {
+                    "id": "c1",
+                    "function": {"name": "weather__forecast", "arguments": {"city": "Oslo"}},
+                }
+            ],
+        },
+        {
+            "role": "tool",
+            "content": "Oslo: snow",
+            "tool_name": "weather__forecast",
+            "tool_call_id": "c1",
+            "images": ["cG5n"],
+        },
+        {"role": "assistant", "content": "Snow in Oslo."},
+        {"role": "user", "content": "And in Paris?"},
+    ]
