@@ -95,6 +95,7 @@ class _Server:
         self.task: asyncio.Task[None] | None = None
         self.ready = asyncio.Event()
         self.stop = asyncio.Event()
+        self.stale = False  # the server said its tools changed (tools/list_changed)
 
     def status(self) -> ServerStatus:
         return ServerStatus(self.state, self.error, list(self.tools))
@@ -161,7 +162,8 @@ class ToolHub:
 
     def on_status(self, callback: Callable[[str, ServerStatus], None]) -> None:
         """Call `callback(server name, status)` (on the hub's thread) whenever a server's
-        state changes; a GUI forwards it to its own thread."""
+        state changes; a GUI forwards it to its own thread. The callback must not call the
+        hub's blocking methods (they would wait on the thread running it); `status()` is safe."""
         with self._lock:
             self._callbacks.append(callback)
 
@@ -351,8 +353,18 @@ class ToolHub:
                 group = await stack.enter_async_context(anyio.create_task_group())
                 stack.callback(group.cancel_scope.cancel)
                 group.start_soon(_forward, read, send, closed)
+
+                async def on_message(message: object) -> None:
+                    if isinstance(message, mcp_types.ToolListChangedNotification):
+                        server.stale = True
+
                 session = await stack.enter_async_context(
-                    ClientSession(receive, write, read_timeout_seconds=self.start_timeout)
+                    ClientSession(
+                        receive,
+                        write,
+                        read_timeout_seconds=self.start_timeout,
+                        message_handler=on_message,
+                    )
                 )
                 await session.initialize()
                 tools = await _list_tools(session)
@@ -388,7 +400,21 @@ class ToolHub:
         if names is None:
             names = [n for n, s in self._servers.items() if s.config.enabled]
         started = await asyncio.gather(*(self._ensure_started(n) for n in names))
+        await asyncio.gather(*(self._refresh(s) for s in started if s is not None and s.stale))
         return [t for s in started if s is not None and s.state == "running" for t in s.tools]
+
+    async def _refresh(self, server: _Server) -> None:
+        """List a server's tools again after it said they changed (kept as they were if the
+        listing fails: the next call says what is wrong)."""
+        session, server.stale = server.session, False
+        if session is None:
+            return
+        try:
+            tools = await _list_tools(session)
+        except (MCPError, pydantic.ValidationError, RuntimeError):
+            return
+        with self._lock:
+            server.tools = [_spec(server.config.name, t) for t in tools]
 
     def _find(self, qualified: str) -> tuple[str, str] | None:
         """(server name, tool name) for a qualified name; the longest server prefix wins."""
@@ -503,5 +529,6 @@ def _start_failure(name: str, config: ServerConfig, e: BaseException) -> str:
             return f"the MCP server '{name}' closed the connection while starting"
         if e.code == mcp_types.REQUEST_TIMEOUT:
             return f"the MCP server '{name}' did not answer while starting"
-        return f"the MCP server '{name}' failed to start: {e.message}"
+        where = f" at {config.url}" if config.url else ""
+        return f"the MCP server '{name}'{where} failed to start: {e.message}"
     return f"the MCP server '{name}' failed: {e}"

@@ -120,10 +120,11 @@ EventKind = Literal["assistant", "call", "result"]
 
 @dataclass
 class AgentEvent:
-    """What just happened, in order: an assistant turn (`message`, the one appended), a call
-    about to run or denied (`call`, `spec` (None for a tool not offered), `decision`), or its
-    result (`result`, and `message`: the tool message appended). `step` counts model turns
-    from 1."""
+    """What just happened, in order: an assistant turn (`message`, the one appended), then for
+    each of its calls a "call" event (`call`, `spec`: None for a tool not offered, `decision`:
+    None when the user was not asked: a tool not offered, or the chat stopped) followed by its
+    "result" event (`result`, and `message`: the tool message appended). `step` counts model
+    turns from 1."""
 
     kind: EventKind
     step: int
@@ -224,22 +225,21 @@ def run_agent(
         convo.append(message)
         emit(AgentEvent("assistant", turn, message=message))
         if not reply.tool_calls:
-            return outcome("answered", turn, content)
+            return outcome("cancelled" if stopped() else "answered", turn, content)
         for call in reply.tool_calls:
             spec = offered.get(call.name)
-            decision: Decision | None = None
-            if stopped():
+            halted = stopped()
+            decision = approve(call, spec) if spec is not None and not halted else None
+            emit(AgentEvent("call", turn, call=call, spec=spec, decision=decision))
+            if halted:
                 result = error_result("the call was not run: the user stopped the chat")
             elif spec is None:
                 names = ", ".join(offered) or "none"
                 result = error_result(f"there is no tool '{call.name}'; the tools offered: {names}")
+            elif decision is Decision.DENY:
+                result = error_result(f"the user denied the call to '{call.name}'")
             else:
-                decision = approve(call, spec)
-                emit(AgentEvent("call", turn, call=call, spec=spec, decision=decision))
-                if decision is Decision.DENY:
-                    result = error_result(f"the user denied the call to '{call.name}'")
-                else:
-                    result = hub.call(call.name, call.arguments, cancel)
+                result = hub.call(call.name, call.arguments, cancel)
             tool_message = _tool_message(call, result, images)
             convo.append(tool_message)
             emit(

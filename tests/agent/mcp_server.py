@@ -3,18 +3,23 @@
     python tests/agent/mcp_server.py stdio
     python tests/agent/mcp_server.py http PORT      # streamable HTTP at http://127.0.0.1:PORT/mcp
 
-Tools: echo, add (structured), picture (a PNG), crash (the process exits mid-call), hang
-(sleeps), huge (a long text), pid (which process answers), env (a variable's value), cwd.
+Tools: echo, add (structured), picture (a PNG), image_file (a file's picture), crash (the
+process exits mid-call), hang (sleeps), huge (a long text), pid (which process answers), env
+(a variable's value), cwd, grow (adds a tool, and says the tools changed). With
+HEARTH_TEST_CALLS set to a file, each call of echo and image_file appends a JSON line
+{"tool", "arguments", "pid"} to it (what reached the server).
 """
 
 from __future__ import annotations
 
 import io
+import json
 import os
 import sys
+from pathlib import Path
 
 import anyio
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.utilities.types import Image
 from PIL import Image as PILImage
 from pydantic import BaseModel
@@ -22,9 +27,17 @@ from pydantic import BaseModel
 server = MCPServer("hearth-test")
 
 
+def record(tool: str, **arguments: object) -> None:
+    path = os.environ.get("HEARTH_TEST_CALLS")
+    if path:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(json.dumps({"tool": tool, "arguments": arguments, "pid": os.getpid()}) + "\n")
+
+
 @server.tool()
 def echo(text: str) -> str:
     """Say the text back."""
+    record("echo", text=text)
     return f"echo: {text}"
 
 
@@ -54,6 +67,13 @@ def picture() -> Image:
 
 
 @server.tool()
+def image_file(path: str) -> Image:
+    """The picture in a file."""
+    record("image_file", path=path)
+    return Image(data=Path(path).read_bytes(), format="png")
+
+
+@server.tool()
 def crash() -> str:
     """Exits the server process in the middle of the call."""
     sys.stderr.write("crashing on purpose\n")
@@ -72,6 +92,18 @@ async def hang(seconds: float = 3600) -> str:
 def huge(size: int) -> str:
     """A text of `size` characters."""
     return ("0123456789" * (size // 10 + 1))[:size]
+
+
+@server.tool()
+async def grow(name: str, ctx: Context) -> str:
+    """Add a tool named `name` (it says its name) and tell the client the tools changed."""
+
+    def said() -> str:
+        return f"I am {name}"
+
+    server.add_tool(said, name=name, description=f"The tool {name}.")
+    await ctx.session.send_tool_list_changed()
+    return f"added {name}"
 
 
 @server.tool()
