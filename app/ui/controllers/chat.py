@@ -308,6 +308,7 @@ class ChatController(QObject):
         )
         self.pending_images = []
         self.attachments_changed.emit()
+        # The first question names the chat; later ones leave the name the user knows it by.
         self._store.set_auto_title(self.chat.id, make_title(text) or self.tr("Image"))
         self.chat_meta_changed.emit()
         self._start_reply(user.id)
