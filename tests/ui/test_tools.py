@@ -392,3 +392,17 @@ def test_an_edited_later_question_resends_the_earlier_calls(tmp_path):
         {"role": "assistant", "content": "Snow in Oslo."},
         {"role": "user", "content": "And in Paris?"},
     ]
+
+
+def test_a_server_that_does_not_start_is_said_and_the_chat_still_answers(
+    make_app, tool_stub, qtbot
+):
+    broken = {"mcpServers": {"weather": {"command": "/nonexistent/hearth-test-server"}}}
+    app = tool_app(make_app, tool_stub, qtbot, servers=broken)
+    tool_stub.script = [{"content": "No tools today."}]
+    send_and_wait(qtbot, app, "Weather?")
+    assert app.store.path(app.chat.chat.id)[-1].content == "No tools today."
+    body = [r for r in tool_stub.requests if r["path"] == "/api/chat"][-1]
+    assert body["tools"] == []
+    said = app.window.toast.label.text()
+    assert "weather" in said and "/nonexistent/hearth-test-server" in said

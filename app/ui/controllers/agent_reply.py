@@ -54,6 +54,7 @@ class AgentReply(QObject):
     approval_needed = Signal(object)  # PendingCall
     approval_settled = Signal()  # the pending call was answered (or the reply ended)
     ended = Signal(str, object, object)  # DONE, STOPPED or ERROR; stats; ApiError (ERROR only)
+    server_failed = Signal(str)  # a sentence: a server of the chat did not start (no tools)
 
     # from the worker thread to this object's slots (queued to the GUI thread)
     _w_turn = Signal()
@@ -62,6 +63,7 @@ class AgentReply(QObject):
     _w_result = Signal(object, object, object)  # tool record, text, images (bytes)
     _w_ask = Signal(object)
     _w_end = Signal(str, object, object)
+    _w_failed = Signal(str)
 
     def __init__(
         self,
@@ -108,6 +110,7 @@ class AgentReply(QObject):
         self._w_result.connect(self._on_result)
         self._w_ask.connect(self._on_ask)
         self._w_end.connect(self._on_end)
+        self._w_failed.connect(self._on_failed)
 
     # -- the GUI's side ------------------------------------------------------------------------
 
@@ -194,6 +197,10 @@ class AgentReply(QObject):
         self.pending = pending
         self.approval_needed.emit(pending)
 
+    def _on_failed(self, sentence: str) -> None:
+        if not self._abandoned:
+            self.server_failed.emit(sentence)
+
     def _on_end(self, state: str, info: dict[str, Any], err: ApiError | None) -> None:
         if self.pending is not None:
             self.pending = None
@@ -213,6 +220,11 @@ class AgentReply(QObject):
         state, info, err = DONE, {}, None
         try:
             specs = self._hub.tools(self._servers)
+            status = self._hub.status()
+            for name in self._servers:
+                st = status.get(name)
+                if st is not None and st.state == "failed":
+                    self._w_failed.emit(st.error or f"the tool server '{name}' did not start")
             outcome = run_agent(
                 self._step,
                 self._hub,

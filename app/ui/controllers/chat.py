@@ -398,6 +398,7 @@ class ChatController(QObject):
             reply.changed.connect(self._on_reply_changed)
             reply.approval_needed.connect(self.approval_needed)
             reply.approval_settled.connect(self.approval_settled)
+            reply.server_failed.connect(lambda text: self.notice.emit("error", text))
         else:
             reply = StreamingReply(self._store, message.id, self.chat.id, self)
         reply.grew.connect(self._on_reply_grew)
