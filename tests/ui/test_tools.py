@@ -406,3 +406,22 @@ def test_a_server_that_does_not_start_is_said_and_the_chat_still_answers(
     assert body["tools"] == []
     said = app.window.toast.label.text()
     assert "weather" in said and "/nonexistent/hearth-test-server" in said
+
+
+def test_the_card_follows_its_chat_when_the_user_looks_at_another(make_app, tool_stub, qtbot):
+    app = tool_app(make_app, tool_stub, qtbot)
+    name = qualified(app, "forecast")
+    tool_stub.script = [{"tool_calls": [call(name, city="Quito")]}, {"content": "Mild in Quito."}]
+    ask(qtbot, app, "Quito?")
+    wait_card(qtbot, app)
+    asking = app.chat.chat.id
+    other = app.store.create_chat(MODEL)
+    app.chat.open_chat(other.id)
+    transcript = app.window.chat_page.transcript
+    assert transcript.approval is None and transcript.widgets == []
+    app.chat.open_chat(asking)
+    card = wait_card(qtbot, app)
+    assert '"city": "Quito"' in card.arguments.toPlainText()
+    with qtbot.waitSignal(app.chat.reply_finished, timeout=30_000):
+        qtbot.mouseClick(card.allow_btn, Qt.MouseButton.LeftButton)
+    assert app.store.path(asking)[-1].content == "Mild in Quito."
