@@ -5,9 +5,9 @@
 
 Tools: echo, add (structured), picture (a PNG), image_file (a file's picture), crash (the
 process exits mid-call), hang (sleeps), huge (a long text), pid (which process answers), env
-(a variable's value), cwd, grow (adds a tool, and says the tools changed). With
-HEARTH_TEST_CALLS set to a file, each call of echo and image_file appends a JSON line
-{"tool", "arguments", "pid"} to it (what reached the server).
+(a variable's value), cwd, grow (adds a tool, and says the tools changed), header (an HTTP
+request's header). With HEARTH_TEST_CALLS set to a file, each call of echo and image_file
+appends a JSON line {"tool", "arguments", "pid"} to it (what reached the server).
 """
 
 from __future__ import annotations
@@ -104,6 +104,13 @@ async def grow(name: str, ctx: Context) -> str:
     server.add_tool(said, name=name, description=f"The tool {name}.")
     await ctx.session.send_tool_list_changed()
     return f"added {name}"
+
+
+@server.tool()
+def header(name: str, ctx: Context) -> str:
+    """A header of the HTTP request that carried this call (streamable HTTP only)."""
+    request = ctx.request_context.request
+    return str(request.headers.get(name, "<unset>")) if request is not None else "<not http>"
 
 
 @server.tool()

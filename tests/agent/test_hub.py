@@ -20,19 +20,8 @@ from hearth.agent.hub import ToolHub
 from .helpers import HttpServer, stdio_entry
 from .mcp_server import picture_png
 
-TOOLS = {
-    "echo",
-    "add",
-    "picture",
-    "image_file",
-    "grow",
-    "crash",
-    "hang",
-    "huge",
-    "pid",
-    "env",
-    "cwd",
-}
+TOOLS = {"echo", "add", "picture", "image_file", "grow", "header", "crash", "hang", "huge"}
+TOOLS |= {"pid", "env", "cwd"}
 
 
 def _hub(entries: dict[str, dict[str, object]], tmp_path: Path, **kw: float) -> ToolHub:
@@ -158,6 +147,12 @@ def test_an_http_server_that_goes_away_fails_only_its_calls(live_http, tmp_path)
         assert hub.call("local__echo", {"text": "c"}).text == "echo: c"
         live_http.start()  # it comes back: the next call reconnects
         assert hub.call("web__echo", {"text": "d"}).text == "echo: d"
+
+
+def test_an_http_servers_headers_are_sent(live_http, tmp_path):
+    entry = {"url": live_http.url, "headers": {"Authorization": "Bearer s3cret"}}
+    with _hub({"web": entry}, tmp_path) as hub:
+        assert hub.call("web__header", {"name": "authorization"}).text == "Bearer s3cret"
 
 
 def test_a_server_that_cannot_start_fails_alone_with_a_sentence(tmp_path):
