@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import secrets
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from hearth.default_model import DEFAULT_MODEL
@@ -39,6 +39,12 @@ class AppSettings:
     # HEARTH_OFFLINE); the first-run offer of a chat model is made once.
     work_offline: bool = False
     offered_models: bool = False
+    # Tools (MCP servers; the servers themselves are in hearth.agent's mcp.json): the model
+    # turns one reply may take, how long one call may run, and the tools (qualified names)
+    # the user chose "Always allow" for.
+    tool_max_steps: int = 10
+    tool_call_timeout: int = 60
+    tools_always_allowed: list[str] = field(default_factory=list)
 
     def request_options(self) -> dict[str, int]:
         """The runtime options every chat request carries (below any per-chat override)."""
@@ -76,6 +82,11 @@ def load_settings(path: Path | None = None) -> AppSettings:
         settings.theme = "system"
     if not 1 <= settings.api_port <= 65535:
         settings.api_port = 11434
+    if not 1 <= settings.tool_max_steps <= 100:
+        settings.tool_max_steps = 10
+    if not 1 <= settings.tool_call_timeout <= 3600:
+        settings.tool_call_timeout = 60
+    settings.tools_always_allowed = [t for t in settings.tools_always_allowed if isinstance(t, str)]
     return settings
 
 

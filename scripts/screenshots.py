@@ -1,20 +1,28 @@
 #!/usr/bin/env python3
 """Make the PNGs in docs/screenshots/: the main window mid-conversation (light and dark), a
-question about a picture (vision), the Models page, its "Get models" window and the Settings
-page, from a real window under Xvfb.
+question about a picture (vision), the Models page, its "Get models" window, the Settings
+page and a tool round trip, from a real window under Xvfb.
 
     .venv/bin/python scripts/screenshots.py            # needs xvfb-run (Debian: xvfb)
+    .venv/bin/python scripts/screenshots.py --only tools.png
 
 The app runs as a user would: it starts its own `hearth serve` (so the Models page shows the
 real default model and its memory estimate). The conversation is sample text written into a
 throw-away history first, so the pictures show what a longer chat looks like; the vision
 scene's picture is drawn here (Pillow), its answer is sample text written for that picture,
 and its model is named as a vision model a user would pick. Not a test.
+
+The tools scene (tools.png) is a real round trip: the default model (gemma3:270m, a tiny
+one) under a chat template that offers tools (tests/server/live_models.py's), its first turn
+held by a JSON schema to a call of the weather server's `forecast` (tests/ui/mcp_weather.py,
+a real MCP server over stdio), the call allowed on the approval card as a user would, the
+result sent back and the model's own answer to it.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -25,6 +33,21 @@ from io import BytesIO
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+TOOLS_MODEL = "gemma3-tools:270m"
+TOOLS_QUESTION = "What will the weather be like in Lisbon tomorrow?"
+# The first turn's output is held to this: a call of the weather server's forecast tool.
+CALL_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "name": {"const": "weather__forecast"},
+        "arguments": {
+            "type": "object",
+            "properties": {"city": {"const": "Lisbon"}},
+            "required": ["city"],
+        },
+    },
+    "required": ["name", "arguments"],
+}
 
 CODE_ANSWER = """Use the standard library's `csv` module: `DictReader` gives you one dict per \
 row, keyed by the header line.
@@ -218,7 +241,71 @@ def seed_history() -> None:
     store.close()
 
 
-def shoot(out: Path) -> None:
+def write_tool_servers() -> None:
+    """The weather server (tests/ui/mcp_weather.py) in the app's mcp.json."""
+    from hearth.agent.config import default_config_path
+
+    path = default_config_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    server = {"command": sys.executable, "args": [str(REPO / "tests/ui/mcp_weather.py")]}
+    path.write_text(json.dumps({"mcpServers": {"weather": server}}), encoding="utf-8")
+
+
+def hold_first_turn_to_a_call() -> None:
+    """The tiny model's first turn is held (Ollama's `format`, a JSON schema) to the call;
+    every turn is greedy. The app's own turn reader is wrapped; nothing else changes."""
+    from hearth.ui.controllers import model_turn
+
+    original = model_turn.ModelTurn.run
+
+    def run(self, body, on_piece):  # type: ignore[no-untyped-def]
+        options = {**body.get("options", {}), "temperature": 0, "num_predict": 40}
+        body = {**body, "options": options}
+        if body["messages"][-1]["role"] == "user":
+            body["format"] = CALL_SCHEMA
+        return original(self, body, on_piece)
+
+    model_turn.ModelTurn.run = run  # type: ignore[method-assign]
+
+
+def shoot_tools(h, spin, out: Path) -> None:  # type: ignore[no-untyped-def]
+    """A tool round trip on the default model with a template that offers tools."""
+    import httpx
+
+    sys.path.insert(0, str(REPO / "tests" / "server"))
+    from live_models import MODEL, TOOLS_TEMPLATE
+
+    body = {"model": TOOLS_MODEL, "from": MODEL, "template": TOOLS_TEMPLATE, "stream": False}
+    headers = {"Authorization": f"Bearer {h.client.token}"}
+    created = httpx.post(h.client.base_url + "/api/create", json=body, headers=headers, timeout=300)
+    created.raise_for_status()
+    h.models.refresh()
+    spin(30, lambda: (info := h.models.info(TOOLS_MODEL)) is not None and info.details_loaded)
+    hold_first_turn_to_a_call()
+    offer = getattr(h.window, "first_model_offer", None)
+    if offer is not None:
+        offer.later_btn.click()  # the first-run offer of a chat model: "Not now"
+    h.chat.new_chat(TOOLS_MODEL)
+    h.chat.set_chat_tool("weather", True)
+    page = h.window.chat_page
+    page.composer.edit.setPlainText(TOOLS_QUESTION)
+    page.composer.send_requested.emit(TOOLS_QUESTION)
+    spin(180, lambda: page.transcript.approval is not None or not h.chat.busy)
+    if page.transcript.approval is None:
+        raise SystemExit("the model did not call the tool")
+    spin(0.5)
+    page.transcript.approval.allow_btn.click()  # as the user would
+    spin(300, lambda: not h.chat.busy)
+    tool = next(w for w in page.transcript.widgets if w.item.role == "tool")
+    tool.tool_view.toggle.setChecked(True)  # the call opened: its arguments and result
+    spin(1.0)
+    page.transcript.verticalScrollBar().setValue(page.transcript.widgets[0].y())
+    spin(1.0)
+    h.window.grab().save(str(out / "tools.png"))
+    print("wrote", out / "tools.png")
+
+
+def shoot(out: Path, only: str = "") -> None:
     from PySide6.QtCore import QEvent, QEventLoop
     from PySide6.QtWidgets import QApplication
 
@@ -243,6 +330,11 @@ def shoot(out: Path) -> None:
     if h.service.state != "ready":
         raise SystemExit(f"the engine did not start; see {h.service.log_path}")
     spin(30, lambda: h.models.loaded and all(m.details_loaded for m in h.models.model.models()))
+    if only == "tools.png":
+        h.window.show_page(CHAT_PAGE)
+        shoot_tools(h, spin, out)
+        h.shutdown()
+        return
     h.chat.open_chat(h.store.chats()[0].id)
     h.window.chat_page.composer.edit.setPlainText("Can it also write the rows back out, sorted ")
 
@@ -293,25 +385,30 @@ def shoot(out: Path) -> None:
         ),
     )
     grab("settings.png")
+    h.window.show_page(CHAT_PAGE)
+    shoot_tools(h, spin, out)
     h.shutdown()
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, default=REPO / "docs" / "screenshots")
+    p.add_argument("--only", default="", choices=["", "tools.png"], help="make just this one")
     args = p.parse_args()
     if not os.environ.get("DISPLAY") and not os.environ.get("HEARTH_IN_XVFB"):
         if shutil.which("xvfb-run") is None:
             raise SystemExit("xvfb-run is missing: apt-get install xvfb")
         env = dict(os.environ, HEARTH_IN_XVFB="1")
         cmd = ["xvfb-run", "-a", "-s", "-screen 0 1600x1000x24 -dpi 96", sys.executable]
-        return subprocess.call([*cmd, __file__, "--out", str(args.out)], env=env)
+        argv = [__file__, "--out", str(args.out), *(["--only", args.only] if args.only else [])]
+        return subprocess.call([*cmd, *argv], env=env)
     args.out.mkdir(parents=True, exist_ok=True)
     os.environ["QT_QPA_PLATFORM"] = "xcb"
     with tempfile.TemporaryDirectory(prefix="hearth-shots-") as home:
         os.environ["HEARTH_HOME"] = home
         seed_history()
-        shoot(args.out)
+        write_tool_servers()
+        shoot(args.out, args.only)
     return 0
 
 

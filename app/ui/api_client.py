@@ -14,7 +14,7 @@ from typing import Any
 from PySide6.QtCore import QByteArray, QObject, QUrl, Signal
 from PySide6.QtNetwork import QNetworkAccessManager, QNetworkReply, QNetworkRequest
 
-__all__ = ["ApiClient", "ApiError", "Call"]
+__all__ = ["ApiClient", "ApiError", "Call", "error_text"]
 
 
 class ApiError(Exception):
@@ -103,7 +103,7 @@ class Call(QObject):
         elif self._error is not None:
             self.failed.emit(self._error)
         elif status >= 400:
-            self.failed.emit(ApiError(_error_text(body, status), kind="http", status=status))
+            self.failed.emit(ApiError(error_text(body, status), kind="http", status=status))
         elif net_error != QNetworkReply.NetworkError.NoError:
             kind = (
                 "timeout"
@@ -125,7 +125,7 @@ def _parse(body: bytes) -> Any:
         return body.decode("utf-8", "replace")
 
 
-def _error_text(body: bytes, status: int) -> str:
+def error_text(body: bytes, status: int) -> str:
     parsed = _parse(body)
     if isinstance(parsed, dict):
         err = parsed.get("error") or parsed.get("detail")
@@ -149,6 +149,11 @@ class ApiClient(QObject):
     def set_endpoint(self, base_url: str, token: str = "") -> None:
         self.base_url = base_url.rstrip("/")
         self._token = token
+
+    @property
+    def token(self) -> str:
+        """The bearer key sent with each request ('' for none)."""
+        return self._token
 
     def _request(self, path: str, timeout_ms: int) -> QNetworkRequest:
         req = QNetworkRequest(QUrl(self.base_url + path))

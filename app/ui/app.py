@@ -35,6 +35,7 @@ from .controllers.drops import DropController
 from .controllers.history import HistoryController
 from .controllers.models import ModelsController
 from .controllers.settings import SettingsController
+from .controllers.tools import ToolsController
 from .service_manager import ServiceManager
 from .views.main_window import MainWindow
 from .wiring_chat import wire_chat_page
@@ -43,6 +44,7 @@ from .wiring_models import wire_models_page
 from .wiring_service import wire_service
 from .wiring_settings import wire_settings_page
 from .wiring_sidebar import wire_sidebar
+from .wiring_tools import wire_tools
 
 __all__ = ["main", "HearthApp", "parse_args"]
 
@@ -81,7 +83,11 @@ class HearthApp:
             self.client, lambda: self.settings.work_offline, self.models
         )
         self.history = HistoryController(self.store)
-        self.chat = ChatController(self.store, self.client, self.models, lambda: self.settings)
+        # The tool servers (MCP) live as long as the app: started on demand, stopped at exit.
+        self.tools = ToolsController(self.settings_ctrl)
+        self.chat = ChatController(
+            self.store, self.client, self.models, lambda: self.settings, self.tools
+        )
         self.drops = DropController(self.chat, self.models)
         self.window = MainWindow(
             self.history.model, self.chat.conversation, self.models.model, self.drops, palette
@@ -109,6 +115,7 @@ class HearthApp:
             w.dialogs,
             w.notify,
         )
+        wire_tools(w, self.tools, self.chat, self.models, self.settings_ctrl)
 
     def _open_first_chat(self) -> None:
         self.history.refresh()
@@ -145,7 +152,8 @@ class HearthApp:
         self._closed = True
         self.models.stop_watching()
         # Replies still in flight must not reach controllers whose database is closed.
-        for ctrl in (self.models, self.chat, self.history, self.service, self.settings_ctrl):
+        ctrls = (self.models, self.chat, self.history, self.service, self.settings_ctrl, self.tools)
+        for ctrl in ctrls:
             ctrl.blockSignals(True)
         app = QApplication.instance()
         if app is not None:
@@ -153,6 +161,7 @@ class HearthApp:
         self.settings.window_geometry = bytes(self.window.saveGeometry().toBase64().data()).decode()
         save_settings(self.settings)
         self.chat.shutdown()
+        self.tools.close()
         self.service.stop()
         self.store.close()
 

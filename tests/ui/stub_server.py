@@ -43,6 +43,9 @@ class StubServer:
     requests: list[dict[str, Any]] = field(default_factory=list)
     layout: str = "CPU only"  # /api/ps's hearth.layout for a model a chat has loaded
     loaded: list[str] = field(default_factory=list)
+    # Scripted turns for tool use: each /api/chat takes the first left, {"content": str,
+    # "tool_calls": [{"function": {"name", "arguments"}}]}; when none is left, `reply`.
+    script: list[dict[str, Any]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         stub = self
@@ -144,8 +147,9 @@ class StubServer:
                     self._send(400, {"error": f"{m.name} does not support images"})
                     return
                 self._stream_start()
+                turn = stub.script.pop(0) if stub.script else {"content": stub.reply}
                 pieces = [("thinking", w) for w in _words(stub.thinking)]
-                pieces += [("content", w) for w in _words(stub.reply)]
+                pieces += [("content", w) for w in _words(turn.get("content", ""))]
                 try:
                     for n, (kind, word) in enumerate(pieces):
                         if stub.error and n == stub.error_after:
@@ -155,7 +159,10 @@ class StubServer:
                         msg = {"role": "assistant", "content": "", kind: word}
                         self._line({"model": m.name, "message": msg, "done": False})
                         time.sleep(stub.delay)
-                    n = len(_words(stub.reply))
+                    if turn.get("tool_calls"):
+                        msg = {"role": "assistant", "content": "", "tool_calls": turn["tool_calls"]}
+                        self._line({"model": m.name, "message": msg, "done": False})
+                    n = len(_words(turn.get("content", "")))
                     self._line(
                         {
                             "model": m.name,

@@ -3,7 +3,9 @@ versions; the images waiting to go with the next message.
 
 The reply being written is a StreamingReply (reply.py), which commits every streamed piece
 to the history database before the screen shows it, so a killed app keeps what was on
-screen; ChatStore marks such a reply interrupted on next start.
+screen; ChatStore marks such a reply interrupted on next start. When the chat has tool
+servers on and its model can use tools, the reply is an AgentReply (agent_reply.py): the
+same, plus its tool calls (each asked for through `approval_needed`) and their results.
 """
 
 from __future__ import annotations
@@ -14,18 +16,23 @@ from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
+from ...agent.loop import no_tools_sentence
 from ...app_settings import AppSettings, save_settings
 from ...history import Chat, ChatStore, Message
 from ...history.chat_store import make_title
 from ...history.records import STREAMING
 from ..api_client import ApiClient, ApiError
 from ..item_models.conversation import ConversationModel, MessageItem
+from ..widgets.tool_call import ALWAYS
+from .agent_reply import AgentReply, PendingCall
 from .clipboard import copy_text
 from .errors import friendly_error
 from .images import attachable_images
+from .model_turn import ModelTurn
 from .models import ModelsController
 from .reply import StreamingReply
 from .request import chat_body, context_used, context_window
+from .tools import ToolsController
 
 __all__ = ["ChatController"]
 
@@ -38,6 +45,8 @@ class ChatController(QObject):
     context_changed = Signal(int, int)  # tokens used, context window
     reply_finished = Signal(int, str)  # message id, final state
     notice = Signal(str, str)  # level, sentence
+    approval_needed = Signal(object)  # PendingCall: a tool call waits for the user
+    approval_settled = Signal()  # ... and was answered (or the reply ended)
 
     def __init__(
         self,
@@ -45,6 +54,7 @@ class ChatController(QObject):
         client: ApiClient,
         models: ModelsController,
         settings: Callable[[], AppSettings],
+        tools: ToolsController | None = None,
         parent: QObject | None = None,
     ) -> None:
         super().__init__(parent)
@@ -55,7 +65,8 @@ class ChatController(QObject):
         self.conversation = ConversationModel(self)
         self.chat: Chat | None = None
         self.pending_images: list[bytes] = []
-        self._reply: StreamingReply | None = None  # the reply being written, if any
+        self._tools = tools
+        self._reply: StreamingReply | AgentReply | None = None  # the reply being written
         models.model_updated.connect(self._on_model_info)
 
     # -- state -------------------------------------------------------------------------------
@@ -228,6 +239,61 @@ class ChatController(QObject):
             del self.pending_images[index]
             self.attachments_changed.emit()
 
+    # -- tools -------------------------------------------------------------------------------
+
+    def tool_servers(self) -> list[tuple[str, bool]]:
+        """Each enabled tool server, and whether the open chat uses it."""
+        used = set(self.chat.tools) if self.chat else set()
+        names = self._tools.enabled_servers() if self._tools else []
+        return [(n, n in used) for n in names]
+
+    def set_chat_tool(self, server: str, on: bool) -> None:
+        """Turn one tool server on or off for the open chat (kept with the chat)."""
+        if self.chat is None:
+            return
+        tools = [n for n in self.chat.tools if n != server] + ([server] if on else [])
+        self._store.set_chat_tools(self.chat.id, tools)
+        self.chat.tools = tools
+        self.chat_meta_changed.emit()
+
+    def model_can_use_tools(self) -> bool | None:
+        """Whether the open chat's model offers tools: None while its details are unknown."""
+        info = self._models.info(self.model)
+        if info is None or not info.details_loaded:
+            return None
+        return "tools" in info.capabilities
+
+    def tools_refused(self) -> str:
+        """Why the open chat's tool servers will not be used ('' when they will, or none
+        is on)."""
+        if not any(on for _n, on in self.tool_servers()):
+            return ""
+        if self.model_can_use_tools() is False:
+            return no_tools_sentence(self.model)  # the CLI's words too
+        return ""
+
+    def _active_tool_servers(self) -> list[str]:
+        if self.chat is None or self._tools is None or not self.model_can_use_tools():
+            return []
+        return [n for n, on in self.tool_servers() if on]
+
+    def answer_approval(self, choice: str) -> None:
+        """The user's answer on the approval card: ONCE, ALWAYS (remembered per tool) or
+        DENY."""
+        reply = self._reply
+        if not isinstance(reply, AgentReply) or reply.pending is None:
+            return
+        if choice == ALWAYS and self._tools is not None:
+            self._tools.allow_always(reply.pending.spec.qualified_name)
+        reply.answer(choice)
+
+    def pending_approval(self) -> PendingCall | None:
+        """The call of the open chat's reply that waits for the user, if any."""
+        reply = self._reply
+        if isinstance(reply, AgentReply) and self.chat and reply.chat_id == self.chat.id:
+            return reply.pending
+        return None
+
     # -- sending -----------------------------------------------------------------------------
 
     def send(self, text: str) -> bool:
@@ -313,11 +379,35 @@ class ChatController(QObject):
         message = self._store.add_message(
             self.chat.id, user_id, "assistant", model=self.chat.model, state=STREAMING
         )
-        reply = StreamingReply(self._store, message.id, self.chat.id, self)
+        servers = self._active_tool_servers()
+        reply: StreamingReply | AgentReply
+        if servers and self._tools is not None:
+            reply = AgentReply(
+                self._store,
+                self.chat.id,
+                message.id,
+                body,
+                ModelTurn(self._client.base_url, self._client.token),
+                self._tools.hub(),
+                servers,
+                self._tools.always_allowed,
+                self._settings().tool_max_steps,
+                self.can_see_images(),
+                self,
+            )
+            reply.changed.connect(self._on_reply_changed)
+            reply.approval_needed.connect(self.approval_needed)
+            reply.approval_settled.connect(self.approval_settled)
+            reply.server_failed.connect(lambda text: self.notice.emit("error", text))
+        else:
+            reply = StreamingReply(self._store, message.id, self.chat.id, self)
         reply.grew.connect(self._on_reply_grew)
         reply.ended.connect(self._on_reply_ended)
         self._reload()
-        reply.follow(self._client.post("/api/chat", body, stream=True))
+        if isinstance(reply, AgentReply):
+            reply.start()
+        else:
+            reply.follow(self._client.post("/api/chat", body, stream=True))
         self._reply = reply
         self.busy_changed.emit(True)
 
@@ -332,6 +422,12 @@ class ChatController(QObject):
                 reply.message_id, content=reply.content, thinking=reply.thinking
             )
 
+    def _on_reply_changed(self) -> None:
+        """A tool-using reply added a message (a turn, a result): show the branch as stored."""
+        reply = self._reply
+        if reply is not None and self.chat and self.chat.id == reply.chat_id:
+            self._reload()
+
     def _on_reply_ended(self, state: str, stats: dict[str, Any], err: ApiError | None) -> None:
         reply, self._reply = self._reply, None
         assert reply is not None
@@ -341,7 +437,15 @@ class ChatController(QObject):
         self._store.update_message(rid, state=state, stats=stats, error=error)
         if self.chat and self.chat.id == chat_id:
             self.conversation.update(rid, state=state, stats=stats, error=error)
-            self._emit_context()
+            self._reload()
+        if stats.get("max_steps"):
+            self.notice.emit(
+                "info",
+                self.tr(
+                    "Stopped after %1 model turns, the step limit (Settings → Tools): the last "
+                    "tool results were not sent back to the model."
+                ).replace("%1", str(self._settings().tool_max_steps)),
+            )
         self.busy_changed.emit(False)
         self.chat_meta_changed.emit()
         self.reply_finished.emit(rid, state)
@@ -353,6 +457,8 @@ class ChatController(QObject):
         if self._reply is not None:
             reply, self._reply = self._reply, None
             reply.abandon()
+            if isinstance(reply, AgentReply):
+                reply.wait(5.0)  # its running call is being stopped
 
     def item(self, message_id: int) -> MessageItem | None:
         row = self.conversation.row_of(message_id)

@@ -11,7 +11,7 @@ from ...history import ChatStore
 from ...history.records import DONE, ERROR, STOPPED
 from ..api_client import ApiError, Call
 
-__all__ = ["StreamingReply", "reply_stats", "format_stats"]
+__all__ = ["StreamingReply", "ReplyClock", "reply_stats", "format_stats"]
 
 
 class StreamingReply(QObject):
@@ -35,10 +35,7 @@ class StreamingReply(QObject):
         self.chat_id = chat_id
         self.content = ""
         self.thinking = ""
-        self._t0 = time.monotonic()  # the clock starts now, before the request is sent
-        self.ttft: float | None = None
-        self._think_start = 0.0
-        self._think_s = 0.0
+        self.clock = ReplyClock()  # the clock starts now, before the request is sent
         self._call: Call | None = None
 
     def follow(self, call: Call) -> None:
@@ -66,26 +63,19 @@ class StreamingReply(QObject):
         piece, thought = str(msg.get("content") or ""), str(msg.get("thinking") or "")
         if not piece and not thought:
             return
-        now = time.monotonic()
-        if self.ttft is None:
-            self.ttft = now - self._t0
-        if thought and not self._think_start:
-            self._think_start = now
-        if piece and self._think_start and not self._think_s:
-            self._think_s = now - self._think_start  # the first answer token ends the thinking
+        self.clock.piece(piece, thought)
         self.content += piece
         self.thinking += thought
         # Commit first, then show: the screen never holds text the database lacks.
         self._store.update_message(self.message_id, content=self.content, thinking=self.thinking)
         self.grew.emit()
 
-    def _thinking_seconds(self) -> float:
-        if self._think_s:
-            return self._think_s
-        return time.monotonic() - self._think_start if self._think_start else 0.0
+    @property
+    def ttft(self) -> float | None:
+        return self.clock.ttft
 
     def _on_done(self, final: dict[str, Any]) -> None:
-        self._end(DONE, reply_stats(final, self.ttft, self._thinking_seconds()), None)
+        self._end(DONE, self.clock.stats(final), None)
 
     def _on_failed(self, err: ApiError) -> None:
         stats = {"ttft": self.ttft} if self.ttft is not None else {}
@@ -97,6 +87,36 @@ class StreamingReply(QObject):
     def _end(self, state: str, stats: dict[str, Any], err: ApiError | None) -> None:
         self._call = None
         self.ended.emit(state, stats, err)
+
+
+class ReplyClock:
+    """The times a streamed model turn reports: to its first piece, and spent thinking (from
+    the first thought to the first answer piece). Starts when made."""
+
+    def __init__(self) -> None:
+        self._t0 = time.monotonic()
+        self.ttft: float | None = None
+        self._think_start = 0.0
+        self._think_s = 0.0
+
+    def piece(self, piece: str, thought: str) -> None:
+        """A piece of answer and/or thinking arrived."""
+        now = time.monotonic()
+        if self.ttft is None:
+            self.ttft = now - self._t0
+        if thought and not self._think_start:
+            self._think_start = now
+        if piece and self._think_start and not self._think_s:
+            self._think_s = now - self._think_start  # the first answer token ends the thinking
+
+    def thinking_seconds(self) -> float:
+        if self._think_s:
+            return self._think_s
+        return time.monotonic() - self._think_start if self._think_start else 0.0
+
+    def stats(self, final: dict[str, Any]) -> dict[str, Any]:
+        """`reply_stats` of the turn's last chunk, with this clock's times."""
+        return reply_stats(final, self.ttft, self.thinking_seconds())
 
 
 def _hearth_extra(final: dict[str, Any]) -> dict[str, Any]:

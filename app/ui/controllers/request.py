@@ -13,7 +13,9 @@ __all__ = ["chat_body", "context_window", "context_used"]
 def chat_body(
     chat: Chat, path: list[Message], runtime: dict[str, Any], think: bool | None
 ) -> dict[str, Any]:
-    """The /api/chat request for `path` (root → the user message being answered)."""
+    """The /api/chat request for `path` (root → the message being answered); the tool calls
+    and results on it go too (Ollama's shape: an assistant's `tool_calls`, role "tool"
+    messages with `tool_name`), so regenerating or editing resends them."""
     messages: list[dict[str, Any]] = []
     if chat.system_prompt.strip():
         messages.append({"role": "system", "content": chat.system_prompt})
@@ -21,6 +23,15 @@ def chat_body(
         if m.role == "assistant" and m.state == ERROR and not m.content:
             continue  # a failed reply has nothing to show the model
         entry: dict[str, Any] = {"role": m.role, "content": m.content}
+        if m.role == "assistant" and m.tool_calls:
+            entry["tool_calls"] = [
+                {"id": c.get("id"), "function": {"name": c["name"], "arguments": c["arguments"]}}
+                for c in m.tool_calls
+            ]
+        if m.role == "tool":  # a call's result, as Ollama takes it back
+            entry["tool_name"] = m.tool.get("name", "")
+            if m.tool.get("call_id"):
+                entry["tool_call_id"] = m.tool["call_id"]
         if m.images:
             entry["images"] = [base64.b64encode(img).decode("ascii") for img in m.images]
         messages.append(entry)

@@ -111,3 +111,27 @@ class SettingsController(QObject):
         if on != self.settings.think:
             self.settings.think = on
             self._save()
+
+    # -- tools -------------------------------------------------------------------------------
+
+    def set_tool_max_steps(self, n: int) -> None:
+        if 1 <= n <= 100 and n != self.settings.tool_max_steps:
+            self.settings.tool_max_steps = n
+            self._save()
+
+    def set_tool_call_timeout(self, seconds: int) -> None:
+        if 1 <= seconds <= 3600 and seconds != self.settings.tool_call_timeout:
+            self.settings.tool_call_timeout = seconds
+            self._save()
+
+    def allow_tool_always(self, qualified_name: str) -> None:
+        """The user chose "Always allow this tool": later calls of it run without asking."""
+        if qualified_name and qualified_name not in self.settings.tools_always_allowed:
+            self.settings.tools_always_allowed.append(qualified_name)
+            self._save()
+
+    def forget_tool_allowed(self, qualified_name: str) -> None:
+        """Ask again before each call of this tool."""
+        if qualified_name in self.settings.tools_always_allowed:
+            self.settings.tools_always_allowed.remove(qualified_name)
+            self._save()

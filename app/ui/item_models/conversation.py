@@ -32,6 +32,8 @@ class MessageItem:
     version: int = 1
     versions: int = 1
     thinking_seconds: float = 0.0
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)  # an assistant's calls
+    tool: dict[str, Any] = field(default_factory=dict)  # a role "tool" message's call record
 
     @classmethod
     def from_message(cls, m: Message) -> MessageItem:
@@ -48,6 +50,8 @@ class MessageItem:
             version=m.version,
             versions=m.versions,
             thinking_seconds=float(m.stats.get("thinking_seconds", 0.0)),
+            tool_calls=[dict(c) for c in m.tool_calls],
+            tool=dict(m.tool),
         )
 
 

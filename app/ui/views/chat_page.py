@@ -1,16 +1,19 @@
-"""The chat page: header (title, model, context meter, chat settings), transcript, composer."""
+"""The chat page: header (title, model, tools, context meter, chat settings), transcript,
+composer."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt
-from PySide6.QtGui import QResizeEvent
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QAction, QResizeEvent
 from PySide6.QtWidgets import (
     QComboBox,
     QFrame,
     QHBoxLayout,
     QLabel,
+    QMenu,
     QProgressBar,
     QPushButton,
+    QToolButton,
     QVBoxLayout,
     QWidget,
 )
@@ -26,6 +29,9 @@ __all__ = ["ChatPage"]
 
 
 class ChatPage(QWidget):
+    tool_server_toggled = Signal(str, bool)  # server name, on for this chat
+    tools_setup_requested = Signal()  # "Set up tool servers…" (the Settings page)
+
     def __init__(
         self,
         conversation: ConversationModel,
@@ -63,15 +69,31 @@ class ChatPage(QWidget):
         )
         self.runs_on.hide()
         self.meter = ContextMeter()
+        self.tools_btn = QToolButton()
+        self.tools_btn.setText(self.tr("Tools"))
+        self.tools_btn.setAccessibleName(self.tr("Tool servers this chat may use"))
+        self.tools_btn.setToolTip(self.tr("Which tool servers (MCP) this chat may use"))
+        self.tools_btn.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
+        self.tools_menu = QMenu(self.tools_btn)
+        self.tools_btn.setMenu(self.tools_menu)
         self.settings_btn = QPushButton(self.tr("Chat settings"))
         self.settings_btn.setAccessibleName(self.tr("Chat settings: system prompt and sampling"))
         self.settings_btn.setToolTip(self.tr("System prompt and sampling for this chat (Ctrl+;)"))
         hl.addWidget(self.title, 1)
         hl.addWidget(self.model_box)
         hl.addWidget(self.runs_on)
+        hl.addWidget(self.tools_btn)
         hl.addWidget(self.meter)
         hl.addWidget(self.settings_btn)
         lay.addWidget(header)
+
+        self.tools_note = QLabel()
+        self.tools_note.setObjectName("Warning")
+        self.tools_note.setWordWrap(True)
+        self.tools_note.setContentsMargins(20, 6, 20, 6)
+        self.tools_note.setAccessibleName(self.tr("Tools notice"))
+        self.tools_note.hide()
+        lay.addWidget(self.tools_note)
 
         self.banner = QFrame()
         self.banner.setObjectName("Banner")
@@ -113,6 +135,30 @@ class ChatPage(QWidget):
             + self.tr("Press F1 for keyboard shortcuts. Drop a .gguf file to add a model.")
             + "</p>"
         )
+
+    def set_tools(self, servers: list[tuple[str, bool]], note: str) -> None:
+        """The Tools menu: each known server, checked when this chat uses it; `note` says why
+        the chat's tools will not be used ('' hides it)."""
+        self.tools_menu.clear()
+        for name, on in servers:
+            act = QAction(name, self.tools_menu)
+            act.setCheckable(True)
+            act.setChecked(on)
+            act.toggled.connect(lambda checked, n=name: self.tool_server_toggled.emit(n, checked))
+            self.tools_menu.addAction(act)
+        if servers:
+            self.tools_menu.addSeparator()
+        setup = self.tools_menu.addAction(self.tr("Set up tool servers…"))
+        setup.triggered.connect(self.tools_setup_requested)
+        used = sum(1 for _n, on in servers if on)
+        self.tools_btn.setText(
+            self.tr("Tools · %1").replace("%1", str(used)) if used else self.tr("Tools")
+        )
+        self.tools_note.setText(note)
+        self.tools_note.setVisible(bool(note))
+
+    def tool_actions(self) -> dict[str, QAction]:
+        return {a.text(): a for a in self.tools_menu.actions() if a.isCheckable()}
 
     def set_banner(self, text: str, busy: bool) -> None:
         self.banner_label.setText(text)

@@ -1,4 +1,4 @@
-"""The Settings page: Local API, engine defaults, appearance. Changes apply at once."""
+"""The Settings page: Local API, engine defaults, tools, appearance. Changes apply at once."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from PySide6.QtWidgets import (
 
 from ...app_settings import AppSettings
 from ..widgets.switch import ToggleSwitch
+from .tools_settings import ToolsCard
 
 __all__ = ["SettingsPage"]
 
@@ -95,6 +96,8 @@ class SettingsPage(QScrollArea):
         lay.addWidget(title)
         lay.addWidget(self._api_card())
         lay.addWidget(self._engine_card())
+        self.tools = ToolsCard()
+        lay.addWidget(self.tools)
         lay.addWidget(self._look_card())
         lay.addStretch(1)
         outer.addStretch(0)

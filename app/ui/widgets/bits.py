@@ -1,8 +1,9 @@
-"""Small widgets: the context meter, the toast, the drop overlay."""
+"""Small widgets: the context meter, the toast, the drop overlay, a row of thumbnails."""
 
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtGui import QPixmap
 from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
@@ -13,7 +14,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-__all__ = ["ContextMeter", "Toast", "DropOverlay"]
+__all__ = ["ContextMeter", "Toast", "DropOverlay", "thumbnail_row"]
 
 
 def _short(n: int) -> str:
@@ -139,3 +140,33 @@ class DropOverlay(QFrame):
             self.setGeometry(parent.rect())
         self.show()
         self.raise_()
+
+
+def thumbnail_row(images: list[bytes], size: int = 200) -> tuple[QWidget, list[QLabel]]:
+    """A row of thumbnails of `images`: a user's pictures, a tool result's (pictures Qt
+    cannot decode get an empty label)."""
+    row = QWidget()
+    lay = QHBoxLayout(row)
+    lay.setContentsMargins(0, 0, 0, 0)
+    lay.setSpacing(6)
+    labels = []
+    for n, data in enumerate(images):
+        pix = QPixmap()
+        pix.loadFromData(data)
+        label = QLabel()
+        label.setObjectName("Thumbnail")
+        label.setAccessibleName(row.tr("Attached image %1").replace("%1", str(n + 1)))
+        if not pix.isNull():
+            label.setPixmap(
+                pix.scaled(
+                    size,
+                    size,
+                    Qt.AspectRatioMode.KeepAspectRatio,
+                    Qt.TransformationMode.SmoothTransformation,
+                )
+            )
+            label.setToolTip(f"{pix.width()} × {pix.height()}")
+        lay.addWidget(label)
+        labels.append(label)
+    lay.addStretch(1)
+    return row, labels

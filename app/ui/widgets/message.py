@@ -1,11 +1,12 @@
-"""One message in the transcript: a user bubble, or an assistant reply with its details."""
+"""One message in the transcript: a user bubble, an assistant reply with its details, or a
+tool call with its result (collapsed)."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
 from PySide6.QtCore import QEvent, Qt, QTimer, Signal
-from PySide6.QtGui import QKeyEvent, QPixmap, QResizeEvent
+from PySide6.QtGui import QKeyEvent, QResizeEvent
 from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
@@ -23,7 +24,9 @@ from ..controllers.reply import format_stats
 from ..item_models.conversation import MessageItem
 from ..markdown import split_thinking
 from ..theme import Palette
+from .bits import thumbnail_row
 from .markdown_view import MarkdownView
+from .tool_call import ToolCallView
 
 __all__ = ["MessageWidget"]
 
@@ -38,35 +41,6 @@ def _tool(text: str, name: str, tip: str = "") -> QToolButton:
     b.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
     b.setCursor(Qt.CursorShape.PointingHandCursor)
     return b
-
-
-def _thumbs(images: list[bytes], size: int = 200) -> tuple[QWidget, list[QLabel]]:
-    """A row of thumbnails of `images` (pictures Qt cannot decode get an empty label)."""
-    row = QWidget()
-    lay = QHBoxLayout(row)
-    lay.setContentsMargins(0, 0, 0, 0)
-    lay.setSpacing(6)
-    labels = []
-    for n, data in enumerate(images):
-        pix = QPixmap()
-        pix.loadFromData(data)
-        label = QLabel()
-        label.setObjectName("Thumbnail")
-        label.setAccessibleName(row.tr("Attached image %1").replace("%1", str(n + 1)))
-        if not pix.isNull():
-            label.setPixmap(
-                pix.scaled(
-                    size,
-                    size,
-                    Qt.AspectRatioMode.KeepAspectRatio,
-                    Qt.TransformationMode.SmoothTransformation,
-                )
-            )
-            label.setToolTip(f"{pix.width()} × {pix.height()}")
-        lay.addWidget(label)
-        labels.append(label)
-    lay.addStretch(1)
-    return row, labels
 
 
 class _EditBox(QPlainTextEdit):
@@ -111,7 +85,13 @@ class MessageWidget(QFrame):
         outer = QVBoxLayout(self)
         outer.setContentsMargins(0, 6, 0, 6)
         outer.setSpacing(4)
-        self._build_user(outer) if item.role == "user" else self._build_assistant(outer)
+        if item.role == "user":
+            self._build_user(outer)
+        elif item.role == "tool":
+            self.tool_view = ToolCallView()
+            outer.addWidget(self.tool_view)
+        else:
+            self._build_assistant(outer)
         self._render()
 
     # -- layout ------------------------------------------------------------------------------
@@ -135,7 +115,7 @@ class MessageWidget(QFrame):
         blay = QVBoxLayout(self.bubble)
         blay.setContentsMargins(14, 10, 14, 10)
         if self.item.images:
-            pictures, self.thumbnails = _thumbs(self.item.images)
+            pictures, self.thumbnails = thumbnail_row(self.item.images)
             blay.addWidget(pictures)
         self.text_label = QLabel()
         self.text_label.setWordWrap(True)
@@ -287,6 +267,9 @@ class MessageWidget(QFrame):
 
     def _render(self) -> None:
         it = self.item
+        if it.role == "tool":
+            self.tool_view.set_tool(it.content, it.tool, it.images)
+            return
         many = it.versions > 1
         for w in (self.prev_btn, self.version_label, self.next_btn):
             w.setVisible(many)
@@ -312,7 +295,9 @@ class MessageWidget(QFrame):
             INTERRUPTED: self.tr("interrupted: Hearth closed before this reply finished"),
             STOPPED: self.tr("stopped"),
         }
-        self.state_label.setText(states.get(it.state, ""))
+        calls = ", ".join(str(c.get("name", "")) for c in it.tool_calls)
+        called = self.tr("calls %1").replace("%1", calls) if calls else ""
+        self.state_label.setText(" · ".join(x for x in (states.get(it.state, ""), called) if x))
         if it.thinking:
             secs = it.thinking_seconds or float(it.stats.get("thinking_seconds", 0) or 0)
             label = (

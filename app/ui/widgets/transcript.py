@@ -1,4 +1,5 @@
-"""The scrolling conversation: mirrors ConversationModel rows into MessageWidgets."""
+"""The scrolling conversation: mirrors ConversationModel rows into MessageWidgets, and shows
+the approval card of a tool call waiting for the user under the last of them."""
 
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ class Transcript(QScrollArea):
         self._palette = palette
         self._busy = False
         self.widgets: list[MessageWidget] = []
+        self.approval: QWidget | None = None  # the card asking to allow a tool call
         body = QWidget()
         body.setObjectName("TranscriptBody")
         outer = QHBoxLayout(body)
@@ -95,7 +97,7 @@ class Transcript(QScrollArea):
         for row in range(self._model.rowCount()):
             w = self._make(row)
             self.widgets.append(w)
-            self._layout.insertWidget(self._layout.count() - 1, w)
+            self._layout.insertWidget(len(self.widgets), w)  # after the empty-state label
         self.empty.setVisible(not self.widgets)
         self.scroll_to_bottom()
 
@@ -129,6 +131,21 @@ class Transcript(QScrollArea):
         self._palette = palette
         for w in self.widgets:
             w.set_palette(palette)
+
+    def show_approval(self, card: QWidget) -> None:
+        """Put `card` under the last message (replacing one shown before) and scroll to it."""
+        self.clear_approval()
+        self.approval = card
+        self._layout.insertWidget(self._layout.count() - 1, card)  # before the stretch
+        self.empty.hide()
+        self.scroll_to_bottom()
+
+    def clear_approval(self) -> None:
+        if self.approval is not None:
+            card, self.approval = self.approval, None
+            self._layout.removeWidget(card)
+            card.hide()
+            card.deleteLater()
 
     def widget_for(self, message_id: int) -> MessageWidget | None:
         return next((w for w in self.widgets if w.item.id == message_id), None)
