@@ -9,6 +9,8 @@ Libraries:
 * convert: Hugging Face checkpoint folders -> GGUF (the driver; plugins' converters); engine
   + plugins.
 * history, app_settings: the desktop app's chat history and settings (Qt-free).
+* documents: reading, indexing and retrieving attached documents (Qt-free); history, whose
+  database holds them. The desktop app and the CLI use it.
 * launcher: starts or finds a `hearth serve` (for the CLI and the desktop app); no server code.
 * hearth.paths, hearth.default_model, hearth.hostport, hearth.program (the desktop id, the
   command that runs `hearth` again, frozen or not), hearth.desktop (the menu entry and icons):
@@ -34,6 +36,7 @@ PACKAGES = {
     "plugins",
     "convert",
     "history",
+    "documents",
     "app_settings",
     "launcher",
     "runner",
@@ -46,12 +49,16 @@ ALLOWED: dict[str, set[str]] = {
     "plugins": {"engine"},
     "convert": {"engine", "plugins"},
     "history": set(),
+    "documents": {"history"},
     "app_settings": set(),
     "launcher": set(),
     "runner": {"engine", "plugins"},
     "server": {"engine", "plugins", "convert", "runner"},
-    "cli": {"engine", "plugins", "convert", "runner", "server", "launcher", "ui"},
-    "ui": {"history", "app_settings", "launcher"},
+    "cli": {
+        "engine", "plugins", "convert", "runner", "server", "launcher", "ui", "history",
+        "documents",
+    },
+    "ui": {"history", "app_settings", "launcher", "documents"},
     "paths": set(),
     "default_model": {"paths"},
     "hostport": set(),
