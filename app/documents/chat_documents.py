@@ -64,14 +64,16 @@ class ChatDocuments:
         earlier: Sequence[Message],
         num_ctx: int,
     ) -> DocumentContext:
-        """`message` was just stored with `prepared` attached (possibly none): store them and
-        choose what its prompt carries (documents searched for earlier questions are searched
-        again for this one). `earlier` is the conversation before it."""
-        for position, doc in enumerate(prepared):
+        """`message` was just stored with `prepared` attached (possibly none; an edited
+        question has its documents copied first): store them and choose what its prompt
+        carries (documents searched for earlier questions are searched again for this one).
+        `earlier` is the conversation before it."""
+        start = len(self.index.documents([message.id]))
+        for position, doc in enumerate(prepared, start):
             self.index.add(message.id, position, doc, "whole")
         earlier_docs = self.index.documents([m.id for m in earlier if m.role == "user"])
         searched = [d.id for d in earlier_docs if d.mode == "searched"]
-        if not prepared and not searched:
+        if not self.index.documents([message.id]) and not searched:
             return DocumentContext("", [])
         return build_context(
             self.index,
