@@ -40,6 +40,19 @@ def _add_run(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     run.add_argument(
         "--mmproj", default=None, help="vision projector .gguf (default: mmproj*.gguf beside)"
     )
+    run.add_argument(
+        "--attach",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a document (PDF, DOCX, text, Markdown, HTML, CSV, code) or an image to ask about "
+        "(repeatable)",
+    )
+    run.add_argument(
+        "--embed-model",
+        default=None,
+        help="embedding model for searching long documents (default: the first installed)",
+    )
 
 
 def _add_runner(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

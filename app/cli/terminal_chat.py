@@ -4,7 +4,8 @@ A client of the service: it uses the running `hearth serve` (HEARTH_HOST), or st
 one for the session. With PROMPT, print one streamed reply and exit; without it, an
 interactive chat whose follow-up turns reuse the runner's cached conversation. `--raw` sends
 the text without a chat template. MODEL may be a path to a .gguf file: it is registered (as
-`local/<file name>`, hard-linked, not copied) so the service can load it.
+`local/<file name>`, hard-linked, not copied) so the service can load it. `--attach FILE`
+sends documents and pictures with the first question (attachments.py).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ..default_model import DEFAULT_MODEL
+from .attachments import TerminalAttachments, format_sources
 from .connection import Connection, connect
 from .http_client import HearthClient, ServiceError
 
@@ -83,10 +85,19 @@ def request_options(args: Any) -> dict[str, Any]:
 
 def run(args: Any, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
     conn: Connection | None = None
+    attached: TerminalAttachments | None = None
     try:
         conn = connect(start_private=True)
         model = resolve_model(conn.client, args.model, getattr(args, "mmproj", None))
-        chat = _Chat(conn.client, model, args, out, err)
+        files = getattr(args, "attach", None) or []
+        if files and args.raw:
+            raise ServiceError("--attach needs the chat template: leave out --raw")
+        if files:
+            embed_model = getattr(args, "embed_model", None)
+            attached = TerminalAttachments(
+                conn.client, model, files, args.num_ctx, embed_model, err
+            )
+        chat = _Chat(conn.client, model, args, out, err, attached)
         if args.prompt is not None:
             return chat.one_shot(args.prompt)
         return chat.interactive()
@@ -94,14 +105,25 @@ def run(args: Any, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
         err.write(f"\nhearth: {e}\n")
         return 1
     finally:
+        if attached is not None:
+            attached.close()
         if conn is not None:
             conn.close()
 
 
 class _Chat:
-    def __init__(self, client: HearthClient, model: str, args: Any, out: TextIO, err: TextIO):
+    def __init__(
+        self,
+        client: HearthClient,
+        model: str,
+        args: Any,
+        out: TextIO,
+        err: TextIO,
+        attached: TerminalAttachments | None = None,
+    ):
         self.client, self.model, self.args = client, model, args
         self.out, self.err = out, err
+        self.attached = attached
         self._report = ""
         self.base: dict[str, Any] = {"model": model, "options": request_options(args)}
         if args.keep_alive is not None:
@@ -144,9 +166,22 @@ class _Chat:
             reply = self._stream("/api/chat", {"messages": messages})
         return reply
 
+    def _user(self, text: str) -> dict[str, Any]:
+        return self.attached.user(text) if self.attached else {"role": "user", "content": text}
+
+    def _sources(self) -> None:
+        if self.attached is not None:
+            self.err.write(format_sources(self.attached.sources()))
+
+    def _unask(self, messages: list[dict[str, Any]]) -> None:
+        messages.pop()
+        if self.attached is not None:
+            self.attached.forget_last()
+
     def one_shot(self, prompt: str) -> int:
-        self._reply([{"role": "user", "content": prompt}], prompt)
+        self._reply([self._user(prompt)], prompt)
         self.out.write("\n")
+        self._sources()
         if self._report:
             self.err.write(self._report)
         return 0
@@ -168,19 +203,22 @@ class _Chat:
                 break
             if not text.strip():
                 continue
-            messages.append({"role": "user", "content": text})
+            messages.append(self._user(text))
             try:
                 reply = self._reply(messages, text)
             except KeyboardInterrupt:  # stop this reply, keep the chat
                 self.out.write("\n")
-                messages.pop()
+                self._unask(messages)
                 continue
             except ServiceError as e:
                 self.err.write(f"\nhearth: {e}\n")
-                messages.pop()
+                self._unask(messages)
                 continue
             messages.append({"role": "assistant", "content": reply})
+            if self.attached is not None:
+                self.attached.assistant(reply)
             self.out.write("\n\n")
+            self._sources()
             if self._report:
                 self.err.write(self._report)
         return 0

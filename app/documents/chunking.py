@@ -13,7 +13,12 @@ __all__ = ["CHUNK_CHARS", "chunk_sections"]
 
 CHUNK_CHARS = 1200  # about 300 tokens: a paragraph or two, small enough to cite precisely
 
-_CUTS = (re.compile(r"\n\s*\n"), re.compile(r"\n"), re.compile(r"(?<=[.!?;:])\s+"), re.compile(r"\s+"))
+_CUTS = (
+    re.compile(r"\n\s*\n"),
+    re.compile(r"\n"),
+    re.compile(r"(?<=[.!?;:])\s+"),
+    re.compile(r"\s+"),
+)
 
 
 def _split(text: str, limit: int) -> list[str]:

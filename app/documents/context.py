@@ -56,7 +56,7 @@ def document_budget(num_ctx: int, conversation_tokens: int) -> int:
 
 
 def choose_modes(sizes: Sequence[int], budget: int) -> list[str]:
-    """"whole" or "searched" for documents of `sizes` tokens sharing `budget` tokens."""
+    """ "whole" or "searched" for documents of `sizes` tokens sharing `budget` tokens."""
     if sum(sizes) <= budget:
         return ["whole"] * len(sizes)
     modes = ["searched"] * len(sizes)

@@ -8,9 +8,10 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from typing import Any
 
-__all__ = ["BATCH", "Embedder", "EmbeddingError", "find_embedding_model"]
+__all__ = ["BATCH", "Embedder", "EmbeddingError", "find_embedding_model", "question_embedder"]
 
 BATCH = 32  # chunks per /api/embed request
 
@@ -80,3 +81,16 @@ class Embedder:
                 raise EmbeddingError(f"/api/embed gave {len(vectors)} vectors for {len(batch)}")
             out.extend([float(x) for x in v] for v in vectors)
         return out
+
+
+def question_embedder(embedder: Embedder) -> Callable[[str], tuple[list[float], str] | None]:
+    """`embedder` as context.py's QuestionEmbedder: a failing service means no vector (the
+    ranking is then BM25's alone), never a lost question."""
+
+    def embed(question: str) -> tuple[list[float], str] | None:
+        try:
+            return embedder.embed([question])[0], embedder.model
+        except EmbeddingError:
+            return None
+
+    return embed

@@ -95,8 +95,8 @@ def _decode(path: Path) -> str:
     data = path.read_bytes()
     if b"\x00" in data[:8192]:
         raise DocumentError(f"{path.name} is not a text file (it holds binary data).")
-    for encoding in ("utf-8-sig", "utf-16") if data[:2] in (b"\xff\xfe", b"\xfe\xff") else (
-        "utf-8-sig",
+    for encoding in (
+        ("utf-8-sig", "utf-16") if data[:2] in (b"\xff\xfe", b"\xfe\xff") else ("utf-8-sig",)
     ):
         try:
             return data.decode(encoding)

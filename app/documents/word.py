@@ -31,14 +31,13 @@ def read_docx(path: Path) -> Document:
     try:
         document = docx.Document(str(path))
     except (PackageNotFoundError, zipfile.BadZipFile, KeyError, ValueError) as e:
-        raise DocumentError(
-            f"{path.name} is damaged or is not a Word document (.docx): {e}"
-        ) from e
-    except Exception as e:  # noqa: BLE001 - lxml and zip errors of a broken file: a sentence
+        raise DocumentError(f"{path.name} is damaged or is not a Word document (.docx): {e}") from e
+    except Exception as e:
         raise DocumentError(f"{path.name} is damaged: {e}") from e
     sections: list[Section] = []
     heading_path: list[str] = []
-    label, lines = "start", []
+    label = "start"
+    lines: list[str] = []
 
     def close() -> None:
         text = "\n".join(lines).strip()

@@ -75,9 +75,7 @@ def sql_script(script: str) -> Callable[[sqlite3.Connection], None]:
     return apply
 
 
-def _fts_index(
-    table: str, column: str, tokenize: str = "unicode61 remove_diacritics 2"
-) -> str:
+def _fts_index(table: str, column: str, tokenize: str = "unicode61 remove_diacritics 2") -> str:
     """SQL for a full-text index `<table>_fts` over `<table>.<column>`, kept in step by triggers.
 
     The index uses external content (`content=<table>`), so the text is not stored twice; the

@@ -3,8 +3,6 @@ damaged files, the limits, and the text formats."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from make_documents import (
     FACT,
@@ -49,7 +47,9 @@ def test_a_scanned_page_is_said_not_silently_empty(tmp_path):
     assert doc.pages == 3
     assert "Page 1 of the inspection report" in doc.sections[0].text
     assert doc.sections[1].text == "" and "Page 3" in doc.sections[2].text
-    assert len(doc.notes) == 1 and "page 2" in doc.notes[0] and "without a text layer" in doc.notes[0]
+    assert (
+        len(doc.notes) == 1 and "page 2" in doc.notes[0] and "without a text layer" in doc.notes[0]
+    )
 
 
 def test_an_encrypted_pdf_gets_a_sentence(tmp_path):
