@@ -150,6 +150,12 @@ class ApiClient(QObject):
         self.base_url = base_url.rstrip("/")
         self._token = token
 
+    @property
+    def token(self) -> str:
+        """The API key sent with each request ('' when none), for other clients of the same
+        service (document embeddings)."""
+        return self._token
+
     def _request(self, path: str, timeout_ms: int) -> QNetworkRequest:
         req = QNetworkRequest(QUrl(self.base_url + path))
         req.setHeader(QNetworkRequest.KnownHeaders.ContentTypeHeader, "application/json")

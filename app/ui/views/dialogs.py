@@ -28,6 +28,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from ...documents import DOCUMENT_SUFFIXES
+
 __all__ = ["ChatSettingsDialog", "Dialogs", "ShortcutsDialog", "SHORTCUTS", "service_failed_box"]
 
 _IMAGE_FILTER = "Images (*.png *.jpg *.jpeg *.webp *.gif *.bmp)"
@@ -211,6 +213,16 @@ class Dialogs:
     def pick_images(self) -> list[Path]:
         paths, _ = QFileDialog.getOpenFileNames(
             self._parent, self.tr("Attach images"), str(Path.home()), self.tr(_IMAGE_FILTER)
+        )
+        return [Path(p) for p in paths]
+
+    def pick_documents(self) -> list[Path]:
+        suffixes = " ".join(f"*{s}" for s in sorted(DOCUMENT_SUFFIXES))
+        paths, _ = QFileDialog.getOpenFileNames(
+            self._parent,
+            self.tr("Attach documents"),
+            str(Path.home()),
+            self.tr("Documents (%1)").replace("%1", suffixes),
         )
         return [Path(p) for p in paths]
 
