@@ -97,15 +97,14 @@ def test_a_reopened_chat_does_not_read_its_documents_again(
     assert reads == []
 
 
-def test_an_unreadable_document_is_a_sentence_and_nothing_is_lost(
-    qtbot, stub, make_app, tmp_path
-):
+def test_an_unreadable_document_is_a_sentence_and_nothing_is_lost(qtbot, stub, make_app, tmp_path):
     app = make_app(stub.url)
     composer = app.window.chat_page.composer
     composer.edit.setPlainText("my draft question")
     broken = tmp_path / "broken.pdf"
     broken.write_bytes(b"%PDF-1.7\n garbage")
     drop_file(app, broken, hint="Drop to attach the document")
-    qtbot.waitUntil(lambda: "broken.pdf is damaged" in app.window.toast.label.text(), timeout=30_000)
+    toast = app.window.toast.label
+    qtbot.waitUntil(lambda: "broken.pdf is damaged" in toast.text(), timeout=30_000)
     assert app.chat.documents.pending == [] and composer.documents.chips == []
     assert composer.edit.toPlainText() == "my draft question"
