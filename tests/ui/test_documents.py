@@ -39,7 +39,7 @@ def test_drop_a_pdf_ask_and_the_reply_cites_the_page(qtbot, stub, make_app, repo
     assert not composer.documents.progress.isVisibleTo(composer)  # done reading
     (chip,) = composer.documents.chips
     chip_text = chip.text()
-    assert chip_text == f"📄 annual-report.pdf · {PAGES} pages · searched"
+    assert chip_text == f"annual-report.pdf · {PAGES} pages · searched"
 
     send_and_wait(qtbot, app, FACT_QUESTION)
     sent = _last_question(stub)
@@ -54,7 +54,8 @@ def test_drop_a_pdf_ask_and_the_reply_cites_the_page(qtbot, stub, make_app, repo
     assert question.text_label.text() == FACT_QUESTION  # the bubble shows the question only
     sources = reply.sources
     assert sources.isVisibleTo(reply)
-    assert sources.buttons[0].text() == f"[1] annual-report.pdf, page {FACT_PAGE}"
+    assert sources.title.text() == "Sources · annual-report.pdf"
+    assert sources.buttons[0].text() == f"[1] page {FACT_PAGE}"
     sources.buttons[0].click()
     assert sources.passage.isVisibleTo(reply)
     assert "4,812,000 kroner" in sources.passage.text()
@@ -88,9 +89,9 @@ def test_a_reopened_chat_does_not_read_its_documents_again(
     app.chat.open_chat(chat_id)
     question, reply = app.window.chat_page.transcript.widgets
     assert [c.text() for c in question.document_chips] == [
-        f"📄 annual-report.pdf · {PAGES} pages · searched"
+        f"annual-report.pdf · {PAGES} pages · searched"
     ]
-    assert reply.sources.buttons[0].text() == f"[1] annual-report.pdf, page {FACT_PAGE}"
+    assert reply.sources.buttons[0].text() == f"[1] page {FACT_PAGE}"
     with qtbot.waitSignal(app.chat.reply_finished, timeout=10_000):
         app.window.act_regenerate.trigger()
     assert _last_question(stub) == first  # the same prompt, from the history database

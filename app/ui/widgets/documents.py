@@ -8,7 +8,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QToolButton, QVBoxLayout, QWidget
+from PySide6.QtGui import QResizeEvent
+from PySide6.QtWidgets import (
+    QGridLayout,
+    QHBoxLayout,
+    QLabel,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
 
 from ...documents.records import Citation
 
@@ -27,7 +35,7 @@ class ChipInfo:
     notes: list[str] = field(default_factory=list)
 
     def text(self) -> str:
-        return f"📄 {self.name} · {self.extent} · {_MODES.get(self.mode, self.mode)}"
+        return f"{self.name} · {self.extent} · {_MODES.get(self.mode, self.mode)}"
 
     def tooltip(self) -> str:
         how = (
@@ -108,8 +116,11 @@ class DocumentStrip(QWidget):
 
 
 class SourcesView(QWidget):
-    """ "Sources" under a reply: one button per passage the prompt drew on ("[1] report.pdf,
-    page 217"); a click shows the passage below them (a second click hides it)."""
+    """The sources under a reply: one button per passage the prompt drew on ("[1] page 217"
+    under "Sources · report.pdf", or "[1] report.pdf, page 217" when several documents are
+    cited), a few to a row; a click shows the passage below them (a second click hides it)."""
+
+    PER_ROW = 6
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -118,8 +129,13 @@ class SourcesView(QWidget):
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 2, 0, 2)
         lay.setSpacing(4)
-        self._row = QHBoxLayout()
-        self._row.setSpacing(4)
+        self.title = QLabel()
+        self.title.setObjectName("Stats")
+        lay.addWidget(self.title)
+        self._row = QGridLayout()
+        self._row.setHorizontalSpacing(4)
+        self._row.setVerticalSpacing(2)
+        self._row.setAlignment(Qt.AlignmentFlag.AlignLeft)
         lay.addLayout(self._row)
         self.passage = QLabel()
         self.passage.setObjectName("SourcePassage")
@@ -146,20 +162,18 @@ class SourcesView(QWidget):
                 widget.hide()
                 widget.deleteLater()
         self.buttons = []
-        if citations:
-            title = QLabel(self.tr("Sources"))
-            title.setObjectName("Stats")
-            self._row.addWidget(title)
+        names = list(dict.fromkeys(c.document for c in citations))
+        one = len(names) == 1
+        self.title.setText(self.tr("Sources") + (f" · {names[0]}" if one else ""))
         for n, c in enumerate(citations):
             b = QToolButton()
-            b.setText((f"[{c.number}] " if c.number else "") + c.label())
+            b.setText((f"[{c.number}] " if c.number else "") + (c.section if one else c.label()))
             b.setAccessibleName(self.tr("Show the passage from %1").replace("%1", c.label()))
             b.setToolTip(c.text[:300])
             b.setCursor(Qt.CursorShape.PointingHandCursor)
             b.clicked.connect(lambda _=False, i=n: self.show_passage(i))
             self.buttons.append(b)
-            self._row.addWidget(b)
-        self._row.addStretch(1)
+            self._row.addWidget(b, n // self.PER_ROW, n % self.PER_ROW)
         self.shown = -1
         self.passage.hide()
         self.setVisible(bool(citations))
@@ -174,3 +188,14 @@ class SourcesView(QWidget):
         self.shown = index
         self.passage.setText(f"{c.label()}\n\n{' '.join(c.text.split())}")
         self.passage.show()
+        self._fit_passage()
+
+    def _fit_passage(self) -> None:
+        # A wrapping label in the transcript's nested layouts may get the height of too few
+        # lines; ask for the height its text needs at this width.
+        if self.passage.isVisible():
+            self.passage.setMinimumHeight(self.passage.heightForWidth(max(1, self.width())))
+
+    def resizeEvent(self, e: QResizeEvent) -> None:
+        super().resizeEvent(e)
+        self._fit_passage()
