@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from hearth.history import ChatStore, Message
-
+from ..history import ChatStore, Message
 from .context import (
     DocumentContext,
     QuestionEmbedder,
