@@ -56,3 +56,11 @@ def test_a_short_document_goes_whole_and_bad_files_are_sentences(live_server, tm
     locked = _run(live_server, "What is in it?", "--attach", str(encrypted_pdf(tmp_path / "s.pdf")))
     assert locked.returncode == 1 and "Traceback" not in locked.stderr
     assert "hearth: s.pdf is protected by a password" in locked.stderr
+    # a picture goes as an image: this text-only model refuses it with the service's sentence
+    from PIL import Image
+
+    picture = tmp_path / "chart.png"
+    Image.new("RGB", (8, 8), (200, 40, 40)).save(picture)
+    seen = _run(live_server, "What is this?", "--attach", str(picture))
+    assert seen.returncode == 1 and "Traceback" not in seen.stderr
+    assert "image" in seen.stderr.lower()
