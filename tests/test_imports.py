@@ -20,7 +20,8 @@ Programs (each a process, or the command that starts one):
 * runner: the runner process (one model); engine + plugins.
 * server: the service; engine + plugins + convert + the runner's wire protocol
   (hearth.runner.protocol).
-* cli: the `hearth` command; starts the others, talks to the service over HTTP.
+* cli: the `hearth` command; starts the others, talks to the service over HTTP; `hearth chats`
+  exports and imports the chat history (history), as the desktop app does.
 * ui: the desktop app; speaks HTTP only, never imports the engine, the runner or the server.
 """
 

@@ -1,7 +1,7 @@
 """The `hearth` command: serve, run, list, show, ps, rm, cp, create, stop, pull, import-ollama,
-install-desktop (and the internal `runner`). Everything but `serve`, `runner`, `import-ollama`
-and `install-desktop` is a client of the service; `hearth run` starts a private one when none
-is running."""
+install-desktop, chats (and the internal `runner`). Everything but `serve`, `runner`,
+`import-ollama`, `install-desktop` and `chats` (the history file) is a client of the service;
+`hearth run` starts a private one when none is running."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import sys
 from .. import __version__
 from ..default_model import DEFAULT_MODEL
 from ..runner.protocol import ENGINES, EngineKind, KVCacheType, RunnerOptions
+from .chats import add_chats
 from .desktop import add_install_desktop, display_libraries_sentence, install_desktop_command
 
 __all__ = ["main", "build_parser"]
@@ -170,6 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_models(sub)
     _add_runner(sub)
     add_install_desktop(sub)
+    add_chats(sub)
     return p
 
 
@@ -222,6 +224,10 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(runner_main(args))
     if args.command == "install-desktop":
         sys.exit(install_desktop_command(args))
+    if args.command == "chats":
+        from .chats import chats_command
+
+        sys.exit(chats_command(args))
     if args.command == "serve":
         from ..server.serve import serve
 

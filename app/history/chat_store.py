@@ -43,10 +43,14 @@ def _fts_query(text: str) -> str:
 
 
 class ChatStore:
-    def __init__(self, path: Path | None = None) -> None:
+    def __init__(self, path: Path | None = None, *, recover: bool = True) -> None:
+        """Open (upgrading if needed: db.open_database) the history at `path`, by default the
+        data folder's chats.db. With `recover` (the app's own store) replies left "streaming"
+        by a killed app are marked interrupted; a command that only reads or adds chats while
+        the app may be streaming passes recover=False."""
         self.db_path = path or data_dir() / "chats.db"
         self._conn = open_database(self.db_path)
-        self.recovered = self._mark_interrupted()
+        self.recovered = self._mark_interrupted() if recover else 0
 
     def close(self) -> None:
         self._conn.close()
@@ -119,11 +123,12 @@ class ChatStore:
             db.execute("UPDATE chats SET title=?, title_auto=0 WHERE id=?", (title, chat_id))
 
     def set_auto_title(self, chat_id: int, title: str) -> bool:
-        """Title a chat automatically, unless the user has named it; True if it changed."""
+        """Title a chat automatically (from its first question): only while it has no title,
+        so an automatic title is set once and a user's name sticks; True if it was set."""
         with self._tx() as db:
             cur = db.execute(
-                "UPDATE chats SET title=? WHERE id=? AND title_auto=1 AND title!=?",
-                (title, chat_id, title),
+                "UPDATE chats SET title=? WHERE id=? AND title_auto=1 AND title=''",
+                (title, chat_id),
             )
             return cur.rowcount > 0
 

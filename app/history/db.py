@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from .migrations import SCHEMA_VERSION, SchemaError, drop_backups, upgrade
+from .migrations import SCHEMA_VERSION, SchemaError, drop_backups, refuse_newer, upgrade
 
 __all__ = ["open_database", "SCHEMA_VERSION", "SchemaError"]
 
@@ -24,6 +24,7 @@ def open_database(path: Path) -> sqlite3.Connection:
     conn = sqlite3.connect(str(path), isolation_level=None, timeout=10)
     try:
         conn.row_factory = sqlite3.Row
+        refuse_newer(conn, path)  # before the first write: a newer Hearth's file stays as it is
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
         conn.execute("PRAGMA foreign_keys=ON")

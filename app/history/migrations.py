@@ -31,6 +31,7 @@ __all__ = [
     "Step",
     "SchemaError",
     "backup_path",
+    "refuse_newer",
     "drop_backups",
     "schema_version",
     "sql_script",
@@ -223,6 +224,20 @@ def schema_version(conn: sqlite3.Connection) -> int:
     return int(conn.execute("PRAGMA user_version").fetchone()[0])
 
 
+def refuse_newer(conn: sqlite3.Connection, path: Path) -> int:
+    """The file's schema version; SchemaError (a sentence) if a newer Hearth wrote it.
+
+    Reading the version changes nothing in the file, so call this before anything that
+    writes (even a journal mode), to leave a newer Hearth's file exactly as it was.
+    """
+    found = schema_version(conn)
+    if found > SCHEMA_VERSION:
+        raise SchemaError(
+            f"{path} was written by a newer Hearth (schema {found}); update Hearth to open it"
+        )
+    return found
+
+
 def backup_path(path: Path, version: int) -> Path:
     """Where the copy of a schema-`version` file is kept while it is upgraded: chats.db.v1.bak."""
     return path.with_name(f"{path.name}.v{version}.bak")
@@ -230,14 +245,17 @@ def backup_path(path: Path, version: int) -> Path:
 
 def _backup(conn: sqlite3.Connection, target: Path) -> None:
     """Copy the open database to `target` (online backup: a consistent snapshot, WAL included)."""
-    partial = target.with_name(target.name + ".partial")
-    partial.unlink(missing_ok=True)
-    copy = sqlite3.connect(str(partial))
+    partial = target.with_name(f"{target.name}.{os.getpid()}.partial")  # one per process
     try:
-        conn.backup(copy)
+        partial.unlink(missing_ok=True)
+        copy = sqlite3.connect(str(partial))
+        try:
+            conn.backup(copy)
+        finally:
+            copy.close()
+        os.replace(partial, target)
     finally:
-        copy.close()
-    os.replace(partial, target)
+        partial.unlink(missing_ok=True)
 
 
 def upgrade(conn: sqlite3.Connection, path: Path) -> int:
@@ -248,17 +266,20 @@ def upgrade(conn: sqlite3.Connection, path: Path) -> int:
     fails. Safe against another process upgrading at the same time: each step re-reads the
     version once it holds the write lock.
     """
-    found = schema_version(conn)
-    if found > SCHEMA_VERSION:
-        raise SchemaError(
-            f"{path} was written by a newer Hearth (schema {found}); update Hearth to open it"
-        )
+    found = refuse_newer(conn, path)
     if found == SCHEMA_VERSION:
         return found
     backup = None
     if found > 0:  # chats to keep; a new, empty file needs no copy
         backup = backup_path(path, found)
-        _backup(conn, backup)
+        try:
+            _backup(conn, backup)
+        except (OSError, sqlite3.Error) as e:
+            raise SchemaError(
+                f"Hearth could not copy {path} to {backup} before upgrading it ({e}); nothing"
+                " was changed. Free some disk space (or fix the folder's permissions) and"
+                " start Hearth again."
+            ) from e
     for step in STEPS:
         if step.version > found:
             _run_step(conn, path, step, backup)

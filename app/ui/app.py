@@ -20,12 +20,13 @@ from collections.abc import Sequence
 
 from PySide6.QtCore import QByteArray, QTimer
 from PySide6.QtGui import QIcon
-from PySide6.QtWidgets import QApplication
+from PySide6.QtWidgets import QApplication, QMessageBox
 
 from .. import env
 from ..app_settings import AppSettings, load_settings, save_settings
 from ..desktop import ASSETS
 from ..history import ChatStore
+from ..history.migrations import SchemaError
 from ..program import APP_ID
 from .api_client import ApiClient
 from .controllers.chat import ChatController
@@ -97,7 +98,7 @@ class HearthApp:
         w = self.window
         wire_service(self.service, self.client, self.models, w.sidebar, w.chat_page, w.dialogs)
         wire_chat_page(w, self.chat, self.models, self.settings_ctrl, self.drops)
-        wire_sidebar(w.sidebar, self.history, self.chat, w.dialogs)
+        wire_sidebar(w.sidebar, self.history, self.chat, w.dialogs, w.notify)
         wire_models_page(w, self.models, self.chat)
         wire_get_models(w, self.models, self.downloads, self.settings_ctrl)
         wire_settings_page(
@@ -142,6 +143,7 @@ class HearthApp:
         if self._closed:
             return
         self._closed = True
+        self.models.stop_watching()
         # Replies still in flight must not reach controllers whose database is closed.
         for ctrl in (self.models, self.chat, self.history, self.service, self.settings_ctrl):
             ctrl.blockSignals(True)
@@ -163,7 +165,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     # The .desktop file's id: Wayland compositors find the window's icon and name through it.
     app.setDesktopFileName(APP_ID)
     app.setWindowIcon(QIcon(str(ASSETS / f"{APP_ID}.png")))
-    hearth = HearthApp(argv)
+    try:
+        hearth = HearthApp(argv)
+    except SchemaError as e:  # chats from a newer Hearth, or an upgrade that failed: say so
+        print(f"hearth: {e}", file=sys.stderr, flush=True)
+        if not parse_args(argv).smoke_test:
+            QMessageBox.critical(None, app.tr("Hearth cannot open your chats"), str(e))
+        return 1
     # SIGTERM/SIGINT end the event loop normally, so the service child is stopped too; the
     # timer gives Python a moment to run its signal handlers while Qt waits.
     for sig in (signal.SIGINT, signal.SIGTERM):

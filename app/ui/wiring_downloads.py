@@ -1,7 +1,8 @@
 """Wiring for "Get models": the models page's button opens the window (created on first
 use), DownloadsController's progress feeds its rows, a finished download refreshes the model
 list, the offline switch is a saved setting, and the first-run offer of a chat model is
-shown once (the setting remembers it was made)."""
+shown once (the setting remembers it was made) and goes as soon as a chat model is installed
+(however it came: the offer, Get models, `hearth pull` or `hearth create`)."""
 
 from __future__ import annotations
 
@@ -48,13 +49,26 @@ def wire_get_models(
         if ok:
             models.refresh()
 
+    offers: list[FirstModelOffer] = []
+
+    def has_chat_model() -> bool:
+        """A model other than the bundled base model (which cannot follow instructions)."""
+        return any(n != settings.settings.default_model for n in models.names())
+
+    def on_models_changed() -> None:
+        if offers and has_chat_model():
+            offers[0].hide()  # the user has a chat model now: nothing left to offer
+        else:
+            offer_once()
+
     def offer_once() -> None:
         if settings.settings.offered_models or not models.loaded:
             return
         settings.mark_models_offered()
-        if any(n != settings.settings.default_model for n in models.names()):
+        if has_chat_model():
             return  # a real model is here already
         offer = FirstModelOffer(window.chat_page)
+        offers.append(offer)
         layout = window.chat_page.layout()
         if isinstance(layout, QBoxLayout):
             layout.insertWidget(0, offer)
@@ -71,5 +85,5 @@ def wire_get_models(
     downloads.notice.connect(window.notify)
     downloads.finished.connect(on_finished)
     window.models_page.get_models_requested.connect(open_dialog)
-    models.models_changed.connect(offer_once)
+    models.models_changed.connect(on_models_changed)
     window.get_models_dialog = get_dialog  # type: ignore[attr-defined]  # for tests

@@ -1,6 +1,7 @@
 """Wiring for the engine's state: the sidebar's status line, the chat page's banner and the
 composer's readiness; once the service is up, the API client's address and the models list;
-when it cannot start, the failure dialog (Retry restarts it)."""
+the watch that keeps that list current while the window is seen; when it cannot start, the
+failure dialog (Retry restarts it)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ def wire_service(
     page: ChatPage,
     dialogs: Dialogs,
 ) -> None:
+    window = sidebar.window()
+
     def on_state(state: str, text: str) -> None:
         sidebar.set_status(text, state == READY)
         page.composer.set_ready(state == READY)
@@ -33,6 +36,7 @@ def wire_service(
     def on_ready(url: str, token: str) -> None:
         client.set_endpoint(url, token)
         models.refresh()
+        models.watch(lambda: window.isVisible() and not window.isMinimized())
         dialogs.close_service_failed()
 
     def on_failed(reason: str, log_path: str) -> None:

@@ -113,6 +113,7 @@ def test_upgraded_and_new_files_have_the_same_schema(tmp_path):
 def test_a_database_from_a_newer_hearth_is_refused_untouched(tmp_path):
     db, _ = copy_schema1(tmp_path)
     conn = sqlite3.connect(db)
+    conn.execute("PRAGMA journal_mode=DELETE")  # so that even switching it to WAL would show
     conn.execute(f"PRAGMA user_version={SCHEMA_VERSION + 1}")
     conn.close()
     before = db.read_bytes()
@@ -198,4 +199,22 @@ def test_a_kill_inside_the_upgrade_leaves_the_old_database_usable(tmp_path):
     store = ChatStore(db)
     assert _version(db) == SCHEMA_VERSION
     assert_same_chats(store, record)
+    store.close()
+
+
+def test_no_copy_means_no_upgrade(tmp_path):
+    db, record = copy_schema1(tmp_path)
+    before = _schema1_rows(db)
+    blocker = backup_path(db, 1)  # the copy cannot be put where it goes
+    blocker.mkdir()
+    (blocker / "something").write_text("x")
+    with pytest.raises(SchemaError, match=r"could not copy .* before upgrading.*nothing was"):
+        ChatStore(db)
+    assert _version(db) == 1 and _schema1_rows(db) == before
+    assert list(tmp_path.glob("*.partial")) == []  # no half copy left behind
+    blocker.joinpath("something").unlink()
+    blocker.rmdir()
+    store = ChatStore(db)
+    assert_same_chats(store, record)
+    assert blocker.is_file()
     store.close()

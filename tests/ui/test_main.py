@@ -45,3 +45,24 @@ def test_main_opens_the_window_and_a_first_chat_on_the_default_model(_ui_home):
     assert "Engine ready" in lines[-1]
     assert "model gemma3:270m" in lines
     assert (_ui_home / "chats.db").exists()
+
+
+def test_chats_from_a_newer_hearth_are_refused_with_a_sentence(_ui_home):
+    """The window does not open over a history it cannot read; the file is left as it was."""
+    import sqlite3
+
+    _ui_home.mkdir(parents=True, exist_ok=True)
+    db = _ui_home / "chats.db"
+    conn = sqlite3.connect(db)
+    conn.execute("PRAGMA user_version=999")
+    conn.close()
+    before = db.read_bytes()
+    env = dict(os.environ, QT_QPA_PLATFORM="offscreen", PYTHONPATH=os.pathsep.join(sys.path))
+    code = "from hearth.ui import app; raise SystemExit(app.main(['--smoke-test']))"
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=180, env=env
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert f"hearth: {db} was written by a newer Hearth (schema 999)" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert db.read_bytes() == before

@@ -280,6 +280,7 @@ class ChatController(QObject):
         docs.on_sent(user, self.chat.system_prompt, earlier, self.num_ctx())
         self.pending_images = []
         self.attachments_changed.emit()
+        # The first question names the chat; later ones leave the name the user knows it by.
         self._store.set_auto_title(self.chat.id, title)
         self.chat_meta_changed.emit()
         self._start_reply(user.id)

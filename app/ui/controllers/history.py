@@ -1,10 +1,15 @@
-"""The sidebar's chat list: newest first, full-text search, rename, delete."""
+"""The sidebar's chat list: newest first, full-text search, rename, delete, export, import."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal
 
 from ...history import Chat, ChatStore
+from ...history.export import import_file
+from ...history.export_files import write_export
 from ..item_models.chat_list import ChatListModel, ChatRow
 
 __all__ = ["HistoryController"]
@@ -46,3 +51,15 @@ class HistoryController(QObject):
         self._store.delete_chat(chat_id)
         self.refresh()
         self.chat_deleted.emit(chat_id)
+
+    def export_to(self, path: Path, fmt: str, chat_ids: Sequence[int] | None = None) -> int:
+        """Write the chats (default: all) to `path` as "json" or "markdown"; how many.
+        Raises ExportError or OSError (sentences for the caller to show)."""
+        return write_export(self._store, chat_ids, path, fmt)
+
+    def import_from(self, path: Path) -> list[int]:
+        """Add the chats of the JSON export at `path` (new ids, nothing overwritten) and list
+        them; their ids. Raises ExportError or OSError, having added nothing."""
+        ids = import_file(self._store, path)
+        self.refresh()
+        return ids

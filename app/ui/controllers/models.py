@@ -1,12 +1,14 @@
-"""The installed models: list, details, import a .gguf, delete (all over the HTTP API)."""
+"""The installed models: list, details, import a .gguf, delete (all over the HTTP API), and
+a watch that notices models created, pulled or deleted outside the window."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import QObject, QTimer, Signal
 
 from ..api_client import ApiClient, ApiError
 from ..item_models.model_list import ModelListModel, ModelRow
@@ -27,6 +29,22 @@ def running_on(ps_entry: dict[str, Any]) -> str:
     return "GPU" if vram >= size else f"{round(100 * vram / size)}% GPU"
 
 
+def tags_signature(body: Any) -> tuple[tuple[str, str, str, int], ...]:
+    """What identifies an /api/tags answer's list: each model's name, digest, modification
+    time and size. Two answers with the same signature list the same models."""
+    tags = body.get("models", []) if isinstance(body, dict) else []
+    return tuple(
+        (
+            str(t.get("name") or t.get("model") or ""),
+            str(t.get("digest") or ""),
+            str(t.get("modified_at") or ""),
+            int(t.get("size") or 0),
+        )
+        for t in tags
+        if isinstance(t, dict)
+    )
+
+
 def model_name_for(path: Path) -> str:
     """A model name from a file name: 'Llama-3.2-1B.Q4_K_M.gguf' → 'llama-3.2-1b.q4_k_m'."""
     stem = path.name[: -len(".gguf")] if path.name.lower().endswith(".gguf") else path.stem
@@ -44,12 +62,23 @@ class ModelsController(QObject):
     running_changed = Signal()  # /api/ps answered: which models are loaded, and where
     notice = Signal(str, str)  # level, sentence
 
+    # How often the watch asks the service for its models while the window is seen. The
+    # service has no change notification; /api/tags reads its model store's manifests, a few
+    # milliseconds, and the list is only rebuilt when the answer differs.
+    WATCH_INTERVAL_MS = 4000
+
     def __init__(self, client: ApiClient, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self._client = client
         self.model = ModelListModel(self)
         self.importing = False
         self.loaded = False
+        self._signature: tuple[tuple[str, str, str, int], ...] | None = None
+        self._watch_active: Callable[[], bool] = lambda: False
+        self._polling = False
+        self.watch_timer = QTimer(self)
+        self.watch_timer.setInterval(self.WATCH_INTERVAL_MS)
+        self.watch_timer.timeout.connect(self._poll)
 
     def info(self, name: str) -> ModelRow | None:
         return self.model.info(name)
@@ -66,7 +95,36 @@ class ModelsController(QObject):
             )
         )
 
+    def watch(self, active: Callable[[], bool]) -> None:
+        """Keep the list in step with the service: every WATCH_INTERVAL_MS, while `active()`
+        (the window is shown and not minimized), ask /api/tags and update the list only when
+        it changed, so a model created, pulled or deleted by the CLI or another client of the
+        service appears (or goes) without Refresh. Polls that fail are silent (the service may
+        be restarting; its state is shown elsewhere)."""
+        self._watch_active = active
+        self.watch_timer.start()
+
+    def stop_watching(self) -> None:
+        self.watch_timer.stop()
+
+    def _poll(self) -> None:
+        if self._polling or not self._watch_active():
+            return
+        self._polling = True
+        call = self._client.get("/api/tags", timeout_ms=5000)
+        call.done.connect(self._on_poll)
+        call.failed.connect(self._on_poll_failed)
+
+    def _on_poll(self, body: Any) -> None:
+        self._polling = False
+        if tags_signature(body) != self._signature:
+            self._on_tags(body)
+
+    def _on_poll_failed(self, _err: ApiError) -> None:
+        self._polling = False
+
     def _on_tags(self, body: Any) -> None:
+        self._signature = tags_signature(body)
         tags = body.get("models", []) if isinstance(body, dict) else []
         old = {m.name: m for m in self.model.models()}
         infos = []

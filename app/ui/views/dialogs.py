@@ -29,6 +29,7 @@ from PySide6.QtWidgets import (
 )
 
 from ...documents import DOCUMENT_SUFFIXES
+from ...history.export_files import format_for
 
 __all__ = ["ChatSettingsDialog", "Dialogs", "ShortcutsDialog", "SHORTCUTS", "service_failed_box"]
 
@@ -242,6 +243,36 @@ class Dialogs:
         )
 
     # -- chats -------------------------------------------------------------------------------
+
+    def pick_export_file(self, suggested: str) -> tuple[Path, str] | None:
+        """Where to export chats, and the format ("json" or "markdown", from the filter picked
+        or the name typed); None when cancelled. `suggested` is the file name offered."""
+        json_filter = self.tr("Hearth chats, JSON (*.json)")
+        md_filter = self.tr("Markdown, for reading (*.md)")
+        start = md_filter if suggested.endswith(".md") else json_filter
+        path, chosen = QFileDialog.getSaveFileName(
+            self._parent,
+            self.tr("Export chats"),
+            str(Path.home() / suggested),
+            f"{json_filter};;{md_filter}",
+            start,
+        )
+        if not path:
+            return None
+        target = Path(path)
+        fmt = format_for(target, "markdown" if chosen == md_filter else None)
+        if not target.suffix:
+            target = target.with_suffix(".md" if fmt == "markdown" else ".json")
+        return target, fmt
+
+    def pick_chats_import(self) -> Path | None:
+        path, _ = QFileDialog.getOpenFileName(
+            self._parent,
+            self.tr("Import chats"),
+            str(Path.home()),
+            self.tr("Hearth chats, JSON (*.json);;All files (*)"),
+        )
+        return Path(path) if path else None
 
     def ask_chat_title(self, title: str) -> str | None:
         """A new title for the chat now called `title`; None when cancelled."""

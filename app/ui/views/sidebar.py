@@ -1,4 +1,5 @@
-"""The sidebar: brand, new chat, search, the chat list, page buttons, engine status."""
+"""The sidebar: brand (with the chats menu: import, export all), new chat, search, the chat
+list (rename, export, delete), page buttons, engine status."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from PySide6.QtWidgets import (
     QLabel,
     QLineEdit,
     QListView,
+    QMenu,
     QPushButton,
+    QToolButton,
     QVBoxLayout,
     QWidget,
 )
@@ -28,6 +31,9 @@ class Sidebar(QFrame):
     chat_selected = Signal(int)
     rename_requested = Signal(int)
     delete_requested = Signal(int)
+    export_requested = Signal(int)  # one chat
+    export_all_requested = Signal()
+    import_requested = Signal()
     search_changed = Signal(str)
     page_requested = Signal(int)  # 0 chats, 1 models, 2 settings
 
@@ -49,6 +55,18 @@ class Sidebar(QFrame):
         brand.addWidget(mark)
         brand.addWidget(name)
         brand.addStretch(1)
+        self.chats_menu = QMenu(self)
+        self.act_import_chats = self.chats_menu.addAction(self.tr("Import chats…"))
+        self.act_import_chats.triggered.connect(self.import_requested)
+        self.act_export_all = self.chats_menu.addAction(self.tr("Export all chats…"))
+        self.act_export_all.triggered.connect(self.export_all_requested)
+        self.menu_btn = QToolButton()
+        self.menu_btn.setText("⋯")
+        self.menu_btn.setAccessibleName(self.tr("Chats menu"))
+        self.menu_btn.setToolTip(self.tr("Import or export chats"))
+        self.menu_btn.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
+        self.menu_btn.setMenu(self.chats_menu)
+        brand.addWidget(self.menu_btn)
         lay.addLayout(brand)
 
         self.new_btn = QPushButton(self.tr("+  New chat"))
@@ -84,7 +102,9 @@ class Sidebar(QFrame):
         delete.setShortcut(QKeySequence(QKeySequence.StandardKey.Delete))
         delete.setShortcutContext(Qt.ShortcutContext.WidgetShortcut)
         delete.triggered.connect(lambda: self._emit_current(self.delete_requested))
-        self.list.addActions([rename, delete])
+        export = QAction(self.tr("Export chat…"), self.list)
+        export.triggered.connect(lambda: self._emit_current(self.export_requested))
+        self.list.addActions([rename, export, delete])
         lay.addWidget(self.list, 1)
 
         nav = QVBoxLayout()
