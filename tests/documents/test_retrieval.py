@@ -164,3 +164,21 @@ def test_embeddings_find_what_the_words_alone_miss(store, long_prepared):
     _c, msg, ctx = _ask(store, hybrid, question, [with_vectors], 2048)
     assert ctx.citations[0].section == f"page {FACT_PAGE}"
     assert "4,812,000" in ctx.citations[0].text
+
+
+def test_deleting_the_chat_deletes_its_documents_and_their_index(store, tmp_path):
+    docs = ChatDocuments(store)
+    prepared = prepare_document(headed_docx(tmp_path / "trial.docx"))
+    chat, msg, _ = _ask(store, docs, "What was the yield?", [prepared], 4096)
+    doc_id = docs.attached(msg.id)[0].id
+    assert docs.index.search([doc_id], "yield")
+    store.delete_chat(chat.id)
+    conn = store.connection
+    for table in ("documents", "document_chunks", "chunk_vectors", "message_sources"):
+        assert conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0] == 0
+    assert (
+        conn.execute(
+            "SELECT COUNT(*) FROM document_chunks_fts WHERE document_chunks_fts MATCH 'yield'"
+        ).fetchone()[0]
+        == 0
+    )
