@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Make the PNGs in docs/screenshots/: the main window mid-conversation (light and dark), a
-question about a picture (vision), the Models page, its "Get models" window, the Settings
-page and a tool round trip, from a real window under Xvfb.
+question about a picture (vision), a question about a long PDF with its sources (documents),
+the Models page, its "Get models" window, the Settings page and a tool round trip, from a
+real window under Xvfb.
 
     .venv/bin/python scripts/screenshots.py            # needs xvfb-run (Debian: xvfb)
     .venv/bin/python scripts/screenshots.py --only tools.png
@@ -10,7 +11,9 @@ The app runs as a user would: it starts its own `hearth serve` (so the Models pa
 real default model and its memory estimate). The conversation is sample text written into a
 throw-away history first, so the pictures show what a longer chat looks like; the vision
 scene's picture is drawn here (Pillow), its answer is sample text written for that picture,
-and its model is named as a vision model a user would pick. Not a test.
+and its model is named as a vision model a user would pick. The documents scene's PDF is
+written here (fpdf2) and read, indexed and searched by hearth.documents as the app does; its
+answer is sample text. Not a test.
 
 The tools scene (tools.png) is a real round trip: the default model (gemma3:270m, a tiny
 one) under a chat template that offers tools (tests/server/live_models.py's), its first turn
@@ -96,6 +99,83 @@ running into the water.
 If you know roughly when it was taken, the sun's height would narrow the season down: this \
 low, warm light over snowy peaks fits late summer or early autumn."""
 VISION_FOLLOW_UP = "Same place in winter: what changed?"
+
+DOCS_QUESTION = (
+    "How much did the Harbour Commission approve for the Skagen lighthouse, and by when must "
+    "the work be done?"
+)
+DOCS_ANSWER = """The Harbour Commission approved **4,812,000 kroner** for restoring the Skagen \
+lighthouse, and the work must be **finished before the autumn storms** [1].
+
+Two details from elsewhere in the report: the harbour fund pays one third of the lighthouse \
+works, and the tender for them closes on **14 March** [2]."""
+DOCS_FOLLOW_UP = "What does the field trial say about irrigation?"
+_REPORT_LINES = (
+    "Cargo volumes through the north basin rose for the third year running, led by timber "
+    "and grain.",
+    "The ferry berth was dredged to 7.5 metres in May, and the work stayed within budget.",
+    "Pilotage requests averaged 41 a month; no incidents were reported.",
+    "Staff numbers were unchanged at 63, with two apprentices joining the workshop.",
+    "Mooring fees were indexed to inflation as agreed by the board in the previous year.",
+    "The quay lighting was replaced with LED fittings, cutting its energy use by half.",
+    "Winter ice kept the inner basin closed for nine days in February.",
+    "The fishing fleet landed 12,400 tonnes, slightly below the ten-year average.",
+)
+
+
+def report_pdf(path: Path, pages: int = 48) -> Path:
+    """A harbour's annual report: a page of routine business per page, the lighthouse grant
+    stated once on page 31 and its funding on page 12."""
+    from fpdf import FPDF
+
+    pdf = FPDF(format="A4")
+    pdf.set_font("Helvetica", size=11)
+    for n in range(1, pages + 1):
+        pdf.add_page()
+        pdf.set_font("Helvetica", "B", 13)
+        pdf.cell(0, 8, f"Annual report 2025 - part {n}", new_x="LMARGIN", new_y="NEXT")
+        pdf.set_font("Helvetica", size=11)
+        lines = [_REPORT_LINES[(n + k) % len(_REPORT_LINES)] for k in range(6)]
+        if n == 31:
+            lines.insert(
+                3,
+                "The Harbour Commission approved 4,812,000 kroner for restoring "
+                "the Skagen lighthouse, to be finished before the autumn storms.",
+            )
+        if n == 12:
+            lines.insert(
+                2,
+                "The harbour fund pays one third of the cost of the lighthouse "
+                "works; the tender for them closes on 14 March.",
+            )
+        pdf.multi_cell(0, 6, " ".join(lines))
+    pdf.output(str(path))
+    return path
+
+
+def seed_documents_chat(store, when: float, folder: Path) -> None:
+    """A question about a long PDF, answered, with the passages the prompt drew on."""
+    from hearth.documents import ChatDocuments, prepare_document
+    from hearth.history.chat_store import make_title
+
+    pdf = report_pdf(folder / "harbour-report-2025.pdf")
+    chat = store.create_chat("gemma3:270m")
+    store.set_auto_title(chat.id, make_title(DOCS_QUESTION))
+    q = store.add_message(chat.id, None, "user", DOCS_QUESTION)
+    ChatDocuments(store).on_sent(q, [prepare_document(pdf)], "", [], 4096)
+    a = store.add_message(chat.id, q.id, "assistant", DOCS_ANSWER, model="gemma3:270m")
+    stats = {
+        "eval_count": 71,
+        "eval_duration": 1_600_000_000,
+        "prompt_eval_count": 2410,
+        "prompt_tokens": 2410,
+        "tokens_per_second": 44.2,
+        "ttft": 1.12,
+        "done_reason": "stop",
+    }
+    store.update_message(a.id, stats=stats)
+    store._conn.execute("UPDATE chats SET updated_at=? WHERE id=?", (when, chat.id))
+
 
 OTHER_CHATS = (
     "Plan a weekend in Lisbon",
@@ -215,6 +295,7 @@ def seed_history() -> None:
             "UPDATE chats SET updated_at=? WHERE id=?", (now - 86400 * (n + 1) * 1.3, chat.id)
         )
     seed_vision_chat(store, now - 3 * 3600)
+    seed_documents_chat(store, now - 2 * 3600, Path(os.environ["HEARTH_HOME"]))
     chat = store.create_chat("gemma3:270m")
     question = "How do I read a CSV file into a list of dicts in Python?"
     store.set_auto_title(chat.id, make_title(question))
@@ -310,6 +391,7 @@ def shoot(out: Path, only: str = "") -> None:
     from PySide6.QtWidgets import QApplication
 
     from hearth.app_settings import AppSettings, new_api_key
+    from hearth.history.chat_store import make_title
     from hearth.ui.app import HearthApp
     from hearth.ui.views.main_window import CHAT_PAGE, MODELS_PAGE, SETTINGS_PAGE
 
@@ -339,6 +421,8 @@ def shoot(out: Path, only: str = "") -> None:
     h.window.chat_page.composer.edit.setPlainText("Can it also write the rows back out, sorted ")
 
     def grab(name: str) -> None:
+        if only and name != only:
+            return
         spin(1.0)
         h.window.grab().save(str(out / name))
         print("wrote", out / name)
@@ -363,6 +447,21 @@ def shoot(out: Path, only: str = "") -> None:
     from_the_question()
     grab("vision.png")
     h.chat.remove_attachment(0)
+    # A question about a long PDF: its chip, the reply's sources with one passage open, and a
+    # short document waiting in the composer (sent whole).
+    documents = next(c for c in h.store.chats() if c.title == make_title(DOCS_QUESTION))
+    h.chat.open_chat(documents.id)
+    h.window.chat_page.composer.edit.setPlainText(DOCS_FOLLOW_UP)
+    sys.path.insert(0, str(REPO / "tests" / "documents"))
+    from make_documents import headed_docx
+
+    h.chat.attach_documents([headed_docx(Path(os.environ["HEARTH_HOME"]) / "field-trial.docx")])
+    spin(30, lambda: bool(h.chat.documents.pending))
+    reply = h.window.chat_page.transcript.widgets[-1]
+    reply.sources.show_passage(0)
+    from_the_question()
+    grab("documents.png")
+    h.chat.documents.clear()
     h.window.show_page(MODELS_PAGE)
     h.window.models_page.select_name("gemma3:270m")
     grab("models.png")
@@ -370,8 +469,9 @@ def shoot(out: Path, only: str = "") -> None:
     h.window.models_page.get_models_requested.emit()
     dialog = h.window.get_models_dialog()  # type: ignore[attr-defined]
     spin(1.0)
-    dialog.grab().save(str(out / "get-models.png"))
-    print("wrote", out / "get-models.png")
+    if not only or only == "get-models.png":
+        dialog.grab().save(str(out / "get-models.png"))
+        print("wrote", out / "get-models.png")
     dialog.close()
     # Show the page as it looks with the API exposed, without binding 0.0.0.0 here.
     shown = AppSettings(**{**vars(h.settings), "api_enabled": True, "api_expose": True})
@@ -385,23 +485,24 @@ def shoot(out: Path, only: str = "") -> None:
         ),
     )
     grab("settings.png")
-    h.window.show_page(CHAT_PAGE)
-    shoot_tools(h, spin, out)
+    if not only:
+        h.window.show_page(CHAT_PAGE)
+        shoot_tools(h, spin, out)
     h.shutdown()
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, default=REPO / "docs" / "screenshots")
-    p.add_argument("--only", default="", choices=["", "tools.png"], help="make just this one")
+    p.add_argument("--only", default="", help="make only this picture (e.g. documents.png)")
     args = p.parse_args()
     if not os.environ.get("DISPLAY") and not os.environ.get("HEARTH_IN_XVFB"):
         if shutil.which("xvfb-run") is None:
             raise SystemExit("xvfb-run is missing: apt-get install xvfb")
         env = dict(os.environ, HEARTH_IN_XVFB="1")
         cmd = ["xvfb-run", "-a", "-s", "-screen 0 1600x1000x24 -dpi 96", sys.executable]
-        argv = [__file__, "--out", str(args.out), *(["--only", args.only] if args.only else [])]
-        return subprocess.call([*cmd, *argv], env=env)
+        only = ["--only", args.only] if args.only else []
+        return subprocess.call([*cmd, __file__, "--out", str(args.out), *only], env=env)
     args.out.mkdir(parents=True, exist_ok=True)
     os.environ["QT_QPA_PLATFORM"] = "xcb"
     with tempfile.TemporaryDirectory(prefix="hearth-shots-") as home:

@@ -10,6 +10,8 @@ Libraries:
   + plugins.
 * history, app_settings: the desktop app's chat history and settings (Qt-free).
 * agent: MCP servers (tools) and the agent loop (Qt-free, HTTP-free); for the CLI and the app.
+* documents: reading, indexing and retrieving attached documents (Qt-free); history, whose
+  database holds them. The desktop app and the CLI use it.
 * launcher: starts or finds a `hearth serve` (for the CLI and the desktop app); no server code.
 * hearth.paths, hearth.default_model, hearth.hostport, hearth.program (the desktop id, the
   command that runs `hearth` again, frozen or not), hearth.desktop (the menu entry and icons):
@@ -38,6 +40,7 @@ PACKAGES = {
     "plugins",
     "convert",
     "history",
+    "documents",
     "app_settings",
     "launcher",
     "runner",
@@ -51,6 +54,7 @@ ALLOWED: dict[str, set[str]] = {
     "plugins": {"engine"},
     "convert": {"engine", "plugins"},
     "history": set(),
+    "documents": {"history"},
     "app_settings": set(),
     "launcher": set(),
     "runner": {"engine", "plugins"},
@@ -65,8 +69,9 @@ ALLOWED: dict[str, set[str]] = {
         "launcher",
         "ui",
         "history",
+        "documents",
     },
-    "ui": {"agent", "history", "app_settings", "launcher"},
+    "ui": {"agent", "history", "app_settings", "launcher", "documents"},
     "paths": set(),
     "default_model": {"paths"},
     "hostport": set(),

@@ -72,6 +72,19 @@ def _add_run(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--tool-timeout", type=_positive_float, default=DEFAULT_CALL_TIMEOUT,
         help=f"seconds one tool call may take (default {DEFAULT_CALL_TIMEOUT:g})",
     )  # fmt: skip
+    run.add_argument(
+        "--attach",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a document (PDF, DOCX, text, Markdown, HTML, CSV, code) or an image to ask about "
+        "(repeatable)",
+    )
+    run.add_argument(
+        "--embed-model",
+        default=None,
+        help="embedding model for searching long documents (default: the first installed)",
+    )
 
 
 def _add_runner(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

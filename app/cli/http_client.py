@@ -43,6 +43,7 @@ class HearthClient:
     def __init__(self, base_url: str, api_key: str | None = None, timeout: float | None = None):
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.base_url = base_url.rstrip("/")
+        self.api_key = api_key or ""
         self._http = httpx.Client(
             base_url=self.base_url,
             headers=headers,

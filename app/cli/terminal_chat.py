@@ -5,7 +5,8 @@ one for the session. With PROMPT, print one streamed reply and exit; without it,
 interactive chat whose follow-up turns reuse the runner's cached conversation. `--raw` sends
 the text without a chat template. MODEL may be a path to a .gguf file: it is registered (as
 `local/<file name>`, hard-linked, not copied) so the service can load it. `--tools CONFIG.json`
-gives the model the tools of the MCP servers in that file (`terminal_tools.py`).
+gives the model the tools of the MCP servers in that file (`terminal_tools.py`); `--attach FILE`
+sends documents and pictures with the first question (attachments.py).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from ..agent.loop import StepReply
 from ..default_model import DEFAULT_MODEL
+from .attachments import TerminalAttachments, format_sources
 from .connection import Connection, connect
 from .http_client import HearthClient, ServiceError
 
@@ -115,17 +117,26 @@ def response_format(value: str | None) -> str | dict[str, Any] | None:
 def run(args: Any, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
     conn: Connection | None = None
     tools: ToolSession | None = None
+    attached: TerminalAttachments | None = None
     try:
         fmt = response_format(getattr(args, "format", None))
         if getattr(args, "tools", None) and args.raw:
             raise _UsageError("--tools needs the model's chat template: leave out --raw")
         conn = connect(start_private=True)
         model = resolve_model(conn.client, args.model, getattr(args, "mmproj", None))
+        files = getattr(args, "attach", None) or []
+        if files and args.raw:
+            raise _UsageError("--attach needs the chat template: leave out --raw")
+        if files:
+            embed_model = getattr(args, "embed_model", None)
+            attached = TerminalAttachments(
+                conn.client, model, files, args.num_ctx, embed_model, err
+            )
         if getattr(args, "tools", None):
             from .terminal_tools import open_tools  # the MCP SDK loads only for --tools
 
             tools = open_tools(args, conn.client, model, sys.stdin, err)
-        chat = _Chat(conn.client, model, args, out, err, tools)
+        chat = _Chat(conn.client, model, args, out, err, tools, attached)
         if fmt is not None:
             chat.base["format"] = fmt
         if args.prompt is not None:
@@ -137,6 +148,8 @@ def run(args: Any, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
     finally:
         if tools is not None:
             tools.close()  # the MCP servers stop with the chat
+        if attached is not None:
+            attached.close()
         if conn is not None:
             conn.close()
 
@@ -150,9 +163,11 @@ class _Chat:
         out: TextIO,
         err: TextIO,
         tools: ToolSession | None = None,
+        attached: TerminalAttachments | None = None,
     ):
         self.client, self.model, self.args = client, model, args
         self.out, self.err, self.tools = out, err, tools
+        self.attached = attached
         self._report = ""
         self.base: dict[str, Any] = {"model": model, "options": request_options(args)}
         if args.keep_alive is not None:
@@ -207,9 +222,22 @@ class _Chat:
             reply = StepReply.from_chunks(self._stream("/api/chat", {"messages": messages})).content
         return [{"role": "assistant", "content": reply}]
 
+    def _user(self, text: str) -> dict[str, Any]:
+        return self.attached.user(text) if self.attached else {"role": "user", "content": text}
+
+    def _sources(self) -> None:
+        if self.attached is not None:
+            self.err.write(format_sources(self.attached.sources()))
+
+    def _unask(self, messages: list[dict[str, Any]]) -> None:
+        messages.pop()
+        if self.attached is not None:
+            self.attached.forget_last()
+
     def one_shot(self, prompt: str) -> int:
-        self._reply([{"role": "user", "content": prompt}], prompt)
+        self._reply([self._user(prompt)], prompt)
         self.out.write("\n")
+        self._sources()
         if self._report:
             self.err.write(self._report)
         return 0
@@ -231,19 +259,22 @@ class _Chat:
                 break
             if not text.strip():
                 continue
-            messages.append({"role": "user", "content": text})
+            messages.append(self._user(text))
             try:
                 added = self._reply(messages, text)
             except KeyboardInterrupt:  # stop this reply, keep the chat
                 self.out.write("\n")
-                messages.pop()
+                self._unask(messages)
                 continue
             except ServiceError as e:
                 self.err.write(f"\nhearth: {e}\n")
-                messages.pop()
+                self._unask(messages)
                 continue
             messages.extend(added)
+            if self.attached is not None:
+                self.attached.assistant(added[-1]["content"])
             self.out.write("\n\n")
+            self._sources()
             if self._report:
                 self.err.write(self._report)
         return 0

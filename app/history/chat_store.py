@@ -55,6 +55,11 @@ class ChatStore:
     def close(self) -> None:
         self._conn.close()
 
+    @property
+    def connection(self) -> sqlite3.Connection:
+        """The database connection, for the tables other packages own (hearth.documents)."""
+        return self._conn
+
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
         self._conn.execute("BEGIN IMMEDIATE")

@@ -76,7 +76,7 @@ def sql_script(script: str) -> Callable[[sqlite3.Connection], None]:
     return apply
 
 
-def _fts_index(table: str, column: str) -> str:
+def _fts_index(table: str, column: str, tokenize: str = "unicode61 remove_diacritics 2") -> str:
     """SQL for a full-text index `<table>_fts` over `<table>.<column>`, kept in step by triggers.
 
     The index uses external content (`content=<table>`), so the text is not stored twice; the
@@ -84,12 +84,12 @@ def _fts_index(table: str, column: str) -> str:
     update of the column, and a removal must pass the old text (FTS5's 'delete' command) so the
     index can find the terms to drop. A step that rebuilds `<table>` must recreate these
     triggers (dropping a table drops its triggers) and run `INSERT INTO <table>_fts(<table>_fts)
-    VALUES('rebuild')` if the rowids change.
+    VALUES('rebuild')` if the rowids change. `tokenize` is FTS5's tokenizer option.
     """
     fts = f"{table}_fts"
     return f"""
 CREATE VIRTUAL TABLE IF NOT EXISTS {fts} USING fts5(
-    {column}, content='{table}', content_rowid='id', tokenize='unicode61 remove_diacritics 2'
+    {column}, content='{table}', content_rowid='id', tokenize='{tokenize}'
 );
 CREATE TRIGGER IF NOT EXISTS {table}_ai AFTER INSERT ON {table} BEGIN
     INSERT INTO {fts}(rowid, {column}) VALUES (new.id, new.{column});
@@ -152,6 +152,54 @@ ALTER TABLE messages ADD COLUMN tool TEXT NOT NULL DEFAULT '{}';
 ALTER TABLE chats ADD COLUMN tools TEXT NOT NULL DEFAULT '[]';
 """
 
+# Schema 3 (documents, hearth.documents reads and writes these):
+#
+# * documents: one per attached file, on the user message that carried it (deleted with it),
+#   with what a chip shows (name, kind, pages, notes) and how it was sent ("whole" or "searched").
+# * document_chunks: its text in passages, each with the page or section it comes from; a
+#   full-text index (FTS5, Porter stemming: "costs" finds "cost") ranks them by BM25.
+# * chunk_vectors: each chunk's embedding (float32, little-endian) under the model that made it.
+# * message_sources: the passages a user message's prompt drew on, in order, as the reply under
+#   it cites them (`number` is the passage's [n] in the prompt, 0 for a document sent whole).
+_SCHEMA_3 = """
+CREATE TABLE IF NOT EXISTS documents (
+    id INTEGER PRIMARY KEY,
+    message_id INTEGER NOT NULL REFERENCES messages(id) ON DELETE CASCADE,
+    position INTEGER NOT NULL,
+    name TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    pages INTEGER NOT NULL DEFAULT 0,
+    sections INTEGER NOT NULL DEFAULT 0,
+    chars INTEGER NOT NULL DEFAULT 0,
+    notes TEXT NOT NULL DEFAULT '[]',
+    mode TEXT NOT NULL DEFAULT 'whole',
+    sha256 TEXT NOT NULL DEFAULT '',
+    created_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS documents_by_message ON documents(message_id);
+CREATE TABLE IF NOT EXISTS document_chunks (
+    id INTEGER PRIMARY KEY,
+    document_id INTEGER NOT NULL REFERENCES documents(id) ON DELETE CASCADE,
+    position INTEGER NOT NULL,
+    section TEXT NOT NULL,
+    text TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS chunks_by_document ON document_chunks(document_id, position);
+CREATE TABLE IF NOT EXISTS chunk_vectors (
+    chunk_id INTEGER NOT NULL REFERENCES document_chunks(id) ON DELETE CASCADE,
+    model TEXT NOT NULL,
+    vector BLOB NOT NULL,
+    PRIMARY KEY (chunk_id, model)
+);
+CREATE TABLE IF NOT EXISTS message_sources (
+    message_id INTEGER NOT NULL REFERENCES messages(id) ON DELETE CASCADE,
+    position INTEGER NOT NULL,
+    chunk_id INTEGER NOT NULL REFERENCES document_chunks(id) ON DELETE CASCADE,
+    number INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (message_id, position)
+);
+"""
+
 STEPS: list[Step] = [
     Step(
         1,
@@ -159,6 +207,14 @@ STEPS: list[Step] = [
         sql_script(_SCHEMA_1 + _fts_index("messages", "content") + _fts_index("chats", "title")),
     ),
     Step(2, "tool calls, tool results and each chat's tools", sql_script(_SCHEMA_2)),
+    Step(
+        3,
+        "documents attached to messages, their chunks, vectors and full-text index",
+        sql_script(
+            _SCHEMA_3
+            + _fts_index("document_chunks", "text", tokenize="porter unicode61 remove_diacritics 2")
+        ),
+    ),
 ]
 
 SCHEMA_VERSION = STEPS[-1].version

@@ -152,7 +152,8 @@ class ApiClient(QObject):
 
     @property
     def token(self) -> str:
-        """The bearer key sent with each request ('' for none)."""
+        """The API key sent with each request ('' when none), for other clients of the same
+        service (document embeddings)."""
         return self._token
 
     def _request(self, path: str, timeout_ms: int) -> QNetworkRequest:

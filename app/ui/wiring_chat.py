@@ -46,6 +46,7 @@ def wire_chat_page(
 
     def show_attachments() -> None:
         composer.set_attachments(chat.pending_images)
+        composer.documents.set_documents(chat.document_chips(), chat.documents.progress)
         show_images_note()
 
     def on_opened(_chat_id: int) -> None:
@@ -107,8 +108,10 @@ def wire_chat_page(
     composer.send_requested.connect(send)
     composer.stop_requested.connect(chat.stop)
     composer.attach_requested.connect(attach)
+    composer.attach_document_requested.connect(lambda: drops.open_paths(dialogs.pick_documents()))
     composer.files_pasted.connect(drops.handle)
     composer.remove_attachment.connect(chat.remove_attachment)
+    composer.documents.remove_requested.connect(chat.documents.remove)
     composer.think_toggled.connect(settings.set_think)
     transcript.copy_requested.connect(chat.copy_message)
     transcript.regenerate_requested.connect(chat.regenerate)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QObject, Signal
@@ -23,9 +24,11 @@ from ...history.chat_store import make_title
 from ...history.records import STREAMING
 from ..api_client import ApiClient, ApiError
 from ..item_models.conversation import ConversationModel, MessageItem
+from ..widgets.documents import ChipInfo
 from ..widgets.tool_call import ALWAYS
 from .agent_reply import AgentReply, PendingCall
 from .clipboard import copy_text
+from .documents import DocumentsController
 from .errors import friendly_error
 from .images import attachable_images
 from .model_turn import ModelTurn
@@ -67,6 +70,10 @@ class ChatController(QObject):
         self.pending_images: list[bytes] = []
         self._tools = tools
         self._reply: StreamingReply | AgentReply | None = None  # the reply being written
+        self.documents = DocumentsController(store, client, models, self)
+        self.documents.changed.connect(self.attachments_changed)
+        self.documents.notice.connect(self.notice)
+        self.conversation.extras = self.documents.extras
         models.model_updated.connect(self._on_model_info)
 
     # -- state -------------------------------------------------------------------------------
@@ -138,6 +145,7 @@ class ChatController(QObject):
             return
         self.chat = chat
         self.pending_images.clear()
+        self.documents.pending.clear()
         self.attachments_changed.emit()
         self._reload(full=True)
         self.chat_opened.emit(chat.id)
@@ -296,20 +304,50 @@ class ChatController(QObject):
 
     # -- sending -----------------------------------------------------------------------------
 
+    def num_ctx(self) -> int:
+        """The open chat's context window, as its requests will have it."""
+        if self.chat is None:
+            return 4096
+        info = self._models.info(self.chat.model)
+        runtime = self._settings().request_options()
+        return context_window(self.chat, runtime, info.context_length if info else 0)
+
+    def attach_documents(self, paths: list[Path]) -> bool:
+        """Read documents (off the GUI thread) to go with the next message."""
+        if not paths:
+            return False
+        self.documents.attach(paths)
+        return True
+
+    def document_chips(self) -> list[ChipInfo]:
+        """The waiting documents, each with how it would be sent now (whole or searched)."""
+        chat = self.chat
+        path = self._store.path(chat.id) if chat else []
+        return self.documents.pending_chips(
+            chat.system_prompt if chat else "", path, self.num_ctx()
+        )
+
     def send(self, text: str) -> bool:
         text = text.strip()
-        if self.busy or (not text and not self.pending_images):
+        docs = self.documents
+        if self.busy or (not text and not self.pending_images and not docs.pending):
+            return False
+        if docs.reading:
+            self.notice.emit("info", self.tr("Still reading the document: send when it is ready."))
             return False
         if self.chat is None:
             self.new_chat()
         assert self.chat is not None
+        earlier = self._store.path(self.chat.id)
         user = self._store.add_message(
             self.chat.id, self.chat.current_leaf, "user", text, images=self.pending_images
         )
+        title = make_title(text) or (docs.pending[0].name if docs.pending else self.tr("Image"))
+        docs.on_sent(user, self.chat.system_prompt, earlier, self.num_ctx())
         self.pending_images = []
         self.attachments_changed.emit()
         # The first question names the chat; later ones leave the name the user knows it by.
-        self._store.set_auto_title(self.chat.id, make_title(text) or self.tr("Image"))
+        self._store.set_auto_title(self.chat.id, title)
         self.chat_meta_changed.emit()
         self._start_reply(user.id)
         return True
@@ -335,6 +373,9 @@ class ChatController(QObject):
         user = self._store.add_message(
             self.chat.id, original.parent_id, "user", text, images=original.images
         )
+        self.documents.copy(original, user)
+        earlier = self._store.path(self.chat.id)[:-1]
+        self.documents.on_sent(user, self.chat.system_prompt, earlier, self.num_ctx())
         self._start_reply(user.id)
         return True
 
@@ -375,7 +416,8 @@ class ChatController(QObject):
         path = self._store.path(self.chat.id)
         info = self._models.info(self.chat.model)
         think = self._settings().think if info and info.thinking else None
-        body = chat_body(self.chat, path, self._settings().request_options(), think)
+        runtime = self._settings().request_options()
+        body = chat_body(self.chat, path, runtime, think, self.documents.message_text)
         message = self._store.add_message(
             self.chat.id, user_id, "assistant", model=self.chat.model, state=STREAMING
         )

@@ -1,4 +1,5 @@
-"""What a drop or a paste means: a .gguf is imported, an image is attached (vision models)."""
+"""What a drop or a paste means: a .gguf is imported, an image is attached (vision models), a
+document is read to go with the next message."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from pathlib import Path
 from PySide6.QtCore import QMimeData, QObject
 from PySide6.QtGui import QImage
 
+from ...documents import DOCUMENT_SUFFIXES
 from .chat import ChatController
 from .images import png_bytes
 from .models import ModelsController
@@ -29,10 +31,12 @@ class DropController(QObject):
         self._models = models
 
     def kind(self, mime: QMimeData) -> str:
-        """'model', 'image' or '' (not something Hearth takes)."""
+        """'model', 'image', 'document' or '' (not something Hearth takes)."""
         paths = _local_paths(mime)
         if any(p.suffix.lower() == ".gguf" for p in paths):
             return "model"
+        if any(p.suffix.lower() in DOCUMENT_SUFFIXES for p in paths):
+            return "document"
         if any(p.suffix.lower() in IMAGE_SUFFIXES for p in paths) or mime.hasImage():
             return "image"
         return ""
@@ -41,6 +45,8 @@ class DropController(QObject):
         kind = self.kind(mime)
         if kind == "model":
             return self.tr("Drop to import this model")
+        if kind == "document":
+            return self.tr("Drop to attach the document")
         if kind == "image":
             if self._chat.can_see_images():
                 return self.tr("Drop to attach the image")
@@ -62,6 +68,9 @@ class DropController(QObject):
         for p in paths:
             if p.suffix.lower() == ".gguf":
                 handled = self._models.import_gguf(p) or handled
+        documents = [p for p in paths if p.suffix.lower() in DOCUMENT_SUFFIXES]
+        if documents:
+            handled = self._chat.attach_documents(documents) or handled
         images = [p for p in paths if p.suffix.lower() in IMAGE_SUFFIXES]
         if images:
             data = []

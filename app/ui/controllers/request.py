@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+from collections.abc import Callable
 from typing import Any
 
 from ...history.records import ERROR, Chat, Message
@@ -11,18 +12,23 @@ __all__ = ["chat_body", "context_window", "context_used"]
 
 
 def chat_body(
-    chat: Chat, path: list[Message], runtime: dict[str, Any], think: bool | None
+    chat: Chat,
+    path: list[Message],
+    runtime: dict[str, Any],
+    think: bool | None,
+    text_of: Callable[[Message], str] = lambda m: m.content,
 ) -> dict[str, Any]:
-    """The /api/chat request for `path` (root → the message being answered); the tool calls
-    and results on it go too (Ollama's shape: an assistant's `tool_calls`, role "tool"
-    messages with `tool_name`), so regenerating or editing resends them."""
+    """The /api/chat request for `path` (root → the message being answered); `text_of` gives
+    what a message says to the model (a question with its documents). The tool calls and
+    results on it go too (Ollama's shape: an assistant's `tool_calls`, role "tool" messages
+    with `tool_name`), so regenerating or editing resends them."""
     messages: list[dict[str, Any]] = []
     if chat.system_prompt.strip():
         messages.append({"role": "system", "content": chat.system_prompt})
     for m in path:
         if m.role == "assistant" and m.state == ERROR and not m.content:
             continue  # a failed reply has nothing to show the model
-        entry: dict[str, Any] = {"role": m.role, "content": m.content}
+        entry: dict[str, Any] = {"role": m.role, "content": text_of(m)}
         if m.role == "assistant" and m.tool_calls:
             entry["tool_calls"] = [
                 {"id": c.get("id"), "function": {"name": c["name"], "arguments": c["arguments"]}}

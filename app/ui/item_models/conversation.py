@@ -6,6 +6,7 @@ writer. Streaming updates a row in place (dataChanged), so the view re-renders j
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -34,6 +35,8 @@ class MessageItem:
     thinking_seconds: float = 0.0
     tool_calls: list[dict[str, Any]] = field(default_factory=list)  # an assistant's calls
     tool: dict[str, Any] = field(default_factory=dict)  # a role "tool" message's call record
+    documents: list[Any] = field(default_factory=list)  # a question's document chips
+    sources: list[Any] = field(default_factory=list)  # the passages a reply draws on
 
     @classmethod
     def from_message(cls, m: Message) -> MessageItem:
@@ -61,6 +64,12 @@ class ConversationModel(QAbstractListModel):
     def __init__(self, parent: Any = None) -> None:
         super().__init__(parent)
         self._items: list[MessageItem] = []
+        # What a message shows besides its own fields (documents, sources): MessageItem
+        # field values by name, from the chat controller.
+        self.extras: Callable[[Message], dict[str, Any]] = lambda _m: {}
+
+    def _item(self, m: Message) -> MessageItem:
+        return replace(MessageItem.from_message(m), **self.extras(m))
 
     def rowCount(self, parent: _Index = QModelIndex()) -> int:
         return 0 if parent.isValid() else len(self._items)
@@ -86,13 +95,13 @@ class ConversationModel(QAbstractListModel):
 
     def set_messages(self, messages: list[Message]) -> None:
         self.beginResetModel()
-        self._items = [MessageItem.from_message(m) for m in messages]
+        self._items = [self._item(m) for m in messages]
         self.endResetModel()
 
     def sync(self, messages: list[Message]) -> None:
         """Show `messages`, touching only what differs: rows past the shared prefix are
         replaced, so sending or switching a version does not rebuild the whole transcript."""
-        new = [MessageItem.from_message(m) for m in messages]
+        new = [self._item(m) for m in messages]
         keep = 0
         while keep < min(len(new), len(self._items)) and new[keep].id == self._items[keep].id:
             keep += 1

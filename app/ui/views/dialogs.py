@@ -28,6 +28,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from ...documents import DOCUMENT_SUFFIXES
 from ...history.export_files import format_for
 
 __all__ = ["ChatSettingsDialog", "Dialogs", "ShortcutsDialog", "SHORTCUTS", "service_failed_box"]
@@ -213,6 +214,16 @@ class Dialogs:
     def pick_images(self) -> list[Path]:
         paths, _ = QFileDialog.getOpenFileNames(
             self._parent, self.tr("Attach images"), str(Path.home()), self.tr(_IMAGE_FILTER)
+        )
+        return [Path(p) for p in paths]
+
+    def pick_documents(self) -> list[Path]:
+        suffixes = " ".join(f"*{s}" for s in sorted(DOCUMENT_SUFFIXES))
+        paths, _ = QFileDialog.getOpenFileNames(
+            self._parent,
+            self.tr("Attach documents"),
+            str(Path.home()),
+            self.tr("Documents (%1)").replace("%1", suffixes),
         )
         return [Path(p) for p in paths]
 

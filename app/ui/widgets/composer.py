@@ -1,4 +1,5 @@
-"""The message box: Enter sends, Shift+Enter adds a line, Esc stops; images ride along."""
+"""The message box: Enter sends, Shift+Enter adds a line, Esc stops; images and documents
+ride along."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
+
+from .documents import DocumentStrip
 
 __all__ = ["Composer", "PromptEdit"]
 
@@ -51,6 +54,7 @@ class Composer(QFrame):
     send_requested = Signal(str)
     stop_requested = Signal()
     attach_requested = Signal()
+    attach_document_requested = Signal()
     files_pasted = Signal(QMimeData)
     remove_attachment = Signal(int)
     think_toggled = Signal(bool)
@@ -68,6 +72,8 @@ class Composer(QFrame):
         self._strip_layout.setContentsMargins(0, 0, 0, 4)
         self.strip.hide()
         lay.addWidget(self.strip)
+        self.documents = DocumentStrip()  # documents waiting to go, and reading progress
+        lay.addWidget(self.documents)
         self.images_note = QLabel()  # why the attached images will be refused, if they will
         self.images_note.setObjectName("Warning")
         self.images_note.setWordWrap(True)
@@ -91,6 +97,13 @@ class Composer(QFrame):
         self.attach_btn.setText(self.tr("+ Image"))
         self.attach_btn.setAccessibleName(self.tr("Attach an image"))
         self.attach_btn.setToolTip(self.tr("Attach an image (Ctrl+O), or drop or paste one"))
+        self.doc_btn = QToolButton()
+        self.doc_btn.setText(self.tr("+ Document"))
+        self.doc_btn.setAccessibleName(self.tr("Attach a document"))
+        self.doc_btn.setToolTip(
+            self.tr("Attach a PDF, Word, text, Markdown, HTML, CSV or code file, or drop one")
+        )
+        self.doc_btn.clicked.connect(self.attach_document_requested)
         self.attach_btn.clicked.connect(self.attach_requested)
         self.think_btn = QToolButton()
         self.think_btn.setText(self.tr("Think"))
@@ -105,7 +118,7 @@ class Composer(QFrame):
         self.send_btn.setObjectName("SendButton")
         self.send_btn.setAccessibleName(self.tr("Send message"))
         self.send_btn.clicked.connect(self._on_button)
-        for w in (self.attach_btn, self.think_btn):
+        for w in (self.attach_btn, self.doc_btn, self.think_btn):
             row.addWidget(w)
         row.addStretch(1)
         row.addWidget(self.hint)

@@ -25,6 +25,7 @@ from ..item_models.conversation import MessageItem
 from ..markdown import split_thinking
 from ..theme import Palette
 from .bits import thumbnail_row
+from .documents import SourcesView, chip_row
 from .markdown_view import MarkdownView
 from .tool_call import ToolCallView
 
@@ -117,6 +118,10 @@ class MessageWidget(QFrame):
         if self.item.images:
             pictures, self.thumbnails = thumbnail_row(self.item.images)
             blay.addWidget(pictures)
+        self.document_chips: list[QLabel] = []  # the documents sent with a user message
+        if self.item.documents:
+            documents, self.document_chips = chip_row(self.item.documents)
+            blay.addWidget(documents)
         self.text_label = QLabel()
         self.text_label.setWordWrap(True)
         self.text_label.setTextFormat(Qt.TextFormat.PlainText)
@@ -193,6 +198,8 @@ class MessageWidget(QFrame):
         self.body = MarkdownView(self.tr("Reply"))
         self.body.code_copied.connect(lambda _n: self.code_copied.emit())
         outer.addWidget(self.body)
+        self.sources = SourcesView()  # the passages of the documents the reply draws on
+        outer.addWidget(self.sources)
 
         self.error_card = QFrame()
         self.error_card.setObjectName("ErrorCard")
@@ -316,6 +323,7 @@ class MessageWidget(QFrame):
         if it.content != self.body.markdown_source() or not streaming:
             self.body.set_markdown(it.content, self._palette)
         self.body.setVisible(bool(it.content) or streaming)
+        self.sources.set_citations(it.sources)
         self.error_card.setVisible(it.state == ERROR)
         self.error_label.setText(it.error)
         self.stats_label.setText(format_stats(it.stats) if it.state != STREAMING else "")

@@ -1,0 +1,88 @@
+"""PDF: the text layer of each page (pypdf), labelled "page N". A page without text is read as
+empty and named in the notes (a scanned page, an image, needs OCR, which Hearth does not do);
+an encrypted PDF is read only when it opens with the empty password (many are encrypted only to
+restrict printing or copying), else refused with a sentence, as is a damaged one."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from .readers import MAX_PAGES, DocumentError, Progress
+from .records import Document, Section
+
+__all__ = ["read_pdf"]
+
+
+def _has_images(page: object) -> bool:
+    try:
+        return len(page.images) > 0  # type: ignore[attr-defined]
+    except Exception:
+        return True
+
+
+def _ranges(pages: list[int]) -> str:
+    """[3, 4, 5, 9] -> "3–5, 9"."""
+    out: list[str] = []
+    start = prev = pages[0]
+    for p in [*pages[1:], -1]:
+        if p == prev + 1:
+            prev = p
+            continue
+        out.append(str(start) if start == prev else f"{start}–{prev}")
+        start = prev = p
+    return ", ".join(out)
+
+
+def read_pdf(path: Path, progress: Progress | None = None) -> Document:
+    from pypdf import PdfReader
+    from pypdf.errors import DependencyError, FileNotDecryptedError, PdfReadError
+
+    name = path.name
+    logging.getLogger("pypdf").setLevel(logging.ERROR)  # its recovery warnings are not news
+    try:
+        reader = PdfReader(path, strict=False)
+        if reader.is_encrypted and not reader.decrypt(""):
+            raise DocumentError(
+                f"{name} is protected by a password; Hearth cannot read it. Save an unprotected "
+                "copy (print it to PDF) and attach that."
+            )
+        count = len(reader.pages)
+    except DocumentError:
+        raise
+    except (FileNotDecryptedError, DependencyError) as e:
+        raise DocumentError(f"{name} is encrypted in a way Hearth cannot open ({e}).") from e
+    except (PdfReadError, ValueError, KeyError, TypeError, OSError, IndexError) as e:
+        raise DocumentError(f"{name} is damaged or is not a PDF: {e}") from e
+    if count > MAX_PAGES:
+        raise DocumentError(
+            f"{name} has {count} pages; Hearth reads PDFs of up to {MAX_PAGES} pages."
+        )
+    sections: list[Section] = []
+    scanned: list[int] = []
+    blank: list[int] = []
+    broken: list[int] = []
+    for n, page in enumerate(reader.pages, start=1):
+        try:
+            text = page.extract_text() or ""
+        except Exception:
+            text = ""
+            broken.append(n)
+        else:
+            if not text.strip():
+                (scanned if _has_images(page) else blank).append(n)
+        sections.append(Section(f"page {n}", text.strip()))
+        if progress is not None:
+            progress(n, count)
+    notes = []
+    if scanned:
+        which = "page" if len(scanned) == 1 else "pages"
+        notes.append(
+            f"{which} {_ranges(scanned)} {'is an image' if len(scanned) == 1 else 'are images'}"
+            " without a text layer (scanned?): Hearth cannot read text from images"
+        )
+    if broken:
+        notes.append(f"page(s) {_ranges(broken)} could not be read (damaged)")
+    if blank and len(blank) < count:
+        notes.append(f"page(s) {_ranges(blank)} hold no text")
+    return Document(name, "pdf", sections, pages=count, notes=notes)

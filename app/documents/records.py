@@ -1,0 +1,70 @@
+"""The plain records documents are made of: what a reader gives (a Document of Sections), what
+is indexed (Chunks) and what a reply cites (Citations)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = ["Chunk", "Citation", "Document", "Section"]
+
+
+@dataclass(frozen=True)
+class Section:
+    """A part of a document a reader can name: `label` is "page 12" (PDF), a heading path
+    ("Costs › Travel", DOCX and Markdown) or "lines 41–80" (text, CSV, code)."""
+
+    label: str
+    text: str
+
+
+@dataclass
+class Document:
+    """A document as read: its file name, its kind ("pdf", "docx", "text", ...), its sections in
+    order, how many pages it has (PDF; 0 for other kinds) and notes about what could not be read
+    (a scanned page without text), which are shown to the user and told to the model."""
+
+    name: str
+    kind: str
+    sections: list[Section]
+    pages: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def chars(self) -> int:
+        return sum(len(s.text) for s in self.sections)
+
+    def text_for_estimate(self) -> str:
+        """Its text as sent whole (section labels included), for estimating its tokens."""
+        return "".join(f"\n[{s.label}]\n{s.text}" for s in self.sections)
+
+    def extent(self) -> str:
+        """How long it is, in the words a chip shows: "300 pages", "12 sections"."""
+        if self.kind == "pdf":
+            return f"{self.pages} page" + ("s" if self.pages != 1 else "")
+        n = len(self.sections)
+        return f"{n} section" + ("s" if n != 1 else "")
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """A passage of a document: the unit that is indexed, retrieved and cited. `position` is its
+    place in the document; chunks never overlap, so the document's text is its chunks in order."""
+
+    position: int
+    section: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Citation:
+    """A passage a reply drew on: the document, the page or section, and the passage itself.
+    `number` is its [n] in the prompt (0 for a passage of a document sent whole)."""
+
+    document: str
+    section: str
+    text: str
+    number: int = 0
+    chunk_id: int = 0
+
+    def label(self) -> str:
+        return f"{self.document}, {self.section}"

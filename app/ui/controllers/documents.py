@@ -1,0 +1,181 @@
+"""Documents in the open chat: reading dropped or picked files off the GUI thread (with a
+progress line), the ones waiting to go with the next message, and what each message says to
+the model and cites, through hearth.documents (the same code as `hearth run --attach`).
+
+Reading, chunking and embedding a document run on a worker thread; the history database is
+written only on the GUI thread (it owns the connection), when the message is sent.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QObject, Signal
+
+from ...documents import ChatDocuments, DocumentError, PreparedDocument, prepare_document
+from ...documents.embedding import Embedder, question_embedder
+from ...history import ChatStore, Message
+from ..api_client import ApiClient
+from ..widgets.documents import ChipInfo
+from .models import ModelsController
+
+__all__ = ["DocumentsController"]
+
+
+class _Reading(QObject):
+    """Signals from one worker thread (queued to the GUI thread, where this object lives)."""
+
+    progressed = Signal(str, int, int)  # name, pages done, pages
+    done = Signal(object)  # PreparedDocument
+    failed = Signal(str)  # a sentence
+
+
+class DocumentsController(QObject):
+    changed = Signal()  # the waiting documents or the progress line changed
+    notice = Signal(str, str)  # level, sentence
+
+    def __init__(
+        self,
+        store: ChatStore,
+        client: ApiClient,
+        models: ModelsController,
+        parent: QObject | None = None,
+    ) -> None:
+        super().__init__(parent)
+        self._client = client
+        self._models = models
+        self.chat_documents = ChatDocuments(store, self._embed_question)
+        self.pending: list[PreparedDocument] = []
+        self.progress = ""  # "Reading report.pdf: page 40 of 300…" while reading
+        self._active: list[_Reading] = []  # one per file still being read
+
+    # -- the embedding model -------------------------------------------------------------------
+
+    def embedding_model(self) -> str:
+        """The first installed model that embeds ('' when none: full-text search alone)."""
+        for row in self._models.model.models():
+            if "embedding" in row.capabilities:
+                return str(row.name)
+        return ""
+
+    def _embedder(self) -> Embedder | None:
+        name = self.embedding_model()
+        if not name or not self._client.base_url:
+            return None
+        return Embedder(self._client.base_url, name, self._client.token)
+
+    def _embed_question(self, question: str) -> tuple[list[float], str] | None:
+        embedder = self._embedder()
+        return question_embedder(embedder)(question) if embedder is not None else None
+
+    # -- reading -------------------------------------------------------------------------------
+
+    @property
+    def reading(self) -> bool:
+        return bool(self._active)
+
+    def attach(self, paths: Sequence[Path]) -> None:
+        """Read each file on a worker thread; it joins `pending` when ready."""
+        embedder = self._embedder()
+        for path in paths:
+            signals = _Reading(self)
+            signals.progressed.connect(self._on_progress)
+            signals.done.connect(lambda prepared, s=signals: self._on_done(s, prepared))
+            signals.failed.connect(lambda sentence, s=signals: self._on_failed(s, sentence))
+
+            def work(path: Path = path, signals: _Reading = signals) -> None:
+                try:
+                    prepared = prepare_document(
+                        path,
+                        lambda done, total: signals.progressed.emit(path.name, done, total),
+                        embedder,
+                    )
+                except DocumentError as e:
+                    signals.failed.emit(str(e))
+                except Exception as e:  # a reader's bug must not lose the chat
+                    signals.failed.emit(f"{path.name} could not be read: {e}")
+                else:
+                    signals.done.emit(prepared)
+
+            thread = threading.Thread(target=work, name=f"read {path.name}", daemon=True)
+            self._active.append(signals)
+            self.progress = self.tr("Reading %1…").replace("%1", path.name)
+            thread.start()
+        self.changed.emit()
+
+    def _finished(self, signals: _Reading) -> None:
+        self._active.remove(signals)
+        signals.deleteLater()
+        if not self._active:
+            self.progress = ""
+
+    def _on_progress(self, name: str, done: int, total: int) -> None:
+        self.progress = (
+            self.tr("Reading %1: page %2 of %3…")
+            .replace("%1", name)
+            .replace("%2", str(done))
+            .replace("%3", str(total))
+        )
+        self.changed.emit()
+
+    def _on_done(self, signals: _Reading, prepared: PreparedDocument) -> None:
+        self._finished(signals)
+        self.pending.append(prepared)
+        if prepared.document.notes:
+            notes = "; ".join(prepared.document.notes)
+            self.notice.emit("info", f"{prepared.name}: {notes}.")
+        self.changed.emit()
+
+    def _on_failed(self, signals: _Reading, sentence: str) -> None:
+        self._finished(signals)
+        self.notice.emit("error", sentence)
+        self.changed.emit()
+
+    def remove(self, index: int) -> None:
+        if 0 <= index < len(self.pending):
+            del self.pending[index]
+            self.changed.emit()
+
+    def clear(self) -> None:
+        self.pending = []
+        self.changed.emit()
+
+    # -- the chat ------------------------------------------------------------------------------
+
+    def pending_chips(
+        self, system_prompt: str, path: Sequence[Message], num_ctx: int
+    ) -> list[ChipInfo]:
+        modes = self.chat_documents.preview_modes(self.pending, system_prompt, path, num_ctx)
+        return [
+            ChipInfo(p.name, p.document.extent(), mode, p.document.notes)
+            for p, mode in zip(self.pending, modes, strict=True)
+        ]
+
+    def on_sent(
+        self, message: Message, system_prompt: str, earlier: Sequence[Message], num_ctx: int
+    ) -> None:
+        """The message was stored: the waiting documents go with it (and the chat's searched
+        documents are searched again for its question)."""
+        pending, self.pending = self.pending, []
+        self.chat_documents.on_sent(message, pending, system_prompt, earlier, num_ctx)
+        if pending:
+            self.changed.emit()
+
+    def copy(self, source: Message, target: Message) -> None:
+        self.chat_documents.copy(source, target)
+
+    def message_text(self, message: Message) -> str:
+        return self.chat_documents.message_text(message)
+
+    def extras(self, message: Message) -> dict[str, Any]:
+        """What the transcript shows besides the text: a question's document chips, a reply's
+        sources (the passages its question's prompt drew on)."""
+        if message.role == "user":
+            docs = self.chat_documents.attached(message.id)
+            return {"documents": [ChipInfo(d.name, d.extent(), d.mode, d.notes) for d in docs]}
+        if message.role == "assistant" and message.parent_id is not None:
+            return {"sources": self.chat_documents.citations(message.parent_id)}
+        return {}

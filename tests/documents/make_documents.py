@@ -1,0 +1,142 @@
+"""Documents the tests (and bench/documents.py) write: a long PDF with a text layer that states
+one fact once, deep inside; a PDF with a scanned page (an image, no text); an encrypted PDF;
+a DOCX with headings; damaged files. fpdf2 writes the PDFs, pypdf encrypts, python-docx writes
+the DOCX."""
+
+from __future__ import annotations
+
+import io
+import random
+from pathlib import Path
+
+__all__ = [
+    "FACT",
+    "FACT_QUESTION",
+    "damaged_docx",
+    "damaged_pdf",
+    "encrypted_pdf",
+    "headed_docx",
+    "long_pdf",
+    "scanned_pdf",
+]
+
+# Stated once, on one page; the question shares its rare words, the filler never uses them.
+FACT = (
+    "The Harbour Commission approved 4,812,000 kroner for restoring the Skagen lighthouse, "
+    "to be finished before the autumn storms."
+)
+FACT_QUESTION = "How much money did the Harbour Commission approve for the Skagen lighthouse?"
+
+_SYLLABLES = ["ka", "lo", "mi", "ne", "ru", "sa", "ti", "vo", "be", "da", "fe", "gu", "po", "zi"]
+
+
+def _filler(rng: random.Random, words: int) -> str:
+    """Sentences of made-up words: text with a real vocabulary's spread, sharing no word with
+    FACT_QUESTION (every made-up word has three or more syllables)."""
+    out, sentence = [], []
+    for _ in range(words):
+        sentence.append("".join(rng.choice(_SYLLABLES) for _ in range(rng.randint(3, 4))))
+        if len(sentence) >= rng.randint(8, 16):
+            out.append(" ".join(sentence).capitalize() + ".")
+            sentence = []
+    return " ".join(out)
+
+
+def _pdf() -> object:
+    from fpdf import FPDF
+
+    pdf = FPDF(format="A4")
+    pdf.set_auto_page_break(False)
+    pdf.set_font("Helvetica", size=10)
+    return pdf
+
+
+def long_pdf(path: Path, pages: int = 300, fact_page: int = 217, words: int = 380) -> Path:
+    """A PDF of `pages` pages of text (about 2,800 characters each); FACT is on `fact_page`
+    only, in the middle of its text."""
+    rng = random.Random(7)
+    pdf = _pdf()
+    for n in range(1, pages + 1):
+        pdf.add_page()  # type: ignore[attr-defined]
+        text = _filler(rng, words)
+        if n == fact_page:
+            half = len(text) // 2
+            cut = text.index(". ", half) + 2
+            text = text[:cut] + FACT + " " + text[cut:]
+        pdf.multi_cell(0, 4.2, text)  # type: ignore[attr-defined]
+    pdf.output(str(path))  # type: ignore[attr-defined]
+    return path
+
+
+def _png(width: int = 400, height: int = 300) -> bytes:
+    from PIL import Image, ImageDraw
+
+    img = Image.new("RGB", (width, height), (250, 250, 245))
+    draw = ImageDraw.Draw(img)
+    for y in range(20, height - 20, 14):  # lines of "print" a scanner would see
+        draw.rectangle([30, y, width - 30 - (y * 7) % 90, y + 6], fill=(40, 40, 40))
+    out = io.BytesIO()
+    img.save(out, "PNG")
+    return out.getvalue()
+
+
+def scanned_pdf(path: Path) -> Path:
+    """Three pages: text, a scanned page (an image with no text layer), text."""
+    pdf = _pdf()
+    for n in (1, 2, 3):
+        pdf.add_page()  # type: ignore[attr-defined]
+        if n == 2:
+            pdf.image(io.BytesIO(_png()), x=10, y=10, w=190)  # type: ignore[attr-defined]
+        else:
+            pdf.multi_cell(0, 5, f"Page {n} of the inspection report. The roof is sound.")  # type: ignore[attr-defined]
+    pdf.output(str(path))  # type: ignore[attr-defined]
+    return path
+
+
+def encrypted_pdf(path: Path, password: str = "secret") -> Path:
+    """A one-page PDF that opens only with `password` (pypdf's writer, AES-free RC4-128)."""
+    from pypdf import PdfReader, PdfWriter
+
+    plain = path.with_suffix(".plain.pdf")
+    pdf = _pdf()
+    pdf.add_page()  # type: ignore[attr-defined]
+    pdf.multi_cell(0, 5, "Confidential salary table.")  # type: ignore[attr-defined]
+    pdf.output(str(plain))  # type: ignore[attr-defined]
+    writer = PdfWriter(clone_from=PdfReader(plain))
+    writer.encrypt(user_password=password, owner_password="owner", algorithm="RC4-128")
+    with path.open("wb") as f:
+        writer.write(f)
+    plain.unlink()
+    return path
+
+
+def headed_docx(path: Path) -> Path:
+    """A DOCX with a title, headings two levels deep, body text and a table."""
+    import docx
+
+    d = docx.Document()
+    d.add_heading("Field Trial Report", level=0)
+    d.add_paragraph("This report covers the spring trial of the drought-tolerant barley.")
+    d.add_heading("Method", level=1)
+    d.add_paragraph("Plots were sown on 12 March in loam soil.")
+    d.add_heading("Irrigation", level=2)
+    d.add_paragraph("Each plot received 18 millimetres of water per week.")
+    d.add_heading("Results", level=1)
+    d.add_paragraph("The yield was 6.4 tonnes per hectare, up from 5.1 the year before.")
+    table = d.add_table(rows=2, cols=2)
+    table.cell(0, 0).text, table.cell(0, 1).text = "Plot", "Yield"
+    table.cell(1, 0).text, table.cell(1, 1).text = "A", "6.4"
+    d.save(str(path))
+    return path
+
+
+def damaged_pdf(path: Path, source: Path | None = None) -> Path:
+    """A PDF cut off in the middle (a download that stopped), or garbage with a PDF header."""
+    data = source.read_bytes()[:400] if source else b"%PDF-1.7\n" + bytes(range(256)) * 4
+    path.write_bytes(data)
+    return path
+
+
+def damaged_docx(path: Path) -> Path:
+    path.write_bytes(b"PK\x03\x04 this is not really a zip archive")
+    return path

@@ -1,0 +1,111 @@
+"""Documents in the app (on the stub service): drop a PDF far larger than the context, see it
+read with a progress line and a "searched" chip, ask, and the reply's sources name the page
+and show the passage; the request is the Ollama API's own shape. A reopened chat shows its
+chips and sources and regenerates the same prompt without reading the file again."""
+
+from __future__ import annotations
+
+import pytest
+from documents.make_documents import FACT, FACT_QUESTION, long_pdf
+
+from conftest import drop_file, send_and_wait
+
+PAGES, FACT_PAGE = 60, 47
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    return long_pdf(tmp_path_factory.mktemp("ui-docs") / "annual-report.pdf", PAGES, FACT_PAGE)
+
+
+def _last_question(stub) -> dict:
+    chats = [r for r in stub.requests if r["path"] == "/api/chat"]
+    return chats[-1]["messages"][-1]
+
+
+def _flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+def test_drop_a_pdf_ask_and_the_reply_cites_the_page(qtbot, stub, make_app, report, monkeypatch):
+    stub.reply = "The commission approved 4,812,000 kroner [1]."
+    app = make_app(stub.url)
+    composer = app.window.chat_page.composer
+    progress: list[str] = []
+    app.chat.attachments_changed.connect(lambda: progress.append(app.chat.documents.progress))
+    drop_file(app, report, hint="Drop to attach the document")
+    qtbot.waitUntil(lambda: len(app.chat.documents.pending) == 1, timeout=60_000)
+    assert any(p.startswith("Reading annual-report.pdf: page") for p in progress)
+    assert not composer.documents.progress.isVisibleTo(composer)  # done reading
+    (chip,) = composer.documents.chips
+    chip_text = chip.text()
+    assert chip_text == f"annual-report.pdf · {PAGES} pages · searched"
+
+    send_and_wait(qtbot, app, FACT_QUESTION)
+    sent = _last_question(stub)
+    assert set(sent) == {"role", "content"}  # the API's own message shape, nothing added
+    assert sent["content"].endswith("\n\n" + FACT_QUESTION)
+    assert f"[1] annual-report.pdf, page {FACT_PAGE}:" in sent["content"]
+    assert _flat(FACT) in _flat(sent["content"])
+    assert composer.documents.chips == []  # sent with the question
+
+    question, reply = app.window.chat_page.transcript.widgets
+    assert [c.text() for c in question.document_chips] == [chip_text]
+    assert question.text_label.text() == FACT_QUESTION  # the bubble shows the question only
+    sources = reply.sources
+    assert sources.isVisibleTo(reply)
+    assert sources.title.text() == "Sources · annual-report.pdf"
+    assert sources.buttons[0].text() == f"[1] page {FACT_PAGE}"
+    sources.buttons[0].click()
+    assert sources.passage.isVisibleTo(reply)
+    assert "4,812,000 kroner" in sources.passage.text()
+    assert sources.passage.text().startswith(f"annual-report.pdf, page {FACT_PAGE}")
+
+
+def test_a_reopened_chat_does_not_read_its_documents_again(
+    qtbot, stub, make_app, report, monkeypatch
+):
+    app = make_app(stub.url)
+    drop_file(app, report, hint="Drop to attach the document")
+    qtbot.waitUntil(lambda: len(app.chat.documents.pending) == 1, timeout=60_000)
+    send_and_wait(qtbot, app, FACT_QUESTION)
+    first = _last_question(stub)
+    chat_id = app.chat.chat.id
+
+    reads: list[object] = []
+    from hearth.documents import prepare, readers
+    from hearth.ui.controllers import documents as ui_documents
+
+    def reader(*args, **kwargs):
+        reads.append(args)
+        raise AssertionError("the document was read again")
+
+    monkeypatch.setattr(readers, "read_document", reader)
+    monkeypatch.setattr(prepare, "read_document", reader)
+    monkeypatch.setattr(ui_documents, "prepare_document", reader)
+
+    app.chat.new_chat()
+    assert app.window.chat_page.transcript.widgets == []
+    app.chat.open_chat(chat_id)
+    question, reply = app.window.chat_page.transcript.widgets
+    assert [c.text() for c in question.document_chips] == [
+        f"annual-report.pdf · {PAGES} pages · searched"
+    ]
+    assert reply.sources.buttons[0].text() == f"[1] page {FACT_PAGE}"
+    with qtbot.waitSignal(app.chat.reply_finished, timeout=10_000):
+        app.window.act_regenerate.trigger()
+    assert _last_question(stub) == first  # the same prompt, from the history database
+    assert reads == []
+
+
+def test_an_unreadable_document_is_a_sentence_and_nothing_is_lost(qtbot, stub, make_app, tmp_path):
+    app = make_app(stub.url)
+    composer = app.window.chat_page.composer
+    composer.edit.setPlainText("my draft question")
+    broken = tmp_path / "broken.pdf"
+    broken.write_bytes(b"%PDF-1.7\n garbage")
+    drop_file(app, broken, hint="Drop to attach the document")
+    toast = app.window.toast.label
+    qtbot.waitUntil(lambda: "broken.pdf is damaged" in toast.text(), timeout=30_000)
+    assert app.chat.documents.pending == [] and composer.documents.chips == []
+    assert composer.edit.toPlainText() == "my draft question"
