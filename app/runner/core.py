@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..engine.tokenizer import Tokenizer
+from .disk_cache import open_disk_cache
 from .engine import RunnerEngine, load_engine
 from .loop import BatchLoop
 from .protocol import CompletionRequest, RunnerInfo, RunnerMemory, RunnerOptions
@@ -36,6 +37,9 @@ class RunnerConfig(RunnerOptions):
     model: str
     multi_user_cache: bool = False
     pipelined: bool | None = None  # build batch N+1 while N computes; None = when a core is spare
+    # The prompt cache on disk (disk_cache.py): its folder (None: off) and size cap in bytes.
+    prompt_cache_dir: str | None = None
+    prompt_cache_bytes: int = 0
 
 
 class Runner:
@@ -62,6 +66,24 @@ class Runner:
         self.loop.start()
         self.constraints: Any = None  # grammar TokenTable, built on first structured request
         self._constraints_lock = threading.Lock()
+        # Set once the prompt cache on disk is attached (or known to be off): opening it may
+        # read the whole model file for its digest, so it happens beside serving.
+        self.disk_cache_ready = threading.Event()
+        opener = threading.Thread(target=self._open_disk_cache, name="prompt-cache", daemon=True)
+        opener.start()
+
+    def _open_disk_cache(self) -> None:
+        try:
+            if self.config.prompt_cache_dir:
+                self.loop.slots.disk = open_disk_cache(
+                    self.config.model,
+                    self.config,
+                    self.engine,
+                    self.config.prompt_cache_dir,
+                    self.config.prompt_cache_bytes,
+                )
+        finally:
+            self.disk_cache_ready.set()
 
     # -- requests ---------------------------------------------------------------------------
     def encode(self, text: str, add_special: bool = True) -> list[int]:
@@ -164,5 +186,11 @@ class Runner:
         )
 
     def close(self) -> None:
+        """Stop serving; the prompt cache on disk saves every slot (within a few seconds:
+        the service kills a runner that takes longer to stop), then the model is freed."""
         self.loop.stop()
+        disk = self.loop.slots.disk
+        if disk is not None:
+            self.loop.slots.save_all()
+            disk.close()
         self.engine.close()
