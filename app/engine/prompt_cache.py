@@ -17,12 +17,12 @@ SameBatch: beside its tokens a slot keeps each input's `same_batch` mark (the ne
 must share this input's batch: an image's positions). Reuse never stops inside such a run
 (the whole run is evaluated again) and a context shift never cuts one.
 
-On disk (`disk`, a `DiskPromptCache`, optional): a slot whose content is about to be lost
-(reused for another prompt, or the model unloading: `save_all`) is copied to host memory
-(`Cache.snapshot`, fast) and queued for the disk's writer thread. Only the prefix before the
-first image is saved (an image's positions are never on disk). A request whose prompt
-continues a saved sequence further than any slot does loads it (`Cache.restore`) instead of
-evaluating those tokens, when reading the file is cheaper than evaluating them
+On disk (`disk`, `SavedPrefixes`: a `DiskPromptCache`, optional): a slot whose content is
+about to be lost (reused for another prompt, or the model unloading: `save_all`) is copied to
+host memory (`Cache.snapshot`, fast) and queued for the disk's writer thread. Only the prefix
+before the first image is saved (an image's positions are never on disk). A request whose
+prompt continues a saved sequence further than any slot does loads it (`Cache.restore`)
+instead of evaluating those tokens, when reading the file is cheaper than evaluating them
 (`seconds_per_token`, measured by the loop, against the disk's measured read rate).
 """
 
@@ -32,14 +32,12 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import Any, Protocol
 
 import numpy as np
 
-from .kvcache import Cache, ShiftNotSupportedError
-
-if TYPE_CHECKING:
-    from .disk_prompt_cache import DiskPromptCache
+from .kvcache import Cache, SequenceState, ShiftNotSupportedError
 
 __all__ = [
     "Slot",
@@ -49,10 +47,37 @@ __all__ = [
     "common_prefix",
     "shift_discard",
     "group_start",
+    "SavedPrefixes",
+    "SavedPrefix",
 ]
 
 
 _log = logging.getLogger("hearth.prompt_cache")
+
+
+class SavedPrefix(Protocol):
+    """One saved sequence (`disk_prompt_cache.DiskEntry`)."""
+
+    @property
+    def path(self) -> Path: ...
+    @property
+    def tokens(self) -> np.ndarray: ...
+    @property
+    def size(self) -> int: ...
+
+
+class SavedPrefixes(Protocol):
+    """Where slots save and find sequences beyond memory (`disk_prompt_cache.DiskPromptCache`)."""
+
+    min_tokens: int
+    read_rate: float  # bytes per second of the last load (0: not known yet)
+
+    def best(self, prompt: Sequence[int], limit: int) -> tuple[SavedPrefix, int] | None: ...
+    def load(self, entry: Any) -> SequenceState | None:
+        """The state of an entry `best` gave."""
+
+    def holds(self, tokens: Sequence[int]) -> bool: ...
+    def save(self, tokens: Sequence[int], state: SequenceState) -> None: ...
 
 
 class NoFreeSlotError(RuntimeError):
@@ -140,7 +165,7 @@ class InputCache:
         parallel: int,
         num_ctx: int,
         multi_user: bool = False,
-        disk: DiskPromptCache | None = None,
+        disk: SavedPrefixes | None = None,
     ):
         self.cache = cache
         self.num_ctx = num_ctx
@@ -245,9 +270,10 @@ class InputCache:
         content with it (saving what the slot held first) and return its length. None: the
         slot is untouched. 0: the load failed after the slot was emptied."""
         disk = self.disk
-        if disk is None:
+        limit = len(prompt) - min(2, len(prompt))
+        if disk is None or keep >= limit:
             return None
-        found = disk.best(prompt, len(prompt) - min(2, len(prompt)))
+        found = disk.best(prompt, limit)
         if found is None:
             return None
         entry, n = found

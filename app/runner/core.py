@@ -20,6 +20,7 @@ from .sequence import PromptTooLongError, Sequence, SequenceSettings, settings_f
 
 if TYPE_CHECKING:
     from ..engine.architecture import Architectures
+    from ..engine.disk_prompt_cache import DiskPromptCache
 
 __all__ = ["RunnerConfig", "Runner", "RequestError"]
 
@@ -68,6 +69,7 @@ class Runner:
         self._constraints_lock = threading.Lock()
         # Set once the prompt cache on disk is attached (or known to be off): opening it may
         # read the whole model file for its digest, so it happens beside serving.
+        self.disk_cache: DiskPromptCache | None = None
         self.disk_cache_ready = threading.Event()
         opener = threading.Thread(target=self._open_disk_cache, name="prompt-cache", daemon=True)
         opener.start()
@@ -75,7 +77,7 @@ class Runner:
     def _open_disk_cache(self) -> None:
         try:
             if self.config.prompt_cache_dir:
-                self.loop.slots.disk = open_disk_cache(
+                self.disk_cache = self.loop.slots.disk = open_disk_cache(
                     self.config.model,
                     self.config,
                     self.engine,
@@ -189,7 +191,7 @@ class Runner:
         """Stop serving; the prompt cache on disk saves every slot (within a few seconds:
         the service kills a runner that takes longer to stop), then the model is freed."""
         self.loop.stop()
-        disk = self.loop.slots.disk
+        disk = self.disk_cache
         if disk is not None:
             self.loop.slots.save_all()
             disk.close()
