@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import struct
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -207,6 +208,26 @@ def test_a_saved_state_reads_back_exactly_and_serves_the_longest_prefix(tmp_path
     again.close()
 
 
+def test_saving_returns_at_once_and_the_writer_thread_writes(tmp_path, monkeypatch):
+    disk = _disk(tmp_path)
+    gate = threading.Event()
+    writers: list[str] = []
+    write = DiskPromptCache._write
+
+    def held_write(self, tokens, state):
+        writers.append(threading.current_thread().name)
+        gate.wait(30)
+        write(self, tokens, state)
+
+    monkeypatch.setattr(DiskPromptCache, "_write", held_write)
+    disk.save(list(range(64)), _state(1))  # returns while the write is held
+    assert files(tmp_path) == [] and not disk.flush(0.2)
+    gate.set()
+    assert disk.flush(30) and len(files(tmp_path)) == 1
+    assert writers == ["prompt-cache"] and threading.current_thread().name != "prompt-cache"
+    disk.close()
+
+
 def test_the_cap_removes_the_least_recently_used_file(tmp_path):
     probe = _disk(tmp_path / "probe")
     probe.save([1] * 64, _state(0))
@@ -299,3 +320,52 @@ def test_a_slot_saves_only_its_prefix_before_the_first_image(tmp_path):
     assert slots.disk is not None and slots.disk.flush(30)
     (entry,) = slots.disk.entries
     assert list(entry.tokens) == list(range(40))
+
+
+# -- images: the disk holds the prefix before the first one ---------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny_mllama_path(tmp_path_factory) -> Path:
+    from hearth_mllama.testing import TinyMllamaVision, tiny_mllama
+    from tests.plugins.mllama_checkpoint import convert_tiny
+
+    spec = TinyMllamaVision(vocab=300, text_layers=5, cross_attention_layers=(1, 3))
+    path = tmp_path_factory.mktemp("mllama") / "tiny-mllama.gguf"
+    return convert_tiny(tiny_mllama(spec), tmp_path_factory.mktemp("mllama-hf"), path)
+
+
+def test_a_prompt_with_an_image_saves_and_loads_the_text_before_it(tiny_mllama_path, tmp_path):
+    """mllama: the text before the image is saved (its cross-attention layers hold nothing
+    for it); the image's positions and what follows are evaluated again after a restart."""
+    import base64
+
+    from hearth_mllama.testing import random_png
+
+    cache = tmp_path / "cache"
+    words = " ".join(f"note {i} about the harbour" for i in range(12))
+    prompt = f"<|start_header_id|>user<|end_header_id|>\n\n{words}\n[img-0]What is it?"
+    image = base64.b64encode(random_png(40, 60, 1)).decode()
+    options = CompletionOptions(temperature=0, repeat_penalty=1.0, num_predict=6)
+    request = CompletionRequest(
+        prompt=prompt, images=[image], options=options, logprobs=True, top_logprobs=3
+    )
+    runner = start(tiny_mllama_path, cache)
+    ids, _ = runner._prompt_with_images(prompt, [image])
+    before = next(i for i, t in enumerate(ids) if t < 0)  # the image's first position
+    collect(runner.completion(request))
+    runner.close()
+    assert len(files(cache)) == 1 and before >= 32
+
+    again = start(tiny_mllama_path, cache)
+    loaded, done = collect(again.completion(request))
+    disk = again.disk_cache
+    again.close()
+    assert disk is not None
+    (held,) = disk.entries
+    assert list(held.tokens) == ids[:before]  # no image position on disk
+    assert done.prompt_cached == before and done.prompt_eval_count == len(ids) - before
+    fresh_runner = start(tiny_mllama_path, None)
+    fresh, fresh_done = collect(fresh_runner.completion(request))
+    fresh_runner.close()
+    assert done.context == fresh_done.context and loaded == fresh
