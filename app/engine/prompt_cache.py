@@ -228,6 +228,7 @@ class InputCache:
             return best, best_len
         slot = min(free, key=lambda s: s.last_used)
         if best is not slot and best_len > common_prefix(slot.tokens, prompt):
+            self._save(slot, lost=len(slot.tokens))  # its content gives way to the shared one
             self.cache.copy_prefix(best.id, slot.id, best_len)
             slot.set(best.tokens[:best_len], best.marks[:best_len])
             return slot, best_len
