@@ -369,3 +369,65 @@ def test_a_prompt_with_an_image_saves_and_loads_the_text_before_it(tiny_mllama_p
     fresh, fresh_done = collect(fresh_runner.completion(request))
     fresh_runner.close()
     assert done.context == fresh_done.context and loaded == fresh
+
+
+# -- the causal cache's host copy ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("permuted_v", [True, False])
+@pytest.mark.parametrize("window", [0, 4])
+def test_a_sequence_copied_to_the_host_comes_back_in_another_slot_byte_for_byte(permuted_v, window):
+    """Saved from sequence 1, restored as sequence 0: the same positions at the same offsets
+    of its region, K and V rows (permuted V gathered per cell) byte for byte; a sliding
+    window keeps only what it held, and says where a restored copy can resume."""
+    from hearth.engine.input import Batch
+    from hearth.engine.ml import CacheConfig
+
+    backend = NumpyBackend()
+    cache = Causal(window=window, memory=window + 2 if window else None)
+    cache.set_config(CacheConfig(padding=4, permuted_v=permuted_v, mask_dtype=DType.F32))
+    cache.init(backend, DType.F16, 2, 32, 8)
+    rng = np.random.default_rng(0)
+
+    def fill(seq: int, start: int, n: int) -> None:
+        ctx = backend.new_context()
+        try:
+            pos = np.arange(start, start + n, dtype=np.int32)
+            batch = Batch(
+                ctx.from_numpy(np.zeros(n, np.int32)),
+                ctx.from_numpy(pos),
+                ctx.from_numpy(pos),
+                pos,
+                np.full(n, seq, np.int32),
+                pos,
+            )
+            cache.start_forward(ctx, batch)
+            for layer in (0, 1):
+                cache.set_layer(layer)
+                k = ctx.from_numpy(rng.standard_normal((n, 2, 4)).astype(np.float32))
+                v = ctx.from_numpy(rng.standard_normal((n, 2, 4)).astype(np.float32))
+                cache.put(ctx, k, v)
+            ctx.compute()
+        finally:
+            ctx.close()
+
+    for start in range(0, 12, 4):  # three passes: a window lets early cells go
+        fill(1, start, 4)
+    fill(0, 0, 3)  # sequence 0 holds something else
+    state = cache.snapshot(1, 12)
+    assert state is not None
+    held = cache.positions(1)
+    assert sorted(state.arrays["pos"]) == list(held)  # in cell order
+    assert state.resume_from == (held[0] + window - 1 if window and held[0] > 0 else 0)
+    assert not cache.restore(0, state)  # sequence 0 is not empty
+    cache.remove(0, 0)
+    assert cache.restore(0, state)
+    assert list(cache.positions(0)) == list(held)
+    again = cache.snapshot(0, 12)
+    assert again is not None
+    for name, a in state.arrays.items():
+        assert np.array_equal(again.arrays[name], a), name
+    assert cache.snapshot(1, 12) is not None  # the source is untouched
+    broken = SequenceState({**state.arrays, "k0": state.arrays["k0"][:, :-1]}, 0)
+    cache.remove(0, 0)
+    assert not cache.restore(0, broken) and len(cache.positions(0)) == 0
