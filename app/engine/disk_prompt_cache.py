@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import json
 import logging
 import os
@@ -114,9 +115,12 @@ def _raw(a: np.ndarray) -> memoryview:
 
 def _array_layout(fields: Mapping[str, Any]) -> list[tuple[str, np.dtype, tuple[int, ...]]]:
     try:
-        return [(str(n), np.dtype(d), tuple(int(x) for x in s)) for n, d, s in fields["arrays"]]
+        layout = [(str(n), np.dtype(d), tuple(int(x) for x in s)) for n, d, s in fields["arrays"]]
     except (KeyError, TypeError, ValueError):
         raise DamagedFileError("unreadable array list") from None
+    if any(dtype.kind not in "iu" or min(shape, default=0) < 0 for _, dtype, shape in layout):
+        raise DamagedFileError("an array of a type this format does not hold")
+    return layout
 
 
 class DiskPromptCache:
@@ -140,6 +144,7 @@ class DiskPromptCache:
         self._pending = 0
         self.folder.mkdir(parents=True, exist_ok=True)
         self._scan()
+        self._enforce_cap()  # the cap may have been lowered since the last run
         self._writer = threading.Thread(target=self._write_loop, name="prompt-cache", daemon=True)
         self._writer.start()
 
@@ -233,8 +238,6 @@ class DiskPromptCache:
         return state
 
     def _decode(self, data: memoryview, size: int) -> SequenceState:
-        import io
-
         header = _read_header(io.BytesIO(data[: _FIXED.size + _MAX_HEADER]), size)
         fields = header.fields
         self._check_key(fields)

@@ -7,8 +7,9 @@ HEARTH_PROMPT_CACHE_SIZE above 0. Files live under `<data dir>/prompt-cache`
 where they sit: the model file's sha256 (read from the store's blob name `sha256-<hex>`,
 else computed from the file), the architecture, K/V type, flash attention, the KV padding,
 num_ctx, num_batch, threads, the CPU kernels setting, the device layout and RPC workers.
-A cache that cannot save a sequence (a plugin's own cache class, an mllama sequence past its
-image) simply saves nothing for it.
+What is saved: a sequence's prefix before its first image (an image's positions, and
+mllama's cross-attention state, never are). A cache that cannot save a sequence (a plugin's
+own cache class, a slot sharing another's cells in multi-user mode) simply saves nothing.
 """
 
 from __future__ import annotations
