@@ -43,6 +43,15 @@ def _watch_parent(stop: threading.Event) -> None:
             return
 
 
+def _prompt_cache_folder() -> str | None:
+    """Where the prompt cache on disk lives (None, said in the log, when it cannot be made)."""
+    try:
+        return str(prompt_cache_dir())
+    except OSError as e:
+        _log.warning("prompt cache on disk is off: %s", e)
+        return None
+
+
 def main(args: Any) -> int:
     # A native abort (an RPC worker gone, a device out of memory) ends this process with
     # ggml's message; its backtrace would attach gdb first, slowly. The service reports it.
@@ -75,7 +84,7 @@ def main(args: Any) -> int:
     config = RunnerConfig(
         model=args.model,
         multi_user_cache=env.flag("HEARTH_MULTIUSER_CACHE"),
-        prompt_cache_dir=str(prompt_cache_dir()),
+        prompt_cache_dir=_prompt_cache_folder(),
         prompt_cache_bytes=env.whole("HEARTH_PROMPT_CACHE_SIZE", DEFAULT_PROMPT_CACHE_BYTES, 0),
         **{f.name: getattr(args, f.name) for f in fields(RunnerOptions)},
     )
