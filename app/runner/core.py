@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..engine.tokenizer import Tokenizer
-from .disk_cache import open_disk_cache
+from .disk_cache import named_digest, open_disk_cache
 from .engine import RunnerEngine, load_engine
 from .loop import BatchLoop
 from .protocol import CompletionRequest, RunnerInfo, RunnerMemory, RunnerOptions
@@ -67,12 +67,15 @@ class Runner:
         self.loop.start()
         self.constraints: Any = None  # grammar TokenTable, built on first structured request
         self._constraints_lock = threading.Lock()
-        # Set once the prompt cache on disk is attached (or known to be off): opening it may
-        # read the whole model file for its digest, so it happens beside serving.
+        # Set once the prompt cache on disk is attached (or known to be off). A file of the
+        # model store names its digest: the cache is open before the first request. Another
+        # file is read whole for its digest, beside serving.
         self.disk_cache: DiskPromptCache | None = None
         self.disk_cache_ready = threading.Event()
-        opener = threading.Thread(target=self._open_disk_cache, name="prompt-cache", daemon=True)
-        opener.start()
+        if named_digest(config.model) is not None:
+            self._open_disk_cache()
+        else:
+            threading.Thread(target=self._open_disk_cache, name="prompt-cache", daemon=True).start()
 
     def _open_disk_cache(self) -> None:
         try:

@@ -25,18 +25,24 @@ from ..engine.disk_prompt_cache import DiskPromptCache
 from .engine import HearthEngine, RunnerEngine
 from .protocol import RunnerOptions
 
-__all__ = ["open_disk_cache", "model_digest", "cache_settings"]
+__all__ = ["open_disk_cache", "model_digest", "named_digest", "cache_settings"]
 
 _log = logging.getLogger("hearth.runner")
 _BLOB = re.compile(r"sha256-([0-9a-f]{64})")
 
 
+def named_digest(path: str | Path) -> str | None:
+    """The sha256 (hex) a model store's blob name (`sha256-<hex>`) gives, else None."""
+    m = _BLOB.fullmatch(Path(path).name)
+    return m.group(1) if m else None
+
+
 def model_digest(path: str | Path) -> str:
     """The model file's sha256 (hex): the store's blob name says it; otherwise it is
-    computed (a file outside the store)."""
-    m = _BLOB.fullmatch(Path(path).name)
-    if m:
-        return m.group(1)
+    computed (a file outside the store: slow for a large one)."""
+    named = named_digest(path)
+    if named is not None:
+        return named
     h = hashlib.sha256()
     with open(path, "rb") as f:
         while block := f.read(1 << 22):
