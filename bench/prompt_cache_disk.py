@@ -1,6 +1,6 @@
 """What the prompt cache on disk buys: the first reply after a restart in a long chat.
 
-    .venv/bin/python bench/prompt_cache_disk.py [--model PATH] [--threads 2] [--words 2200]
+    .venv/bin/python bench/prompt_cache_disk.py [--model PATH] [--threads 2] [--words 2800]
 
 A chat of about 3000 tokens (`--words` of history, rendered with the model's chat template)
 gets its first answer from a runner, which is then closed, as the service does with its
@@ -142,7 +142,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default=None)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--words", type=int, default=2200, help="history words (~3000 tokens)")
+    ap.add_argument("--words", type=int, default=2800, help="history words (~3000 tokens)")
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
     model = args.model or str(default_model_path())
