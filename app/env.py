@@ -73,6 +73,12 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("HEARTH_RUNNER_LOG", "off", "service", "echo runners' stderr into the log"),
     Variable("HEARTH_STREAM_INTERVAL_MS", "50", "runner", "tokens faster than this share a chunk"),
     Variable("HEARTH_MULTIUSER_CACHE", "off", "runner", "share the prompt cache across users"),
+    Variable(
+        "HEARTH_PROMPT_CACHE_SIZE",
+        "4294967296",
+        "runner",
+        "bytes of prompt cache kept on disk across restarts (0: off)",
+    ),
     Variable("HEARTH_LOG_LEVEL", "WARNING", "runner", "the runner's log level"),
     Variable("HEARTH_CPU_KERNELS", "on", "runner", "Hearth's CPU kernels: on, off or avx2"),
     Variable("HEARTH_RUNNER_TOKEN", "", "runner", "the service's secret for its runner"),

@@ -12,7 +12,7 @@ import platformdirs
 
 from . import env
 
-__all__ = ["data_dir", "models_dir", "logs_dir"]
+__all__ = ["data_dir", "models_dir", "logs_dir", "prompt_cache_dir"]
 
 APP = "hearth"
 
@@ -34,5 +34,12 @@ def models_dir() -> Path:
 def logs_dir() -> Path:
     home = env.text("HEARTH_HOME")
     path = Path(home) / "logs" if home else Path(platformdirs.user_log_dir(APP, appauthor=False))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def prompt_cache_dir() -> Path:
+    """Saved prompt caches (the runners' KV state, kept across restarts)."""
+    path = data_dir() / "prompt-cache"
     path.mkdir(parents=True, exist_ok=True)
     return path

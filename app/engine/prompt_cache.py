@@ -16,17 +16,28 @@ Sliding-window caches can only resume where the window still holds what is neede
 SameBatch: beside its tokens a slot keeps each input's `same_batch` mark (the next N inputs
 must share this input's batch: an image's positions). Reuse never stops inside such a run
 (the whole run is evaluated again) and a context shift never cuts one.
+
+On disk (`disk`, `SavedPrefixes`: a `DiskPromptCache`, optional): a slot whose content is
+about to be lost (reused for another prompt, or the model unloading: `save_all`) is copied to
+host memory (`Cache.snapshot`, fast) and queued for the disk's writer thread. Only the prefix
+before the first image is saved (an image's positions are never on disk). A request whose
+prompt continues a saved sequence further than any slot does loads it (`Cache.restore`)
+instead of evaluating those tokens, when reading the file is cheaper than evaluating them
+(`seconds_per_token`, measured by the loop, against the disk's measured read rate).
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
 
 import numpy as np
 
-from .kvcache import Cache, ShiftNotSupportedError
+from .kvcache import Cache, SequenceState, ShiftNotSupportedError
 
 __all__ = [
     "Slot",
@@ -36,7 +47,37 @@ __all__ = [
     "common_prefix",
     "shift_discard",
     "group_start",
+    "SavedPrefixes",
+    "SavedPrefix",
 ]
+
+
+_log = logging.getLogger("hearth.prompt_cache")
+
+
+class SavedPrefix(Protocol):
+    """One saved sequence (`disk_prompt_cache.DiskEntry`)."""
+
+    @property
+    def path(self) -> Path: ...
+    @property
+    def tokens(self) -> np.ndarray: ...
+    @property
+    def size(self) -> int: ...
+
+
+class SavedPrefixes(Protocol):
+    """Where slots save and find sequences beyond memory (`disk_prompt_cache.DiskPromptCache`)."""
+
+    min_tokens: int
+    read_rate: float  # bytes per second of the last load (0: not known yet)
+
+    def best(self, prompt: Sequence[int], limit: int) -> tuple[SavedPrefix, int] | None: ...
+    def load(self, entry: Any) -> SequenceState | None:
+        """The state of an entry `best` gave."""
+
+    def holds(self, tokens: Sequence[int]) -> bool: ...
+    def save(self, tokens: Sequence[int], state: SequenceState) -> None: ...
 
 
 class NoFreeSlotError(RuntimeError):
@@ -53,7 +94,7 @@ class ReprocessInputs(Exception):
         self.marks = marks
 
 
-def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+def common_prefix(a: Sequence[int] | np.ndarray, b: Sequence[int] | np.ndarray) -> int:
     """Length of the longest common prefix of two token sequences."""
     n = min(len(a), len(b))
     if n == 0:
@@ -118,11 +159,20 @@ class Slot:
 class InputCache:
     """The slots of one KV cache (see the module docstring). Used by the runner thread only."""
 
-    def __init__(self, cache: Cache, parallel: int, num_ctx: int, multi_user: bool = False):
+    def __init__(
+        self,
+        cache: Cache,
+        parallel: int,
+        num_ctx: int,
+        multi_user: bool = False,
+        disk: SavedPrefixes | None = None,
+    ):
         self.cache = cache
         self.num_ctx = num_ctx
         self.multi_user = multi_user
         self.slots = [Slot(i) for i in range(parallel)]
+        self.disk = disk  # may be attached later (the runner digests the model file first)
+        self.seconds_per_token = 0.0  # prompt evaluation's measured cost (0: not yet known)
 
     def acquire(
         self, prompt: Sequence[int], reuse: bool = True, marks: Sequence[int] | None = None
@@ -137,6 +187,7 @@ class InputCache:
         marks = list(marks) if marks is not None else [0] * len(prompt)
         if not reuse:
             slot = min(free, key=lambda s: s.last_used)
+            self._save(slot, lost=len(slot.tokens))
             self.cache.remove(slot.id, 0)
             slot.set([])
             slot.in_use = True
@@ -154,6 +205,12 @@ class InputCache:
         keep = group_start(marks, keep)
         if keep > 0 and not self.cache.can_resume(slot.id, keep):
             keep = 0
+        loaded = self._load(slot, prompt, marks, keep)
+        if loaded is not None:
+            slot.in_use = True
+            slot.last_used = time.monotonic()
+            return slot, loaded
+        self._save(slot, lost=len(slot.tokens) - keep)
         try:
             self.cache.remove(slot.id, keep)
         except ShiftNotSupportedError:
@@ -171,6 +228,7 @@ class InputCache:
             return best, best_len
         slot = min(free, key=lambda s: s.last_used)
         if best is not slot and best_len > common_prefix(slot.tokens, prompt):
+            self._save(slot, lost=len(slot.tokens))  # its content gives way to the shared one
             self.cache.copy_prefix(best.id, slot.id, best_len)
             slot.set(best.tokens[:best_len], best.marks[:best_len])
             return slot, best_len
@@ -205,3 +263,68 @@ class InputCache:
             raise ReprocessInputs(kept, kept_marks) from None
         slot.set(kept, kept_marks)
         return discard
+
+    # -- on disk --------------------------------------------------------------------------
+    def _load(self, slot: Slot, prompt: Sequence[int], marks: list[int], keep: int) -> int | None:
+        """If the disk holds a longer usable prefix of `prompt` than the `keep` tokens `slot`
+        gives, and reading it is cheaper than evaluating the difference: replace the slot's
+        content with it (saving what the slot held first) and return its length. None: the
+        slot is untouched. 0: the load failed after the slot was emptied."""
+        disk = self.disk
+        limit = len(prompt) - min(2, len(prompt))
+        if disk is None or keep >= limit:
+            return None
+        found = disk.best(prompt, limit)
+        if found is None:
+            return None
+        entry, n = found
+        n = group_start(marks, n)
+        gain = n - keep
+        if gain <= 0 or not self._worth_loading(entry.size, gain):
+            return None
+        state = disk.load(entry)
+        if state is None:
+            return None
+        # What the slot holds beyond the saved sequence is lost.
+        self._save(slot, lost=len(slot.tokens) - common_prefix(slot.tokens, entry.tokens))
+        self.cache.remove(slot.id, 0)
+        slot.set([])
+        if not self.cache.restore(slot.id, state):
+            _log.warning("prompt cache file %s does not fit this cache; not used", entry.path)
+            return 0
+        self.cache.remove(slot.id, n)
+        if not self.cache.can_resume(slot.id, n):
+            self.cache.remove(slot.id, 0)
+            return 0
+        slot.set(prompt[:n], marks[:n])
+        _log.info("prompt cache: %d tokens loaded from %s", n, entry.path.name)
+        return n
+
+    def _worth_loading(self, size: int, gain: int) -> bool:
+        """Whether reading `size` bytes costs less than evaluating `gain` prompt tokens (yes
+        while either rate is still unknown)."""
+        rate = self.disk.read_rate if self.disk is not None else 0.0
+        if rate <= 0 or self.seconds_per_token <= 0:
+            return True
+        return size / rate < gain * self.seconds_per_token
+
+    def _save(self, slot: Slot, lost: int) -> None:
+        """Queue the slot's content for the disk when `lost` of its tokens are about to go
+        (at least the disk's `min_tokens`): its prefix before the first image."""
+        disk = self.disk
+        if disk is None or lost < disk.min_tokens:
+            return
+        image = next((i for i, t in enumerate(slot.tokens) if t < 0), len(slot.tokens))
+        n = group_start(slot.marks, image)
+        if n < disk.min_tokens or disk.holds(slot.tokens[:n]):
+            return
+        state = self.cache.snapshot(slot.id, n)
+        if state is None or state.resume_from > n:
+            return  # this cache (or this sequence's cells) cannot be saved
+        disk.save(slot.tokens[:n], state)
+
+    def save_all(self) -> None:
+        """Queue every slot's content for the disk (the model is unloading); the loop must
+        have stopped."""
+        for slot in self.slots:
+            self._save(slot, lost=len(slot.tokens))

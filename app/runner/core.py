@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..engine.tokenizer import Tokenizer
+from .disk_cache import named_digest, open_disk_cache
 from .engine import RunnerEngine, load_engine
 from .loop import BatchLoop
 from .protocol import CompletionRequest, RunnerInfo, RunnerMemory, RunnerOptions
@@ -19,6 +20,7 @@ from .sequence import PromptTooLongError, Sequence, SequenceSettings, settings_f
 
 if TYPE_CHECKING:
     from ..engine.architecture import Architectures
+    from ..engine.disk_prompt_cache import DiskPromptCache
 
 __all__ = ["RunnerConfig", "Runner", "RequestError"]
 
@@ -36,6 +38,9 @@ class RunnerConfig(RunnerOptions):
     model: str
     multi_user_cache: bool = False
     pipelined: bool | None = None  # build batch N+1 while N computes; None = when a core is spare
+    # The prompt cache on disk (disk_cache.py): its folder (None: off) and size cap in bytes.
+    prompt_cache_dir: str | None = None
+    prompt_cache_bytes: int = 0
 
 
 class Runner:
@@ -62,6 +67,28 @@ class Runner:
         self.loop.start()
         self.constraints: Any = None  # grammar TokenTable, built on first structured request
         self._constraints_lock = threading.Lock()
+        # Set once the prompt cache on disk is attached (or known to be off). A file of the
+        # model store names its digest: the cache is open before the first request. Another
+        # file is read whole for its digest, beside serving.
+        self.disk_cache: DiskPromptCache | None = None
+        self.disk_cache_ready = threading.Event()
+        if named_digest(config.model) is not None:
+            self._open_disk_cache()
+        else:
+            threading.Thread(target=self._open_disk_cache, name="prompt-cache", daemon=True).start()
+
+    def _open_disk_cache(self) -> None:
+        try:
+            if self.config.prompt_cache_dir:
+                self.disk_cache = self.loop.slots.disk = open_disk_cache(
+                    self.config.model,
+                    self.config,
+                    self.engine,
+                    self.config.prompt_cache_dir,
+                    self.config.prompt_cache_bytes,
+                )
+        finally:
+            self.disk_cache_ready.set()
 
     # -- requests ---------------------------------------------------------------------------
     def encode(self, text: str, add_special: bool = True) -> list[int]:
@@ -164,5 +191,11 @@ class Runner:
         )
 
     def close(self) -> None:
+        """Stop serving; the prompt cache on disk saves every slot (within a few seconds:
+        the service kills a runner that takes longer to stop), then the model is freed."""
         self.loop.stop()
+        disk = self.disk_cache
+        if disk is not None:
+            self.loop.slots.save_all()
+            disk.close()
         self.engine.close()

@@ -31,6 +31,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
@@ -47,6 +48,8 @@ __all__ = ["BatchLoop"]
 
 
 _log = logging.getLogger("hearth.runner")
+
+_RATE_ROWS = 32  # a pass of at least this many rows measures prompt evaluation's cost
 
 
 @dataclass
@@ -141,7 +144,11 @@ class BatchLoop:
     def _execute(self, flight: _Flight) -> None:
         try:
             on_started = flight.started.set if flight.started is not None else None
+            began = time.perf_counter()
             flight.logits = self.engine.run(flight.plan, on_started=on_started)
+            rows = sum(e.count for e in flight.entries)
+            if rows >= _RATE_ROWS:  # a prompt pass: what the prompt cache weighs loads against
+                self.slots.seconds_per_token = (time.perf_counter() - began) / rows
         except BaseException as e:  # handed to the loop thread
             flight.error = e
         finally:
@@ -172,6 +179,11 @@ class BatchLoop:
         return bool(inflight or self._incoming or self._active)
 
     def _step(self, inflight: _Flight | None) -> _Flight | None:
+        if inflight is not None and self._incoming and self.slots.disk is not None:
+            # Admission may restore a slot from disk, writing its cells now: a cell the pass
+            # in flight still writes (a finished sequence's placeholder) must be written first.
+            assert inflight.done is not None
+            inflight.done.wait()
         self._admit()
         for feed in self._active:
             if feed.seq.cancelled.is_set() and not feed.seq.done:

@@ -16,6 +16,7 @@ from typing import Any
 from .. import env
 from ..engine.gguf import GGUFError
 from ..engine.ml.api import OutOfMemoryError
+from ..paths import prompt_cache_dir
 from .core import Runner, RunnerConfig
 from .engine import load_errors
 from .http import RunnerState, make_server
@@ -24,6 +25,8 @@ from .protocol import TOKEN_ENV, RunnerOptions, to_wire
 __all__ = ["main"]
 
 _log = logging.getLogger("hearth.runner")
+
+DEFAULT_PROMPT_CACHE_BYTES = 4 << 30  # HEARTH_PROMPT_CACHE_SIZE unset
 
 
 def _emit(event: dict[str, Any]) -> None:
@@ -38,6 +41,15 @@ def _watch_parent(stop: threading.Event) -> None:
         if os.getppid() != parent:
             os.kill(os.getpid(), signal.SIGTERM)
             return
+
+
+def _prompt_cache_folder() -> str | None:
+    """Where the prompt cache on disk lives (None, said in the log, when it cannot be made)."""
+    try:
+        return str(prompt_cache_dir())
+    except OSError as e:
+        _log.warning("prompt cache on disk is off: %s", e)
+        return None
 
 
 def main(args: Any) -> int:
@@ -72,6 +84,8 @@ def main(args: Any) -> int:
     config = RunnerConfig(
         model=args.model,
         multi_user_cache=env.flag("HEARTH_MULTIUSER_CACHE"),
+        prompt_cache_dir=_prompt_cache_folder(),
+        prompt_cache_bytes=env.whole("HEARTH_PROMPT_CACHE_SIZE", DEFAULT_PROMPT_CACHE_BYTES, 0),
         **{f.name: getattr(args, f.name) for f in fields(RunnerOptions)},
     )
     errors: tuple[type[Exception], ...] = (

@@ -73,6 +73,7 @@ def _check_children(env: Mapping[str, str]) -> None:
     for name in ("HEARTH_OFFLINE", "HEARTH_RUNNER_LOG", "HEARTH_MULTIUSER_CACHE"):
         hearth_env.flag(name, env)
     hearth_env.whole("HEARTH_STREAM_INTERVAL_MS", 50, 0, env)
+    hearth_env.whole("HEARTH_PROMPT_CACHE_SIZE", 0, 0, env)
     hearth_env.cpu_kernels(env)
 
 

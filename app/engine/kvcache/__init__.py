@@ -1,6 +1,6 @@
 """KV caches: the contract (base), the cell-based causal cache, and the per-layer wrapper."""
 
-from .base import MAX_POS, Cache, CacheFullError, ShiftFn, ShiftNotSupportedError
+from .base import MAX_POS, Cache, CacheFullError, SequenceState, ShiftFn, ShiftNotSupportedError
 from .causal import Causal
 from .encoder import Encoder
 from .types import KVCacheType
@@ -13,6 +13,7 @@ __all__ = [
     "Causal",
     "Encoder",
     "KVCacheType",
+    "SequenceState",
     "ShiftFn",
     "ShiftNotSupportedError",
     "Wrapper",

@@ -12,7 +12,8 @@ Lifecycle, all on the runner thread that builds graphs:
    order they were built, so this is safe with pipelining.
 3. Inside `forward`, per layer: `set_layer(i)`, then attention calls `put(ctx, k, v)` and
    `get(ctx)`.
-4. Between passes the runner edits sequences: `remove`, `copy_prefix`, `can_resume`.
+4. Between passes the runner edits sequences: `remove`, `copy_prefix`, `can_resume`, and
+   copies one to host memory and back (`snapshot`, `restore`: the prompt cache on disk).
 
 Errors: `CacheFullError` when no free cells remain for a batch (the runner ends that one
 sequence; nothing else is affected) and `ShiftNotSupportedError` when positions would need
@@ -23,6 +24,9 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
 
 from ..input import Batch
 from ..ml.api import Backend, CacheConfig, Context, DType, Tensor
@@ -34,6 +38,7 @@ __all__ = [
     "ShiftNotSupportedError",
     "ShiftFn",
     "MAX_POS",
+    "SequenceState",
 ]
 
 MAX_POS = 2**31 - 1  # `end` meaning "to the end of the sequence"
@@ -55,6 +60,21 @@ class ShiftNotSupportedError(RuntimeError):
         self, message: str = "this model cannot shift its cache (no shift function)"
     ) -> None:
         super().__init__(message)
+
+
+@dataclass(frozen=True)
+class SequenceState:
+    """One sequence's cached state copied to host memory (`Cache.snapshot`): named arrays
+    whose meaning only the cache that made them knows, and the first prompt position a
+    restored copy can continue from (`can_resume`: past a sliding window's start, 0 for
+    full attention)."""
+
+    arrays: dict[str, np.ndarray]
+    resume_from: int
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in self.arrays.values())
 
 
 class Cache(abc.ABC):
@@ -132,3 +152,16 @@ class Cache(abc.ABC):
     @abc.abstractmethod
     def can_resume(self, seq: int, pos: int) -> bool:
         """Whether `seq` can continue from `pos` with what the cache still holds."""
+
+    # -- host copies (the prompt cache on disk) --------------------------------------------
+    def snapshot(self, seq: int, length: int) -> SequenceState | None:
+        """A host copy of what `seq` holds for positions [0, length), or None when this
+        cache cannot save it (the default; see each cache). Between passes, on the runner
+        thread: it reads only `seq`'s cells, so a pass computing other sequences may run."""
+        return None
+
+    def restore(self, seq: int, state: SequenceState) -> bool:
+        """Put a `snapshot` back as `seq`'s content; `seq` must hold nothing. False (and
+        nothing changed) when the state does not fit this cache (other layers, sizes or
+        cells taken). Writes only `seq`'s cells."""
+        return False

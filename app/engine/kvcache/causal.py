@@ -27,6 +27,14 @@ chooses the padding by probing them (ml/invariance.py: 32 with AVX2, 64 with AVX
 ggml's F16 dot product steps 64 values and sums a shorter tail on its own). Each stream's
 slice is then computed by the same kernels, so its numbers are unchanged (tests compare them
 bit for bit with each sequence alone).
+
+Host copies (`snapshot`/`restore`, the prompt cache on disk): a sequence's cells with their
+positions and their offsets inside its region, and per layer each cell's K row and V row as
+stored (quantized blocks too; a permuted V's elements gathered per cell). `restore` puts them
+back at the same offsets of the target sequence's region, so attention sums over the cells in
+the same order as before: the numbers are those of the sequence that was saved. A sliding
+window saves only the cells it still holds. A sequence holding cells of other regions
+(`copy_prefix`) is not saved.
 """
 
 from __future__ import annotations
@@ -38,7 +46,7 @@ import numpy as np
 from ..input import Batch, sequence_runs
 from ..ml.api import Backend, CacheConfig, Context, DType, Tensor
 from ..ml.nn import KVView
-from .base import MAX_POS, Cache, CacheFullError, ShiftFn, ShiftNotSupportedError
+from .base import MAX_POS, Cache, CacheFullError, SequenceState, ShiftFn, ShiftNotSupportedError
 
 __all__ = ["Causal", "MASK_ROW_PADDING"]
 
@@ -466,3 +474,103 @@ class Causal(Cache):
         """The positions `seq` holds, sorted (for tests and diagnostics)."""
         bit = np.uint64(1) << np.uint64(seq)
         return np.sort(self.cell_pos[(self.cell_seqs & bit) != 0])
+
+    # -- host copies ----------------------------------------------------------------------
+    def snapshot(self, seq: int, length: int) -> SequenceState | None:
+        if seq in self._shared or not self._keys:
+            return None
+        bit = np.uint64(1) << np.uint64(seq)
+        base = seq * self.region
+        region = slice(base, base + self.region)
+        mine = np.flatnonzero(self.cell_seqs[region] & bit) + base
+        cells = mine[(self.cell_pos[mine] >= 0) & (self.cell_pos[mine] < length)]
+        if not len(cells):
+            return None
+        positions = self.cell_pos[cells]
+        arrays = {"pos": positions.astype(np.int32), "cell": (cells - base).astype(np.int32)}
+        lo, hi = int(cells[0]), int(cells[-1]) + 1
+        for layer, keys in self._keys.items():
+            arrays[f"k{layer}"] = self._read_rows(keys, cells, lo, hi)
+            arrays[f"v{layer}"] = self._read_v(self._values[layer], cells, lo, hi)
+        first = int(positions.min())
+        resume_from = first + self.window - 1 if self.window and first > 0 else 0
+        return SequenceState(arrays, resume_from)
+
+    def _read_rows(self, t: Tensor, cells: np.ndarray, lo: int, hi: int) -> np.ndarray:
+        """`[cells, row bytes]` of a `[.., .., cells]` tensor (one row of bytes per cell)."""
+        row = t.strides[2]
+        span = t.read_bytes(lo * row, (hi - lo) * row).reshape(hi - lo, row)
+        return span[cells - lo]
+
+    def _read_v(self, values: Tensor, cells: np.ndarray, lo: int, hi: int) -> np.ndarray:
+        if not self.permuted_v:
+            return self._read_rows(values, cells, lo, hi)
+        # [cells, dv, hv]: element d of cell c sits at d * cells + c.
+        size = values.strides[0]
+        rows = values.dim(1) * values.dim(2)
+        span = values.read_bytes(lo * size, ((rows - 1) * self.cells + hi - lo) * size)
+        grid = np.lib.stride_tricks.as_strided(
+            span, (rows, hi - lo, size), (self.cells * size, size, 1), writeable=False
+        )
+        return np.ascontiguousarray(grid[:, cells - lo].transpose(1, 0, 2)).reshape(
+            len(cells), rows * size
+        )
+
+    def restore(self, seq: int, state: SequenceState) -> bool:
+        arrays = state.arrays
+        bit = np.uint64(1) << np.uint64(seq)
+        base = seq * self.region
+        try:
+            positions = arrays["pos"].astype(np.int64)
+            offsets = arrays["cell"].astype(np.int64)
+        except KeyError:
+            return False
+        n = len(offsets)
+        if (
+            n == 0
+            or len(positions) != n
+            or offsets.min() < 0
+            or offsets.max() >= self.region
+            or len(np.unique(offsets)) != n
+            or positions.min() < 0
+            or set(arrays) != {"pos", "cell"} | {f"{kv}{i}" for i in self._keys for kv in "kv"}
+        ):
+            return False
+        cells = base + offsets
+        if (self.cell_seqs & bit).any() or (self.cell_pos[cells] != -1).any():
+            return False
+        for layer, keys in self._keys.items():
+            k, v = arrays[f"k{layer}"], arrays[f"v{layer}"]
+            values = self._values[layer]
+            v_row = (
+                values.dim(1) * values.dim(2) * values.strides[0]
+                if self.permuted_v
+                else (values.strides[2])
+            )
+            if k.shape != (n, keys.strides[2]) or v.shape != (n, v_row):
+                return False
+        order = np.argsort(cells)
+        cells, positions = cells[order], positions[order]
+        runs = np.split(np.arange(n), np.flatnonzero(np.diff(cells) != 1) + 1)
+        for layer, keys in self._keys.items():
+            k = arrays[f"k{layer}"][order]
+            v = arrays[f"v{layer}"][order]
+            values = self._values[layer]
+            for run in runs:
+                first = int(cells[run[0]])
+                keys.write_bytes(first * keys.strides[2], k[run])
+                self._write_v(values, first, v[run])
+        self.cell_pos[cells] = positions
+        self.cell_seqs[cells] |= bit
+        self._seen.add(seq)
+        return True
+
+    def _write_v(self, values: Tensor, first: int, rows: np.ndarray) -> None:
+        """Write the V rows of consecutive cells from `first` (the inverse of `_read_v`)."""
+        if not self.permuted_v:
+            values.write_bytes(first * values.strides[2], rows)
+            return
+        size = values.strides[0]
+        elements = rows.reshape(len(rows), -1, size)
+        for d in range(elements.shape[1]):
+            values.write_bytes((d * self.cells + first) * size, elements[:, d])

@@ -25,7 +25,8 @@ Storage: per sequence and layer, K and V `[head_dim, kv_heads, rows]` tensors si
 largest image at the load-time reservation (every sequence gets them then, so a model that
 does not fit fails at load); a larger image later grows them. `copy_prefix` copies the
 image's K/V when the shared prefix holds the image's position; `remove` forgets the image
-when its position goes.
+when its position goes. A host copy (`snapshot`) exists only for a prefix before the
+sequence's image: it holds nothing (the image's K/V are not saved).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ import numpy as np
 from ..input import Batch, Multimodal, sequence_runs
 from ..ml.api import Backend, CacheConfig, Context, DType, Tensor
 from ..ml.nn import KVView
-from .base import MAX_POS, Cache
+from .base import MAX_POS, Cache, SequenceState
 
 __all__ = ["Encoder"]
 
@@ -246,3 +247,16 @@ class Encoder(Cache):
         """The position `seq`'s image came from, or -1 (for tests and diagnostics)."""
         image = self._images.get(seq)
         return image.position if image is not None else -1
+
+    # -- host copies ----------------------------------------------------------------------
+    def snapshot(self, seq: int, length: int) -> SequenceState | None:
+        image = self._images.get(seq)
+        if image is not None and image.position < length:
+            return None  # an image's K/V are not saved (module docstring)
+        return SequenceState({}, 0)
+
+    def restore(self, seq: int, state: SequenceState) -> bool:
+        if state.arrays:
+            return False
+        self._images.pop(seq, None)
+        return True

@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from ..input import Batch
 from ..ml.api import Backend, CacheConfig, Context, DType, Tensor
 from ..ml.nn import KVView
-from .base import MAX_POS, Cache
+from .base import MAX_POS, Cache, SequenceState
 
 __all__ = ["Wrapper"]
 
@@ -17,6 +17,8 @@ class Wrapper(Cache):
 
     start_forward runs every cache; if one fails (full), the ones before it undo the batch's
     positions. remove and copy_prefix fan out; can_resume is true only if all caches agree.
+    snapshot holds every cache's arrays (named `<index>.<name>`), or is None if one cannot
+    save; restore restores all or none.
     """
 
     def __init__(self, caches: Sequence[Cache], layer_cache: Callable[[int], int]) -> None:
@@ -81,3 +83,28 @@ class Wrapper(Cache):
 
     def can_resume(self, seq: int, pos: int) -> bool:
         return all(c.can_resume(seq, pos) for c in self.caches)
+
+    def snapshot(self, seq: int, length: int) -> SequenceState | None:
+        arrays: dict = {}
+        resume_from = 0
+        for i, c in enumerate(self.caches):
+            state = c.snapshot(seq, length)
+            if state is None:
+                return None
+            arrays.update({f"{i}.{name}": a for name, a in state.arrays.items()})
+            resume_from = max(resume_from, state.resume_from)
+        return SequenceState(arrays, resume_from)
+
+    def restore(self, seq: int, state: SequenceState) -> bool:
+        parts: list[dict] = [{} for _ in self.caches]
+        for name, a in state.arrays.items():
+            index, _, rest = name.partition(".")
+            if not index.isdigit() or int(index) >= len(parts):
+                return False
+            parts[int(index)][rest] = a
+        for i, c in enumerate(self.caches):
+            if not c.restore(seq, SequenceState(parts[i], state.resume_from)):
+                for done in self.caches[:i]:
+                    done.remove(seq, 0)
+                return False
+        return True

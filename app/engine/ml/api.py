@@ -150,6 +150,17 @@ class Tensor(abc.ABC):
     def set(self, values: np.ndarray) -> None:
         """Give an input tensor new values (uploaded at the next compute)."""
 
+    def read_bytes(self, offset: int, size: int) -> np.ndarray:
+        """`size` raw bytes of a persistent tensor's memory from byte `offset` (uint8), as
+        stored (quantized blocks included). For saving the KV cache; a backend without raw
+        access raises NotImplementedError."""
+        raise NotImplementedError(f"{type(self).__name__} has no raw byte access")
+
+    def write_bytes(self, offset: int, data: np.ndarray) -> None:
+        """Write raw bytes (`data`, uint8) into a persistent tensor's memory at byte `offset`:
+        the inverse of `read_bytes`."""
+        raise NotImplementedError(f"{type(self).__name__} has no raw byte access")
+
     def dim(self, i: int) -> int:
         s = self.shape
         return s[i] if i < len(s) else 1

@@ -85,5 +85,22 @@ class GGMLTensor(Tensor):
                 raise ValueError(f"set(): {arr.nbytes} bytes given, tensor has {self.nbytes}")
             g.ggml_backend_tensor_set(self._p, arr.ctypes.data, 0, arr.nbytes)
 
+    def read_bytes(self, offset: int, size: int) -> np.ndarray:
+        self._check_span(offset, size)
+        out = np.empty(size, dtype=np.uint8)
+        if size:
+            g.ggml_backend_tensor_get(self._p, out.ctypes.data, offset, size)
+        return out
+
+    def write_bytes(self, offset: int, data: np.ndarray) -> None:
+        arr = np.ascontiguousarray(data).view(np.uint8).ravel()
+        self._check_span(offset, arr.nbytes)
+        if arr.nbytes:
+            g.ggml_backend_tensor_set(self._p, arr.ctypes.data, offset, arr.nbytes)
+
+    def _check_span(self, offset: int, size: int) -> None:
+        if offset < 0 or size < 0 or offset + size > self.nbytes:
+            raise ValueError(f"bytes [{offset}, {offset + size}) lie outside {self!r}")
+
     def __repr__(self) -> str:
         return f"GGMLTensor({self.dtype.name}, {list(self.shape)})"

@@ -190,6 +190,21 @@ class NumpyTensor(Tensor):
         else:  # persistent tensor: write through now
             self._store_exact(values)
 
+    def read_bytes(self, offset: int, size: int) -> np.ndarray:
+        self._check_span(offset, size)
+        start = self._offset + offset
+        return np.array(self._base[start : start + size], dtype=np.uint8)
+
+    def write_bytes(self, offset: int, data: np.ndarray) -> None:
+        arr = np.ascontiguousarray(data).view(np.uint8).ravel()
+        self._check_span(offset, arr.nbytes)
+        start = self._offset + offset
+        self._base[start : start + arr.nbytes] = arr
+
+    def _check_span(self, offset: int, size: int) -> None:
+        if offset < 0 or size < 0 or offset + size > self.nbytes:
+            raise ValueError(f"bytes [{offset}, {offset + size}) lie outside the tensor")
+
     def _store_exact(self, values: np.ndarray) -> None:
         arr = np.asarray(values, dtype=element_dtype(self._dtype))
         n = self._ne[0] * self._ne[1] * self._ne[2] * self._ne[3]
