@@ -161,7 +161,13 @@ class Runner:
             ),
             devices=self.engine.devices(),
             batch_invariance=self.invariance.to_json() if self.invariance else None,
+            speculation=self.speculation(),
         )
+
+    def speculation(self) -> dict[str, Any]:
+        """Whether generations draft tokens (speculative decoding) and, if not, why."""
+        off = self.engine.speculation_off
+        return {"enabled": off is None, **({"reason": off} if off else {})}
 
     def close(self) -> None:
         self.loop.stop()

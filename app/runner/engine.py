@@ -12,8 +12,9 @@ A `RunnerEngine` is:
   hidden states into an embedding. These come from the engine library (`Passes`).
 * prompts: `encode` (BOS per the file, never doubled) and `prompt(text, images)`, the inputs
   of a prompt with images and their same-batch marks, or the "cannot see images" refusal.
-* what `/info` reports: `memory` (totals), `devices()` (bytes per device and part) and
-  `invariance` (the batch-invariance report, None where not probed).
+* what `/info` reports: `memory` (totals), `devices()` (bytes per device and part),
+  `invariance` (the batch-invariance report, None where not probed) and `speculation_off`
+  (why speculative decoding is off, None where drafts are checked exactly).
 * whether the loop may plan pass N+1 while pass N computes (`can_pipeline`), and whether that
   pays here (`spare_core`).
 * `close()`, which frees everything it loaded.
@@ -169,6 +170,13 @@ class RunnerEngine(ABC):
     def invariance(self) -> InvarianceReport | None:
         """Whether "same tokens under any load" holds here (None: not probed)."""
 
+    @property
+    def speculation_off(self) -> str | None:
+        """Why the loop does not draft tokens (a sentence), or None where it may: where a
+        pass's rows, each computed as a lone row (`PassInput.lone_rows`), give exactly the
+        logits of decoding one token at a time. An engine says so itself (default: off)."""
+        return "this engine does not check drafted tokens"
+
     def close(self) -> None:
         self.native.close()
 
@@ -262,6 +270,13 @@ class HearthEngine(RunnerEngine):
     def invariance(self) -> InvarianceReport:
         return self._invariance
 
+    @property
+    def speculation_off(self) -> str | None:
+        report = self._invariance
+        if report.holds:
+            return None
+        return f"drafts cannot be checked exactly: {report.summary()}"
+
     def close(self) -> None:
         super().close()
         self.loaded.close()
@@ -321,6 +336,10 @@ class LlamaCppRunnerEngine(RunnerEngine):
     @property
     def invariance(self) -> None:
         return None  # llama.cpp's kernels are not probed
+
+    @property
+    def speculation_off(self) -> str:
+        return "not supported on the llama.cpp engine"
 
 
 def load_engine(

@@ -173,6 +173,10 @@ class CompletionOptions:
     num_predict: int | None = None  # tokens to generate at most; negative: no limit
     num_keep: int | None = None  # prompt tokens kept by truncation and shifts; -1: all
     stop: list[str] = field(default_factory=list)  # the output ends before any of these
+    # Speculative decoding (runner/drafting.py): None or true drafts where the runner can
+    # check drafts exactly (`RunnerInfo.speculation`); false never drafts. The output is
+    # the same either way; only its speed differs.
+    speculate: bool | None = None
 
     @classmethod
     def names(cls) -> frozenset[str]:
@@ -234,6 +238,8 @@ class CompletionDone:
     eval_duration: int = 0  # nanoseconds
     truncated: bool = False  # the prompt was cut to fit num_ctx
     shifted: bool = False  # the context was shifted (old tokens discarded) while generating
+    drafted: int = 0  # speculative decoding: tokens drafted and checked
+    accepted: int = 0  # of those, the ones accepted (each saved a pass)
     context: list[int] = field(default_factory=list)  # prompt + generated ids (Ollama's)
 
 
@@ -271,6 +277,8 @@ class RunnerInfo:
     # Whether "same tokens under any load" holds, and why (engine/ml/invariance.py; None
     # on llama.cpp's engine).
     batch_invariance: dict[str, Any] | None = None
+    # Speculative decoding: {"enabled": bool, "reason": sentence when it is off}.
+    speculation: dict[str, Any] | None = None
 
 
 # -- JSON ------------------------------------------------------------------------------------
