@@ -66,6 +66,8 @@ class Options(Body):
     presence_penalty: float | None = Field(None, ge=-100.0, le=100.0)
     frequency_penalty: float | None = Field(None, ge=-100.0, le=100.0)
     stop: list[Annotated[str, Field(max_length=1000)]] | None = Field(None, max_length=64)
+    # Hearth extension: speculative decoding (drafting; the output is the same either way).
+    speculate: bool | None = None
 
     @field_validator("stop", mode="before")
     @classmethod
