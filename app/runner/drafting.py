@@ -16,8 +16,10 @@ structured output) and costs nothing where no n-gram matches.
 
 The draft length adapts (`Drafter.checked`): it grows while every drafted token is
 accepted and falls back to one past the accepted ones otherwise. Drafting pauses when it does
-not pay: after `_MISSES` checks in a row that accepted nothing, for a pause (in sampled
-tokens) that doubles each time up to `_MAX_PAUSE` and resets after a check that accepts.
+not pay: after `_MISSES` checks in a row that accepted nothing (or, where waiting for the
+sampled token costs the loop its pipelining, passes with nothing to draft), for a pause (in
+sampled tokens) that doubles each time up to `_MAX_PAUSE` and resets after a check that
+accepts.
 """
 
 from __future__ import annotations
@@ -81,8 +83,13 @@ class Drafter:
     docstring). `context` is the sequence's prompt; `added()` extends it with each token
     the sequence accepts."""
 
-    def __init__(self, context: Iterable[int], max_draft: int = MAX_DRAFT) -> None:
+    def __init__(
+        self, context: Iterable[int], max_draft: int = MAX_DRAFT, costly_wait: bool = False
+    ) -> None:
+        """`costly_wait`: waiting for the sampled token to draft costs the loop its pipelining
+        (loop.py), so a pass with nothing to draft counts as a miss too."""
         self.lookup = PromptLookup(context)
+        self.costly_wait = costly_wait
         self.max_draft = max_draft
         self.length = min(4, max_draft)  # tokens to draft next time
         self.paused = 0  # sampled tokens left before drafting again
@@ -105,7 +112,10 @@ class Drafter:
         """Tokens to check after the last one added, at most `limit`; [] while paused."""
         if not self.active:
             return []
-        return self.lookup.propose(min(self.length, limit))
+        draft = self.lookup.propose(min(self.length, limit))
+        if not draft and self.costly_wait and limit > 0:
+            self._missed()
+        return draft
 
     def checked(self, drafted: int, accepted: int) -> None:
         """A pass checked `drafted` tokens and `accepted` of them were the samples."""
@@ -116,7 +126,10 @@ class Drafter:
         if accepted:
             self._misses = 0
             self._pause = _FIRST_PAUSE
-            return
+        else:
+            self._missed()
+
+    def _missed(self) -> None:
         self._misses += 1
         if self._misses >= _MISSES:
             self.paused = self._pause

@@ -245,7 +245,7 @@ class BatchLoop:
                 self._incoming.popleft()
             feed = InputFeed(seq, slot, Inputs(seq.prompt[cached:], seq.marks[cached:]))
             if self.speculation_off is None and seq.settings.speculate and not seq.embedding:
-                feed.drafter = Drafter(seq.prompt)
+                feed.drafter = Drafter(seq.prompt, costly_wait=self.pipelined)
             seq.started(cached, evaluated=len(feed.pending))
             self._active.append(feed)
 

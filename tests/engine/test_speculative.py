@@ -168,6 +168,15 @@ def llama(tiny_llama_path):
 
 
 @pytest.fixture(scope="module")
+def llama_pipelined(tiny_llama_path):
+    """The loop that plans pass N+1 while N computes (placeholders for sampled tokens)."""
+    runner = _runner(tiny_llama_path, threads=1, pipelined=True)
+    assert runner.loop.pipelined
+    yield runner
+    runner.close()
+
+
+@pytest.fixture(scope="module")
 def gemma3_tiny(tiny_gemma3_path):
     runner = _runner(tiny_gemma3_path)  # its window of 16: drafts reach past the window
     yield runner
@@ -215,7 +224,7 @@ def test_speculation_gives_the_same_bytes_and_logprobs_one_sequence_at_a_time(wh
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("which", TINY)
+@pytest.mark.parametrize("which", [*TINY, "llama_pipelined"])
 def test_speculation_gives_the_same_with_four_sequences_at_once(which, request):
     runner: Runner = request.getfixturevalue(which)
     reqs = requests_for(runner)
@@ -358,3 +367,10 @@ def test_the_drafter_adapts_its_length_and_pauses_when_drafts_miss():
     for _ in range(drafter.paused):
         drafter.added(1)
     assert drafter.active
+
+
+def test_where_waiting_costs_pipelining_passes_without_a_draft_count_as_misses():
+    patient, costly = Drafter([1, 2, 3]), Drafter([1, 2, 3], costly_wait=True)
+    for _ in range(3):
+        assert patient.propose(4) == [] and costly.propose(4) == []
+    assert patient.active and not costly.active
