@@ -108,14 +108,23 @@ class Drafter:
         if self.paused:
             self.paused -= 1
 
+    def wanted(self, limit: int) -> int:
+        """How many tokens to draft now, at most `limit`: 0 while paused."""
+        return min(self.length, limit) if self.active else 0
+
     def propose(self, limit: int) -> list[int]:
-        """Tokens to check after the last one added, at most `limit`; [] while paused."""
-        if not self.active:
-            return []
-        draft = self.lookup.propose(min(self.length, limit))
-        if not draft and self.costly_wait and limit > 0:
-            self._missed()
+        """Prompt lookup's tokens to check after the last one added, at most `limit`; []
+        while paused."""
+        k = self.wanted(limit)
+        draft = self.lookup.propose(k)
+        if not draft and k > 0:
+            self.nothing_drafted()
         return draft
+
+    def nothing_drafted(self) -> None:
+        """A pass that could have drafted had nothing to draft."""
+        if self.costly_wait:
+            self._missed()
 
     def checked(self, drafted: int, accepted: int) -> None:
         """A pass checked `drafted` tokens and `accepted` of them were the samples."""

@@ -49,6 +49,7 @@ import numpy as np
 
 from ..engine.kvcache import CacheFullError
 from ..engine.prompt_cache import InputCache, NoFreeSlotError, ReprocessInputs
+from .draft_model import DraftModel
 from .drafting import Drafter
 from .engine import PassInput, RunnerEngine
 from .feed import InputFeed, Inputs
@@ -101,10 +102,13 @@ class BatchLoop:
         engine: RunnerEngine,
         multi_user: bool = False,
         pipelined: bool | None = None,
+        draft_model: DraftModel | None = None,
     ) -> None:
         """`pipelined` None: when a core is spare (`engine.spare_core`); an engine that
-        cannot plan while it computes (`engine.can_pipeline`: llama.cpp's) never is."""
+        cannot plan while it computes (`engine.can_pipeline`: llama.cpp's) never is.
+        `draft_model`: drafts for speculative decoding (else prompt lookup drafts)."""
         self.engine = engine
+        self.draft_model = draft_model
         if not engine.can_pipeline:
             pipelined = False
         elif pipelined is None:
@@ -299,12 +303,7 @@ class BatchLoop:
             if take <= 0:
                 continue
             inputs = feed.plan_placeholder() if placeholder else feed.pending.take(take)
-            drafts = None if placeholder else self._draft(feed, inputs, room - take)
-            if drafts:
-                for t in drafts:
-                    inputs.append_token(t)
-                take += len(drafts)
-            chosen.append(_Chosen(feed, inputs, placeholder, drafts))
+            chosen.append(_Chosen(feed, inputs, placeholder))
             used += take
             if feed.pending:
                 partial = partial or feed
@@ -312,6 +311,7 @@ class BatchLoop:
             # The next step starts with whoever got nothing this time, so no one starves.
             resume = left_out or partial
             self._next = active.index(resume) if resume is not None else (start + 1) % n
+            self._add_drafts(chosen, self.num_batch - used)
         return chosen
 
     def _take(self, feed: InputFeed, room: int, want: int, placeholder: bool) -> int | None:
@@ -343,19 +343,42 @@ class BatchLoop:
                 take = fits
         return take
 
-    def _draft(self, feed: InputFeed, inputs: Inputs, room: int) -> list[int] | None:
-        """Tokens drafted to follow `inputs` (the sequence's sampled token, while decoding)
-        in this pass, within the rows, context and tokens left to it; None for none."""
-        drafter = feed.drafter
-        if drafter is None or feed.pending or feed.fed == 0 or len(inputs) != 1:
-            return None
-        seq = feed.seq
-        limit = min(
-            room,
-            self.num_ctx - len(feed.slot.tokens) - 1,  # drafts never make the context shift
-            seq.num_predict - len(seq.generated) - 1,  # nor outrun the token limit
-        )
-        return drafter.propose(limit) or None
+    def _add_drafts(self, chosen: list[_Chosen], room: int) -> None:
+        """Drafted tokens after the sampled token of each decoding sequence that drafts,
+        in the `room` the pass has left (drafts never take a row from another sequence's
+        inputs), within the context and the tokens left to each (drafts never make the
+        context shift nor outrun the token limit). From the draft model, when the runner
+        has one, else by prompt lookup."""
+        wanted: dict[int, tuple[_Chosen, Drafter, int]] = {}  # slot id -> (inputs, drafter, k)
+        for c in chosen:
+            feed, seq = c.feed, c.feed.seq
+            drafter = feed.drafter
+            if drafter is None or c.placeholder or feed.pending or len(c.inputs) != 1:
+                continue
+            limit = min(
+                self.num_ctx - len(feed.slot.tokens) - 1,
+                seq.num_predict - len(seq.generated) - 1,
+            )
+            if feed.fed and limit > 0:
+                wanted[feed.slot.id] = (c, drafter, limit)
+        if self.draft_model is None:
+            drafts = {s: drafter.propose(k) for s, (_, drafter, k) in wanted.items()}
+        else:
+            asked: dict[int, tuple[list[int], int]] = {}
+            for s, (c, drafter, limit) in wanted.items():
+                if k := drafter.wanted(limit):
+                    asked[s] = (c.feed.slot.tokens + c.inputs.ids, k)
+            drafts = self.draft_model.draft(asked)
+            for s in asked:
+                if not drafts.get(s):
+                    wanted[s][1].nothing_drafted()
+        for s, (c, _, _) in sorted(wanted.items()):
+            draft = drafts.get(s, [])[: max(0, room)]
+            if draft:
+                for t in draft:
+                    c.inputs.append_token(t)
+                c.drafts = draft
+                room -= len(draft)
 
     def _state_cut(self, feed: InputFeed, take: int) -> int:
         """Where the feed's inputs in this pass must end (0: nowhere) so that a whole
