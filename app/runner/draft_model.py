@@ -19,6 +19,7 @@ import numpy as np
 from ..engine.input import PassInput
 from ..engine.kvcache import CacheFullError, ShiftNotSupportedError
 from ..engine.prompt_cache import common_prefix
+from ..engine.tokenizer import Tokenizer
 from .engine import RunnerEngine
 
 __all__ = ["DraftModel"]
@@ -27,11 +28,22 @@ __all__ = ["DraftModel"]
 class DraftModel:
     """The draft model's engine and what each of its cache sequences holds (by slot id)."""
 
-    def __init__(self, engine: RunnerEngine, target_vocab: int) -> None:
-        if engine.tokenizer.vocab_size != target_vocab:
+    def __init__(self, engine: RunnerEngine, target: Tokenizer) -> None:
+        """ValueError (a sentence) when `engine`'s vocabulary is not `target`'s: a draft
+        model needs the same tokens (its size and, sampled, their bytes)."""
+        mine = engine.tokenizer
+        if mine.vocab_size != target.vocab_size:
             raise ValueError(
-                f"the draft model's vocabulary has {engine.tokenizer.vocab_size} tokens but "
-                f"the model's has {target_vocab}; a draft model needs the same vocabulary"
+                f"the draft model's vocabulary has {mine.vocab_size} tokens but the model's "
+                f"has {target.vocab_size}; a draft model needs the same vocabulary"
+            )
+        step = max(1, target.vocab_size // 997)
+        if any(
+            mine.token_bytes(i) != target.token_bytes(i) for i in range(0, mine.vocab_size, step)
+        ):
+            raise ValueError(
+                "the draft model's tokens differ from the model's; a draft model needs the "
+                "same vocabulary"
             )
         self.engine = engine
         self.held: dict[int, list[int]] = {}  # slot id -> the tokens its cache holds
@@ -76,9 +88,9 @@ class DraftModel:
         return {s: d for s, d in drafts.items() if d}
 
     def _follow(self, slot: int, context: list[int]) -> list[int]:
-        """Make the slot's cache hold a prefix of `context` (all but at least its last
-        token) and return the inputs that remain to evaluate, evaluating all but the last
-        `num_batch` of them here."""
+        """Make the slot's cache hold all of `context` but its last token (evaluating what
+        it lacks, in passes of this sequence alone) and return that last token, which the
+        drafting passes evaluate with the other sequences' (one row each)."""
         held = self.held.get(slot, [])
         keep = min(common_prefix(held, context), len(context) - 1)
         cache = self.engine.cache
@@ -92,8 +104,9 @@ class DraftModel:
         self.held[slot] = context[:keep]
         rest = context[keep:]
         batch = self.engine.num_batch
-        while len(rest) > batch:
-            part, rest = rest[:batch], rest[batch:]
+        while len(rest) > 1:
+            cut = min(batch, len(rest) - 1)
+            part, rest = rest[:cut], rest[cut:]
             at = len(self.held[slot])
             n = len(part)
             self.engine.forward(

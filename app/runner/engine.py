@@ -31,6 +31,7 @@ import logging
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -54,6 +55,7 @@ __all__ = [
     "HearthEngine",
     "LlamaCppRunnerEngine",
     "load_engine",
+    "load_draft_engine",
     "load_errors",
 ]
 
@@ -357,6 +359,16 @@ def load_engine(
     if options.engine == EngineKind.LLAMACPP:
         return LlamaCppRunnerEngine.load(model, options, progress)
     return HearthEngine.load(model, options, progress, registry)
+
+
+def load_draft_engine(
+    model: str, options: RunnerOptions, registry: Architectures | None = None
+) -> RunnerEngine:
+    """A draft model (speculative decoding, draft_model.py) for a runner started with
+    `options`: GGUF file `model` on Hearth's engine, with the runner's context, slots and
+    threads, text only, on the CPU."""
+    draft = replace(options, engine=EngineKind.HEARTH, projector=None, layout=None)
+    return HearthEngine.load(model, draft, None, registry)
 
 
 def load_errors(kind: str) -> tuple[type[Exception], ...]:

@@ -13,6 +13,7 @@ The service starts::
     python -m hearth runner --model PATH [--num-ctx N] [--parallel P] [--num-batch B]
         [--threads T] [--flash-attention] [--kv-type f16|q8_0|q4_0] [--memory-limit BYTES]
         [--projector PATH] [--layout JSON] [--engine hearth|llamacpp]
+        [--draft-model PATH]
 
 (`RunnerOptions.args`; `--kv-type` is a `KVCacheType`, `--engine` an `EngineKind`).
 `--engine` picks the forward engine under the same protocol: Hearth's own (default) or
@@ -133,6 +134,9 @@ class RunnerOptions:
     # "layers": [0, 1, ...]}], "projector": device | null} (layer `blocks` is the output
     # layer); None: everything on the CPU. RPC devices come from HEARTH_RPC_SERVERS.
     layout: str | None = None
+    # A smaller GGUF with the same vocabulary that drafts tokens for speculative decoding
+    # (runner/draft_model.py), loaded beside the model on Hearth's engine; None: prompt lookup.
+    draft_model: str | None = None
 
     def args(self) -> list[str]:
         """These options as `hearth runner` arguments."""
@@ -148,6 +152,8 @@ class RunnerOptions:
             out += ["--projector", self.projector]
         if self.engine != EngineKind.HEARTH:
             out += ["--engine", str(self.engine)]
+        if self.draft_model:
+            out += ["--draft-model", self.draft_model]
         if self.layout:
             out += ["--layout", self.layout]
         return out

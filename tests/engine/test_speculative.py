@@ -214,7 +214,7 @@ TINY = ["llama", "gemma3_tiny", pytest.param("mllama_text", marks=pytest.mark.sl
 @pytest.mark.parametrize("which", TINY)
 def test_speculation_gives_the_same_bytes_and_logprobs_one_sequence_at_a_time(which, request):
     runner: Runner = request.getfixturevalue(which)
-    assert runner.speculation() == {"enabled": True}, runner.speculation()
+    assert runner.speculation() == {"enabled": True, "drafts": "prompt lookup"}
     reqs = requests_for(runner)
     with_stop_strings(runner, reqs)
     assert any(r.options.stop for r in reqs.values())
@@ -257,7 +257,7 @@ def test_speculation_is_exact_through_context_shifts(llama):
 @pytest.mark.slow
 def test_speculation_is_exact_on_the_default_model(gemma3_default):
     runner = gemma3_default
-    assert runner.speculation() == {"enabled": True}, runner.speculation()
+    assert runner.speculation() == {"enabled": True, "drafts": "prompt lookup"}
     code = Path(__file__).read_text()[:900]
     prompt = (
         "<start_of_turn>user\nRepeat this code exactly, with `plain` renamed to `base`:\n\n"
@@ -281,6 +281,45 @@ def test_speculation_is_exact_on_the_default_model(gemma3_default):
     found, drafted, accepted = compare(runner, {n: reqs[n] for n in names}, together=True)
     assert not found, "\n".join(found)
     assert accepted > 0
+
+
+# -- a draft model -------------------------------------------------------------------------------
+@pytest.fixture(scope="module", params=["itself", "another"])
+def llama_drafted(request, tiny_llama_path, tmp_path_factory):
+    """The tiny llama drafted for by itself (most drafts accepted) or by another tiny llama
+    of the same vocabulary and other weights (most rejected)."""
+    from tiny_models import tiny_llama, write_tiny_llama
+
+    draft = tiny_llama_path
+    if request.param == "another":
+        draft = write_tiny_llama(tmp_path_factory.mktemp("draft") / "d.gguf", tiny_llama(seed=9))
+    runner = _runner(tiny_llama_path, draft_model=str(draft))
+    yield runner
+    runner.close()
+
+
+@pytest.mark.slow
+def test_a_draft_model_drafts_exactly_one_sequence_and_four_at_once(llama_drafted):
+    runner = llama_drafted
+    assert runner.speculation() == {"enabled": True, "drafts": "draft model"}
+    reqs = requests_for(runner)
+    with_stop_strings(runner, reqs)
+    found, drafted, accepted = compare(runner, reqs)
+    assert not found, "\n".join(found)
+    assert drafted > accepted
+    names = ["greedy", "warm", "hot-min-p", "json-schema"]
+    found, drafted_4, accepted_4 = compare(runner, {n: reqs[n] for n in names}, together=True)
+    assert not found, "\n".join(found)
+    assert drafted_4 > 0
+    if runner.config.draft_model == runner.config.model:  # greedy drafts for itself hold
+        done = _run(runner, _with(reqs["greedy"], True))["done"]
+        assert done.accepted > 0.8 * done.drafted
+
+
+@pytest.mark.slow
+def test_a_draft_model_of_another_vocabulary_is_refused(tiny_llama_path, gemma3_path):
+    with pytest.raises(ValueError, match="a draft model needs the same vocabulary"):
+        _runner(tiny_llama_path, draft_model=str(gemma3_path))
 
 
 # -- the comparison fails when the rule is loosened ------------------------------------------
