@@ -52,6 +52,9 @@ class Options(Body):
     numa: bool | None = None
     flash_attention: bool | None = None  # Hearth extension
     engine: Literal["auto", "hearth", "llamacpp"] | None = None  # Hearth: store/engines.py
+    # Hearth extension (LM Studio's name): a model of the same vocabulary, by name, that
+    # drafts tokens for speculative decoding, loaded in the same runner
+    draft_model: str | None = Field(None, min_length=1, max_length=500)
     # sampling (passed to the runner)
     num_keep: int | None = Field(None, ge=-1, le=1 << 24)
     seed: int | None = Field(None, ge=-1, le=_I64)
