@@ -21,12 +21,17 @@ def test_speculate_reaches_the_runner(fake_service):
 
 def test_a_draft_model_starts_the_runner_with_its_file(fake_service, tiny_llama_path):
     add_model(fake_service.store, "drafter", tiny_llama_path)
+    assert _generate(fake_service).status_code == 200
+    assert fake_service.launcher.started[-1].options.draft_model is None
     assert _generate(fake_service, draft_model="drafter").status_code == 200
+    assert len(fake_service.launcher.started) == 2  # the runner without it does not serve
     runner = fake_service.launcher.started[-1]
     record = fake_service.store.resolve("drafter")
     layer = record.layer("model")
     assert runner.options.draft_model == str(fake_service.store.blob_path(layer.digest))
     assert "--draft-model" in runner.options.args()
+    assert _generate(fake_service).status_code == 200  # with a draft model serves any request
+    assert len(fake_service.launcher.started) == 2
 
 
 def test_a_draft_model_not_installed_is_refused_by_name(fake_service):
