@@ -361,6 +361,8 @@ class BatchLoop:
             )
             if feed.fed and limit > 0:
                 wanted[feed.slot.id] = (c, drafter, limit)
+        if not wanted:
+            return
         if self.draft_model is None:
             drafts = {s: drafter.propose(k) for s, (_, drafter, k) in wanted.items()}
         else:
