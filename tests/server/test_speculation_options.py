@@ -1,8 +1,12 @@
 """The speculative-decoding options through the service: `speculate` reaches the runner's
 completion options, `draft_model` (a model's name) starts the runner with that model's file
-beside the model, and a draft model that is not installed is a 400 that names it."""
+beside the model, and a draft model that is not installed is a 400 that names it; the real
+service gives the same reply with speculation on and off and reports the figures."""
 
 from __future__ import annotations
+
+import httpx
+import pytest
 
 from .fakes import add_model
 
@@ -38,3 +42,31 @@ def test_a_draft_model_not_installed_is_refused_by_name(fake_service):
     out = _generate(fake_service, draft_model="nowhere")
     assert out.status_code == 400
     assert "the draft model nowhere is not installed" in out.json()["error"]
+
+
+@pytest.mark.slow
+def test_the_real_service_speculates_exactly_and_says_so(live_server):
+    """Through the service and a real runner of the default model: the same reply with
+    speculate false and true, the drafted and accepted tokens in the final record, and the
+    runner's speculation in /api/ps."""
+    text = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n"
+    body = {
+        "model": "gemma3:270m",
+        "prompt": f"Repeat this code exactly:\n\n{text}",
+        "stream": False,
+        "options": {"temperature": 0.5, "seed": 11, "num_predict": 40},
+    }
+    replies = {}
+    with httpx.Client(base_url=live_server.url, timeout=600) as client:
+        for speculate in (False, True):
+            options = {**body["options"], "speculate": speculate}
+            out = client.post("/api/generate", json={**body, "options": options})
+            assert out.status_code == 200, out.text
+            replies[speculate] = out.json()
+        ps = client.get("/api/ps").json()
+    assert replies[True]["response"] == replies[False]["response"]
+    assert replies[True]["context"] == replies[False]["context"]
+    assert replies[False]["hearth"]["drafted"] == 0
+    assert replies[True]["hearth"]["accepted"] > 0
+    loaded = ps["models"][0]["hearth"]["speculation"]
+    assert loaded == {"enabled": True, "drafts": "prompt lookup"}
