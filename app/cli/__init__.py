@@ -107,6 +107,9 @@ def _add_runner(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         help="forward engine: hearth or llama.cpp",
     )
     runner.add_argument("--layout", default=d.layout, help="layers per device (JSON)")
+    runner.add_argument(
+        "--draft-model", default=d.draft_model, help="a .gguf that drafts tokens (speculation)"
+    )
 
 
 def _add_models(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -208,6 +208,10 @@ class _Chat:
             f"generation: {e_n} tokens in {e_s:.2f}s ({e_n / e_s if e_s else 0.0:.1f} tok/s), "
             f"done: {final.get('done_reason', '')}\n"
         )
+        if extra.get("drafted"):
+            self._report += (
+                f"speculation: {extra['accepted']} of {extra['drafted']} drafted tokens accepted\n"
+            )
 
     def _reply(self, messages: list[dict[str, Any]], text: str) -> list[dict[str, Any]]:
         """Answer the last user message; returns the messages to add (the answer, and with

@@ -264,7 +264,7 @@ class ForwardEngine:
         positions = np.ascontiguousarray(inputs.positions, dtype=np.int32)
         sequences = np.ascontiguousarray(inputs.sequences, dtype=np.int32)
         outputs = np.ascontiguousarray(inputs.outputs, dtype=np.int32)
-        runs = sequence_runs(sequences)
+        runs = sequence_runs(sequences, inputs.lone_rows)
         host = Batch(None, None, None, positions, sequences, outputs, hidden=hidden, runs=runs)  # type: ignore[arg-type]
         layout: tuple[tuple[int, int], ...] = ()
         if media is not None:
@@ -273,7 +273,7 @@ class ForwardEngine:
             layout = tuple((s, c) for s, c, _ in media.runs)
             layout += tuple((row, -len(values)) for row, values, _ in media.whole)
         self.cache.prepare(host)
-        out_runs = sequence_runs(sequences[outputs])
+        out_runs = sequence_runs(sequences[outputs], inputs.lone_rows)
         key = (len(tokens), len(outputs), hidden, self.cache.signature(), tuple(out_runs), layout)
         graph = self._graphs.get(key)
         if graph is not None:

@@ -20,10 +20,22 @@ from .ml.api import Tensor
 __all__ = ["Input", "Multimodal", "PassInput", "Batch", "image_positions", "sequence_runs"]
 
 
-def sequence_runs(ids: np.ndarray) -> list[tuple[int, int]]:
-    """(start, count) of each run of equal sequence ids in a batch."""
+def sequence_runs(
+    ids: np.ndarray, lone_rows: frozenset[int] = frozenset()
+) -> list[tuple[int, int]]:
+    """(start, count) of each run of equal sequence ids in a batch; the rows of the
+    sequences in `lone_rows` each make a run of their own (see `PassInput.lone_rows`)."""
     cuts = [0, *(np.flatnonzero(np.diff(ids)) + 1).tolist(), len(ids)]
-    return [(a, b - a) for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
+    runs = [(a, b - a) for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
+    if not lone_rows:
+        return runs
+    split: list[tuple[int, int]] = []
+    for start, count in runs:
+        if count > 1 and int(ids[start]) in lone_rows:
+            split.extend((start + i, 1) for i in range(count))
+        else:
+            split.append((start, count))
+    return split
 
 
 @dataclass
@@ -37,6 +49,11 @@ class PassInput:
     outputs: the rows whose outputs are wanted, in the order they come back.
     hidden: return the final normed hidden states of those rows (embeddings) instead of
         logits.
+    lone_rows: sequences whose rows are each computed as a lone decoding row is (their own
+        attention run over the sequence's cells, their own weight products where a kernel
+        treats a lone row apart: invariance.py), so that each row's logits have the bits
+        that decoding the rows one pass at a time gives. Speculative decoding's check of
+        drafted tokens (runner/loop.py) relies on it.
 
     Arrays of any integer type; the engine converts them to int32.
     """
@@ -46,6 +63,7 @@ class PassInput:
     sequences: np.ndarray
     outputs: np.ndarray
     hidden: bool = False
+    lone_rows: frozenset[int] = frozenset()
 
 
 @dataclass

@@ -11,9 +11,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..engine.memory_use import MemoryUse
 from ..engine.tokenizer import Tokenizer
 from .disk_cache import named_digest, open_disk_cache
-from .engine import RunnerEngine, load_engine
+from .draft_model import DraftModel
+from .engine import RunnerEngine, load_draft_engine, load_engine
 from .loop import BatchLoop
 from .protocol import CompletionRequest, RunnerInfo, RunnerMemory, RunnerOptions
 from .sequence import PromptTooLongError, Sequence, SequenceSettings, settings_from_request
@@ -56,13 +58,28 @@ class Runner:
         `config.engine` picks the engine (see engine.py: `load_engine`)."""
         self.config = config
         self.engine: RunnerEngine = load_engine(config.model, config, progress, registry)
+        try:
+            self.draft_model = self._load_draft_model(registry)
+        except BaseException:
+            self.engine.close()
+            raise
         self.memory = self.engine.memory
+        if self.draft_model is not None:  # its weights, cache and graph count too
+            extra = self.draft_model.engine.memory
+            self.memory = MemoryUse(
+                self.memory.weights + extra.weights,
+                self.memory.cache + extra.cache,
+                self.memory.graph + extra.graph,
+            )
         self.invariance = self.engine.invariance
         self.tokenizer: Tokenizer = self.engine.tokenizer
         self.architecture = self.engine.architecture
         self.context_length = self.engine.context_length
         self.loop = BatchLoop(
-            self.engine, multi_user=config.multi_user_cache, pipelined=config.pipelined
+            self.engine,
+            multi_user=config.multi_user_cache,
+            pipelined=config.pipelined,
+            draft_model=self.draft_model,
         )
         self.loop.start()
         self.constraints: Any = None  # grammar TokenTable, built on first structured request
@@ -89,6 +106,20 @@ class Runner:
                 )
         finally:
             self.disk_cache_ready.set()
+
+    def _load_draft_model(self, registry: Architectures | None) -> DraftModel | None:
+        """The draft model `config.draft_model` names, on Hearth's engine with the model's
+        context and slots (None when none is named, or where speculation is off: it would
+        never draft)."""
+        path = self.config.draft_model
+        if not path or self.engine.speculation_off is not None:
+            return None
+        engine = load_draft_engine(path, self.config, registry)
+        try:
+            return DraftModel(engine, self.engine.tokenizer)
+        except BaseException:
+            engine.close()
+            raise
 
     # -- requests ---------------------------------------------------------------------------
     def encode(self, text: str, add_special: bool = True) -> list[int]:
@@ -188,12 +219,23 @@ class Runner:
             ),
             devices=self.engine.devices(),
             batch_invariance=self.invariance.to_json() if self.invariance else None,
+            speculation=self.speculation(),
         )
+
+    def speculation(self) -> dict[str, Any]:
+        """Whether generations draft tokens (speculative decoding) and, if not, why."""
+        off = self.engine.speculation_off
+        if off is not None:
+            return {"enabled": False, "reason": off}
+        drafts = "draft model" if self.draft_model is not None else "prompt lookup"
+        return {"enabled": True, "drafts": drafts}
 
     def close(self) -> None:
         """Stop serving; the prompt cache on disk saves every slot (within a few seconds:
         the service kills a runner that takes longer to stop), then the model is freed."""
         self.loop.stop()
+        if self.draft_model is not None:
+            self.draft_model.close()
         disk = self.disk_cache
         if disk is not None:
             self.loop.slots.save_all()

@@ -12,8 +12,9 @@ A `RunnerEngine` is:
   hidden states into an embedding. These come from the engine library (`Passes`).
 * prompts: `encode` (BOS per the file, never doubled) and `prompt(text, images)`, the inputs
   of a prompt with images and their same-batch marks, or the "cannot see images" refusal.
-* what `/info` reports: `memory` (totals), `devices()` (bytes per device and part) and
-  `invariance` (the batch-invariance report, None where not probed).
+* what `/info` reports: `memory` (totals), `devices()` (bytes per device and part),
+  `invariance` (the batch-invariance report, None where not probed) and `speculation_off`
+  (why speculative decoding is off, None where drafts are checked exactly).
 * whether the loop may plan pass N+1 while pass N computes (`can_pipeline`), and whether that
   pays here (`spare_core`).
 * `close()`, which frees everything it loaded.
@@ -30,6 +31,7 @@ import logging
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -53,6 +55,7 @@ __all__ = [
     "HearthEngine",
     "LlamaCppRunnerEngine",
     "load_engine",
+    "load_draft_engine",
     "load_errors",
 ]
 
@@ -169,6 +172,13 @@ class RunnerEngine(ABC):
     def invariance(self) -> InvarianceReport | None:
         """Whether "same tokens under any load" holds here (None: not probed)."""
 
+    @property
+    def speculation_off(self) -> str | None:
+        """Why the loop does not draft tokens (a sentence), or None where it may: where a
+        pass's rows, each computed as a lone row (`PassInput.lone_rows`), give exactly the
+        logits of decoding one token at a time. An engine says so itself (default: off)."""
+        return "this engine does not check drafted tokens"
+
     def close(self) -> None:
         self.native.close()
 
@@ -262,6 +272,13 @@ class HearthEngine(RunnerEngine):
     def invariance(self) -> InvarianceReport:
         return self._invariance
 
+    @property
+    def speculation_off(self) -> str | None:
+        report = self._invariance
+        if report.holds:
+            return None
+        return f"drafts cannot be checked exactly: {report.summary()}"
+
     def close(self) -> None:
         super().close()
         self.loaded.close()
@@ -322,6 +339,10 @@ class LlamaCppRunnerEngine(RunnerEngine):
     def invariance(self) -> None:
         return None  # llama.cpp's kernels are not probed
 
+    @property
+    def speculation_off(self) -> str:
+        return "not supported on the llama.cpp engine"
+
 
 def load_engine(
     model: str,
@@ -338,6 +359,16 @@ def load_engine(
     if options.engine == EngineKind.LLAMACPP:
         return LlamaCppRunnerEngine.load(model, options, progress)
     return HearthEngine.load(model, options, progress, registry)
+
+
+def load_draft_engine(
+    model: str, options: RunnerOptions, registry: Architectures | None = None
+) -> RunnerEngine:
+    """A draft model (speculative decoding, draft_model.py) for a runner started with
+    `options`: GGUF file `model` on Hearth's engine, with the runner's context, slots and
+    threads, text only, on the CPU."""
+    draft = replace(options, engine=EngineKind.HEARTH, projector=None, layout=None)
+    return HearthEngine.load(model, draft, None, registry)
 
 
 def load_errors(kind: str) -> tuple[type[Exception], ...]:

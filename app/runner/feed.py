@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence as Seq
 
 from ..engine.prompt_cache import Slot, group_start
+from .drafting import Drafter
 from .sequence import Sequence
 
 __all__ = ["Inputs", "InputFeed"]
@@ -63,6 +64,7 @@ class InputFeed:
         first (`drop_placeholder`).
     limit_reached: the context is full and may not shift: the sequence ends after the token
         being sampled now.
+    drafter: its speculative drafting (drafting.py), None when it does not draft.
     """
 
     def __init__(self, seq: Sequence, slot: Slot, pending: Inputs) -> None:
@@ -72,6 +74,7 @@ class InputFeed:
         self.fed = 0
         self.placeholder_planned = False
         self.limit_reached = False
+        self.drafter: Drafter | None = None
 
     def plan_placeholder(self) -> Inputs:
         """The input of the token being sampled now, planned before it exists."""

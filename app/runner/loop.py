@@ -22,6 +22,16 @@ N get a placeholder input in N+1 whose value is filled in once N is sampled. A s
 finished at N leaves its placeholder unused; its cache cell is dropped when the slot is
 released.
 
+Speculative decoding (drafting.py): a decoding sequence whose `Drafter` proposes tokens
+evaluates its sampled token and the drafted ones in one pass, each row computed as a lone
+decoding row is (`PassInput.lone_rows`), so every row's logits have exactly the bits that
+decoding one token per pass gives. `_check` then samples position by position as decoding
+would (one draw per position sampled, penalties, grammar, stop strings and logprobs on the
+accepted tokens only), accepts a drafted token while it equals the sample, and removes the
+cache cells of the rejected ones: the output is the same with speculation on or off. A
+sequence that may draft takes no pipelined placeholder (its next input depends on the check).
+Drafting is on only where the engine says it is exact (`RunnerEngine.speculation_off`).
+
 Failures stay local: an error in one sequence (a full cache, a broken grammar state) ends that
 sequence with a message; the loop goes on serving the others.
 """
@@ -40,6 +50,8 @@ import numpy as np
 
 from ..engine.kvcache import CacheFullError
 from ..engine.prompt_cache import InputCache, NoFreeSlotError, ReprocessInputs
+from .draft_model import DraftModel
+from .drafting import Drafter
 from .engine import PassInput, RunnerEngine
 from .feed import InputFeed, Inputs
 from .sequence import Sequence
@@ -59,6 +71,7 @@ class _Chosen:
     feed: InputFeed
     inputs: Inputs
     placeholder: bool  # the single input is a token still being sampled
+    drafts: list[int] | None = None  # drafted tokens after the sampled one (`inputs` ends so)
 
 
 @dataclass
@@ -68,6 +81,7 @@ class _Entry:
     count: int
     sample: bool  # the last input's logits are sampled
     placeholder: bool = False  # the single input is a token still being sampled
+    drafts: list[int] | None = None  # the last len(drafts) inputs were drafted: every row samples
 
 
 @dataclass
@@ -91,10 +105,13 @@ class BatchLoop:
         engine: RunnerEngine,
         multi_user: bool = False,
         pipelined: bool | None = None,
+        draft_model: DraftModel | None = None,
     ) -> None:
         """`pipelined` None: when a core is spare (`engine.spare_core`); an engine that
-        cannot plan while it computes (`engine.can_pipeline`: llama.cpp's) never is."""
+        cannot plan while it computes (`engine.can_pipeline`: llama.cpp's) never is.
+        `draft_model`: drafts for speculative decoding (else prompt lookup drafts)."""
         self.engine = engine
+        self.draft_model = draft_model
         if not engine.can_pipeline:
             pipelined = False
         elif pipelined is None:
@@ -104,6 +121,7 @@ class BatchLoop:
         self.num_batch = engine.num_batch
         self.num_ctx = engine.num_ctx
         self.slots = InputCache(engine.cache, engine.parallel, engine.num_ctx, multi_user)
+        self.speculation_off = engine.speculation_off  # None: drafting is exact here
         self.pipelined = pipelined
         self._incoming: deque[Sequence] = deque()
         self._active: list[InputFeed] = []
@@ -242,6 +260,8 @@ class BatchLoop:
                     return
                 self._incoming.popleft()
             feed = InputFeed(seq, slot, Inputs(seq.prompt[cached:], seq.marks[cached:]))
+            if self.speculation_off is None and seq.settings.speculate and not seq.embedding:
+                feed.drafter = Drafter(seq.prompt, costly_wait=self.pipelined)
             seq.started(cached, evaluated=len(feed.pending))
             self._active.append(feed)
 
@@ -260,7 +280,11 @@ class BatchLoop:
         """Admission to the pass: round robin from the resume point, each sequence taking
         what the room left and its own limits allow (`_take`); a sequence awaiting a token
         from `inflight` takes a placeholder for it. Moves the inputs out of their feeds."""
-        awaiting = {id(e.feed) for e in (inflight.entries if inflight else []) if e.sample}
+        awaiting = {
+            id(e.feed)
+            for e in (inflight.entries if inflight else [])
+            if e.sample and not e.drafts and not (e.feed.drafter and e.feed.drafter.active)
+        }
         active = [f for f in self._active if not f.seq.done and not f.seq.embedding]
         if not active:
             return []
@@ -299,6 +323,7 @@ class BatchLoop:
             # The next step starts with whoever got nothing this time, so no one starves.
             resume = left_out or partial
             self._next = active.index(resume) if resume is not None else (start + 1) % n
+            self._add_drafts(chosen, self.num_batch - used)
         return chosen
 
     def _take(self, feed: InputFeed, room: int, want: int, placeholder: bool) -> int | None:
@@ -329,6 +354,45 @@ class BatchLoop:
                     return None
                 take = fits
         return take
+
+    def _add_drafts(self, chosen: list[_Chosen], room: int) -> None:
+        """Drafted tokens after the sampled token of each decoding sequence that drafts,
+        in the `room` the pass has left (drafts never take a row from another sequence's
+        inputs), within the context and the tokens left to each (drafts never make the
+        context shift nor outrun the token limit). From the draft model, when the runner
+        has one, else by prompt lookup."""
+        wanted: dict[int, tuple[_Chosen, Drafter, int]] = {}  # slot id -> (inputs, drafter, k)
+        for c in chosen:
+            feed, seq = c.feed, c.feed.seq
+            drafter = feed.drafter
+            if drafter is None or c.placeholder or feed.pending or len(c.inputs) != 1:
+                continue
+            limit = min(
+                self.num_ctx - len(feed.slot.tokens) - 1,
+                seq.num_predict - len(seq.generated) - 1,
+            )
+            if feed.fed and limit > 0:
+                wanted[feed.slot.id] = (c, drafter, limit)
+        if not wanted:
+            return
+        if self.draft_model is None:
+            drafts = {s: drafter.propose(k) for s, (_, drafter, k) in wanted.items()}
+        else:
+            asked: dict[int, tuple[list[int], int]] = {}
+            for s, (c, drafter, limit) in wanted.items():
+                if k := drafter.wanted(limit):
+                    asked[s] = (c.feed.slot.tokens + c.inputs.ids, k)
+            drafts = self.draft_model.draft(asked)
+            for s in asked:
+                if not drafts.get(s):
+                    wanted[s][1].nothing_drafted()
+        for s, (c, _, _) in sorted(wanted.items()):
+            draft = drafts.get(s, [])[: max(0, room)]
+            if draft:
+                for t in draft:
+                    c.inputs.append_token(t)
+                c.drafts = draft
+                room -= len(draft)
 
     def _state_cut(self, feed: InputFeed, take: int) -> int:
         """Where the feed's inputs in this pass must end (0: nowhere) so that a whole
@@ -362,19 +426,26 @@ class BatchLoop:
             take = len(c.inputs)
             pos0 = len(slot.tokens)
             sample = not c.feed.pending
-            entries.append(_Entry(c.feed, len(tokens), take, sample, c.placeholder))
+            entries.append(_Entry(c.feed, len(tokens), take, sample, c.placeholder, c.drafts))
             tokens.extend(c.inputs.ids)
             positions.extend(range(pos0, pos0 + take))
             seqs.extend([slot.id] * take)
             slot.extend(c.inputs.ids, c.inputs.marks)
-        sampled = {i: e.start + e.count - 1 for i, e in enumerate(entries) if e.sample}
-        outputs = np.array(list(sampled.values()) or [len(tokens) - 1], dtype=np.int32)
-        rows = {i: r for r, i in enumerate(sampled)}
+        # Each sampling entry's output rows: its last input's, or all of a drafting one's.
+        rows: dict[int, int] = {}  # entry index -> its first output row
+        out: list[int] = []
+        for i, e in enumerate(entries):
+            if e.sample:
+                rows[i] = len(out)
+                first = e.start if e.drafts else e.start + e.count - 1
+                out.extend(range(first, e.start + e.count))
+        outputs = np.array(out or [len(tokens) - 1], dtype=np.int32)
         inputs = PassInput(
             np.array(tokens, dtype=np.int32),
             np.array(positions, dtype=np.int32),
             np.array(seqs, dtype=np.int32),
             outputs,
+            lone_rows=frozenset(e.feed.slot.id for e in entries if e.drafts),
         )
         return entries, rows, inputs
 
@@ -433,7 +504,12 @@ class BatchLoop:
                 seq.finish("stop")
                 continue
             try:
-                token = seq.accept_logits(flight.logits[flight.rows[i]])
+                if entry.drafts:
+                    token = self._check(entry, flight.logits, flight.rows[i])
+                else:
+                    token = seq.accept_logits(flight.logits[flight.rows[i]])
+                    if token is not None and entry.feed.drafter is not None:
+                        entry.feed.drafter.added(token)
             except Exception as e:  # a broken sampler state ends one sequence
                 seq.fail(f"sampling failed: {e}")
                 continue
@@ -451,6 +527,34 @@ class BatchLoop:
                 feed.seq.finish("length")
                 continue
             feed.add_sampled(token)
+
+    def _check(self, entry: _Entry, logits: np.ndarray, row: int) -> int | None:
+        """Sample a drafting entry's rows in order as decoding would, accepting each drafted
+        token while it is the sample (module docstring); the cells of the drafted tokens not
+        accepted leave the cache. Returns the next token to evaluate, or None when the
+        sequence finished."""
+        feed, drafts = entry.feed, entry.drafts
+        assert drafts is not None and feed.drafter is not None
+        seq, drafter = feed.seq, feed.drafter
+        accepted = 0
+        token: int | None = None
+        for j in range(len(drafts) + 1):
+            token = seq.accept_logits(logits[row + j])
+            if token is None:
+                break
+            drafter.added(token)
+            if j == len(drafts) or token != drafts[j]:
+                break
+            accepted += 1  # the drafted token's cell holds the sampled token: keep it
+        seq.drafted(len(drafts), accepted)
+        drafter.checked(len(drafts), accepted)
+        feed.fed += accepted
+        rejected = len(drafts) - accepted
+        if rejected:
+            kept = len(feed.slot.tokens) - rejected
+            self.engine.cache.remove(feed.slot.id, kept)
+            feed.slot.keep(kept)
+        return None if seq.done else token
 
     def _reap(self) -> None:
         for feed in [f for f in self._active if f.seq.done]:

@@ -13,6 +13,7 @@ The service starts::
     python -m hearth runner --model PATH [--num-ctx N] [--parallel P] [--num-batch B]
         [--threads T] [--flash-attention] [--kv-type f16|q8_0|q4_0] [--memory-limit BYTES]
         [--projector PATH] [--layout JSON] [--engine hearth|llamacpp]
+        [--draft-model PATH]
 
 (`RunnerOptions.args`; `--kv-type` is a `KVCacheType`, `--engine` an `EngineKind`).
 `--engine` picks the forward engine under the same protocol: Hearth's own (default) or
@@ -133,6 +134,9 @@ class RunnerOptions:
     # "layers": [0, 1, ...]}], "projector": device | null} (layer `blocks` is the output
     # layer); None: everything on the CPU. RPC devices come from HEARTH_RPC_SERVERS.
     layout: str | None = None
+    # A smaller GGUF with the same vocabulary that drafts tokens for speculative decoding
+    # (runner/draft_model.py), loaded beside the model on Hearth's engine; None: prompt lookup.
+    draft_model: str | None = None
 
     def args(self) -> list[str]:
         """These options as `hearth runner` arguments."""
@@ -148,6 +152,8 @@ class RunnerOptions:
             out += ["--projector", self.projector]
         if self.engine != EngineKind.HEARTH:
             out += ["--engine", str(self.engine)]
+        if self.draft_model:
+            out += ["--draft-model", self.draft_model]
         if self.layout:
             out += ["--layout", self.layout]
         return out
@@ -173,6 +179,10 @@ class CompletionOptions:
     num_predict: int | None = None  # tokens to generate at most; negative: no limit
     num_keep: int | None = None  # prompt tokens kept by truncation and shifts; -1: all
     stop: list[str] = field(default_factory=list)  # the output ends before any of these
+    # Speculative decoding (runner/drafting.py): None or true drafts where the runner can
+    # check drafts exactly (`RunnerInfo.speculation`); false never drafts. The output is
+    # the same either way; only its speed differs.
+    speculate: bool | None = None
 
     @classmethod
     def names(cls) -> frozenset[str]:
@@ -234,6 +244,8 @@ class CompletionDone:
     eval_duration: int = 0  # nanoseconds
     truncated: bool = False  # the prompt was cut to fit num_ctx
     shifted: bool = False  # the context was shifted (old tokens discarded) while generating
+    drafted: int = 0  # speculative decoding: tokens drafted and checked
+    accepted: int = 0  # of those, the ones accepted (each saved a pass)
     context: list[int] = field(default_factory=list)  # prompt + generated ids (Ollama's)
 
 
@@ -271,6 +283,8 @@ class RunnerInfo:
     # Whether "same tokens under any load" holds, and why (engine/ml/invariance.py; None
     # on llama.cpp's engine).
     batch_invariance: dict[str, Any] | None = None
+    # Speculative decoding: {"enabled": bool, "reason": sentence when it is off}.
+    speculation: dict[str, Any] | None = None
 
 
 # -- JSON ------------------------------------------------------------------------------------

@@ -74,6 +74,7 @@ class SequenceSettings:
     shift: bool = True
     stream_interval: float = field(default_factory=_stream_interval)  # seconds
     show_tokens: tuple[str, ...] = ()  # special tokens whose text the output keeps
+    speculate: bool = True  # draft tokens where the runner can check them exactly (loop.py)
 
 
 def settings_from_request(req: CompletionRequest) -> SequenceSettings:
@@ -94,6 +95,7 @@ def settings_from_request(req: CompletionRequest) -> SequenceSettings:
         truncate=req.truncate,
         shift=req.shift,
         show_tokens=tuple(t for t in req.show_tokens if isinstance(t, str)),
+        speculate=opts.speculate is not False,
     )
 
 
@@ -165,6 +167,8 @@ class Sequence:
         self._token_gap = float("inf")  # the time between the last two tokens
         self.prompt_cached = 0
         self.prompt_evaluated = 0
+        self.drafted_tokens = 0  # speculative decoding: tokens drafted and checked
+        self.accepted_tokens = 0  # of those, the ones that were the samples
         self.t_start = time.perf_counter()
         self.t_first: float | None = None
         self.t_sampling = 0.0
@@ -196,6 +200,11 @@ class Sequence:
         evaluates the other `evaluated`."""
         self.prompt_cached = cached
         self.prompt_evaluated = evaluated
+
+    def drafted(self, count: int, accepted: int) -> None:
+        """The loop checked `count` drafted tokens, `accepted` of them were the samples."""
+        self.drafted_tokens += count
+        self.accepted_tokens += accepted
 
     def context_shifted(self) -> None:
         """The loop shifted (or re-evaluated) the context to make room."""
@@ -372,6 +381,8 @@ class Sequence:
                 eval_duration=int((now - first) * 1e9),
                 truncated=self.truncated,
                 shifted=self.shifted,
+                drafted=self.drafted_tokens,
+                accepted=self.accepted_tokens,
                 context=self.prompt + self.generated[: self._sent_tokens],
             )
         )

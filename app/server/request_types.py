@@ -52,6 +52,9 @@ class Options(Body):
     numa: bool | None = None
     flash_attention: bool | None = None  # Hearth extension
     engine: Literal["auto", "hearth", "llamacpp"] | None = None  # Hearth: store/engines.py
+    # Hearth extension (LM Studio's name): a model of the same vocabulary, by name, that
+    # drafts tokens for speculative decoding, loaded in the same runner
+    draft_model: str | None = Field(None, min_length=1, max_length=500)
     # sampling (passed to the runner)
     num_keep: int | None = Field(None, ge=-1, le=1 << 24)
     seed: int | None = Field(None, ge=-1, le=_I64)
@@ -66,6 +69,8 @@ class Options(Body):
     presence_penalty: float | None = Field(None, ge=-100.0, le=100.0)
     frequency_penalty: float | None = Field(None, ge=-100.0, le=100.0)
     stop: list[Annotated[str, Field(max_length=1000)]] | None = Field(None, max_length=64)
+    # Hearth extension: speculative decoding (drafting; the output is the same either way).
+    speculate: bool | None = None
 
     @field_validator("stop", mode="before")
     @classmethod

@@ -41,7 +41,8 @@ def test_generate_streams_ndjson_with_ollama_fields(fake_service):
         assert key in final, key
     assert final["done_reason"] == "stop" and final["model"] == "tiny:latest"
     assert final["hearth"] == {"prompt_tokens": final["prompt_eval_count"], "prompt_cached": 0,
-                               "truncated": False, "shifted": False}  # fmt: skip
+                               "truncated": False, "shifted": False,
+                               "drafted": 0, "accepted": 0}  # fmt: skip
 
 
 def test_generate_renders_the_template_and_raw_skips_it(fake_service):

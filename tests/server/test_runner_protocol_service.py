@@ -48,6 +48,18 @@ def test_the_options_record_takes_the_request_over_the_model_and_leaves_runtime_
     assert from_wire(CompletionOptions, json.loads(json.dumps(to_wire(opts)))) == opts
 
 
+def test_speculate_comes_from_the_model_or_the_request(tmp_path):
+    from hearth.cli.modelfile import parse_modelfile
+
+    (tmp_path / "m.gguf").write_bytes(b"")
+    (tmp_path / "Modelfile").write_text("FROM ./m.gguf\nPARAMETER speculate false\n")
+    params = parse_modelfile(tmp_path / "Modelfile")["parameters"]
+    assert params == {"speculate": False}
+    assert completion_options(merged(params, {}), 100).speculate is False
+    assert completion_options(merged({"speculate": False}, {"speculate": True}), 100).speculate
+    assert completion_options(merged({}, {}), 100).speculate is None  # the runner's default
+
+
 def test_num_predict_keeps_a_limit_and_caps_no_limit():
     assert completion_options(merged({}, {"num_predict": 7}), 100).num_predict == 7
     assert completion_options(merged({}, {"num_predict": -1}), 100).num_predict == 1000

@@ -41,6 +41,9 @@ def hearth_extras(final: dict[str, Any]) -> dict[str, Any]:
         "prompt_cached": cached,
         "truncated": bool(final.get("truncated", False)),
         "shifted": bool(final.get("shifted", False)),
+        # speculative decoding: tokens drafted, and of those accepted (each saved a pass)
+        "drafted": int(final.get("drafted", 0)),
+        "accepted": int(final.get("accepted", 0)),
     }
 
 

@@ -3,8 +3,9 @@
 Field names, defaults and streaming (NDJSON, on by default; a mid-stream failure is a last
 `{"error": ...}` line) follow Ollama. Differences, all additive: `prompt_eval_count` counts
 the prompt tokens actually evaluated (a cached prefix is not), and the final object carries
-`"hearth": {"prompt_tokens", "prompt_cached", "truncated", "shifted"}` so a client can tell
-that the prompt was cut to fit `num_ctx` or the context was shifted while generating.
+`"hearth": {"prompt_tokens", "prompt_cached", "truncated", "shifted", "drafted", "accepted"}`
+so a client can tell that the prompt was cut to fit `num_ctx`, the context was shifted while
+generating, or how many drafted tokens speculative decoding checked and accepted.
 """
 
 from __future__ import annotations

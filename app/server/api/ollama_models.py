@@ -212,6 +212,7 @@ def _ps_entry(entry: Loaded) -> dict[str, Any]:
             "loaded_at": iso(entry.loaded_at),
             "memory": memory,
             "batch_invariance": runner.info.batch_invariance,
+            "speculation": runner.info.speculation,
             **(
                 entry.placed.as_json()
                 if entry.placed

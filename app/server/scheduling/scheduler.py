@@ -183,6 +183,10 @@ class Loaded:
             return False
         if want.projector is not None and want.projector != have.projector:
             return False
+        # A draft model asked for needs a runner that has it (one without a draft model,
+        # or with another, gives the same text; only its speed differs).
+        if want.draft_model is not None and want.draft_model != have.draft_model:
+            return False
         if "num_batch" in spec.explicit and want.num_batch != have.num_batch:
             return False
         want_layout, have_layout = spec.layout_options, self.spec.layout_options

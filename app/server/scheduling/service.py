@@ -42,7 +42,7 @@ from ..prompting.toolformats import (
 )
 from ..request_types import RUNTIME_OPTIONS, ChatMessage, Options
 from ..store.engines import EngineChoice, EngineUnavailableError, choose_engine
-from ..store.model_store import ModelRecord, ModelStore
+from ..store.model_store import ModelNotFound, ModelRecord, ModelStore
 from ..store.modelinfo import ModelInfo, ModelInfoCache, capabilities
 from .layout import LayoutOptions, MemoryReport
 from .layout.fit import fit_report, read_file_layers
@@ -251,6 +251,7 @@ class Service:
             kv_type=KVCacheType(self.config.kv_cache_type) if flash else KVCacheType.F16,
             projector=str(target.projector) if target.projector is not None else None,
             engine=engine,
+            draft_model=self._draft_model(merged.get("draft_model"), engine),
         )
         sampling = completion_options(merged, num_ctx)
         return GenerationSettings(
@@ -260,6 +261,22 @@ class Service:
             layout=LayoutOptions.from_request(merged),
         )
 
+    def _draft_model(self, name: str | None, engine: EngineKind) -> str | None:
+        """The file of the draft model `name` (the `draft_model` option), for Hearth's
+        engine (llama.cpp's runner does not draft: its /api/ps says so); a 400 naming it
+        when it is not installed."""
+        if not name or engine != EngineKind.HEARTH:
+            return None
+        try:
+            layer = self.store.resolve(name).layer("model")
+        except ModelNotFound:
+            raise RequestError(
+                f"the draft model {name} is not installed; pull or create it first"
+            ) from None
+        if layer is None:
+            raise RequestError(f"the draft model {name} has no model file")
+        return str(self.store.blob_path(layer.digest))
+
     def memory(self, target: Target, settings: GenerationSettings) -> dict[str, int]:
         """Bytes a runner with these settings needs: estimated from the file, with the
         weights and graph the last runner of this file measured when there was one."""
@@ -268,6 +285,11 @@ class Service:
         if target.projector_info is not None:
             estimate["weights"] += target.projector_info.weights_bytes
             estimate["total"] += target.projector_info.weights_bytes
+        if o.draft_model:  # its weights (its cache and graph are small beside the model's)
+            with contextlib.suppress(OSError):
+                size = Path(o.draft_model).stat().st_size
+                estimate["weights"] += size
+                estimate["total"] += size
         measured = self.scheduler.measured.get((target.key, o.projector))
         if measured and measured.get("weights"):
             estimate["weights"] = measured["weights"]

@@ -1,0 +1,415 @@
+"""Speculative decoding is exact: the same requests with drafting off and on give the same
+bytes, the same logprobs and the same token ids, on a tiny model of each built-in
+architecture and on the default model, greedy and sampled (temperatures, top-k, top-p,
+min-p, penalties, seeds), with JSON-schema output, stop strings and context shifts, one
+sequence at a time and four at once. Loosening the acceptance rule (accepting a draft that
+is the argmax rather than the sample, or drawing for positions after a rejected draft) makes
+the same comparison fail, so the comparison can fail.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from hearth.runner.core import Runner, RunnerConfig
+from hearth.runner.drafting import Drafter, PromptLookup
+from hearth.runner.loop import BatchLoop
+from hearth.runner.protocol import (
+    CompletionDone,
+    CompletionError,
+    CompletionOptions,
+    CompletionRequest,
+)
+
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 40},
+        "tags": {"type": "array", "items": {"type": "string", "maxLength": 12}, "maxItems": 4},
+        "n": {"type": "integer"},
+    },
+    "required": ["name", "tags", "n"],
+    "additionalProperties": False,
+}
+
+# Greedy and sampled settings: penalties, temperatures, top-k/top-p/min-p, seeds.
+SETTINGS: dict[str, dict[str, Any]] = {
+    "greedy": {"temperature": 0, "repeat_penalty": 1.0},
+    "greedy-penalties": {
+        "temperature": 0,
+        "repeat_penalty": 1.3,
+        "presence_penalty": 0.4,
+        "frequency_penalty": 0.2,
+        "repeat_last_n": 16,
+    },
+    "warm": {"temperature": 0.7, "top_k": 40, "top_p": 0.9, "seed": 1},
+    "hot-min-p": {"temperature": 1.3, "top_k": 0, "top_p": 1.0, "min_p": 0.05, "seed": 2},
+    "cool-top-p": {"temperature": 0.3, "top_p": 0.5, "repeat_penalty": 1.1, "seed": 3},
+    "default-sampler": {"seed": 4},
+}
+
+
+# -- running and comparing ----------------------------------------------------------------------
+def _run(runner: Runner, req: CompletionRequest) -> dict[str, Any]:
+    seq = runner.completion(req)
+    return _result(seq)
+
+
+def _result(seq: Any) -> dict[str, Any]:
+    parts: list[bytes] = []
+    logprobs: list[Any] = []
+    done: CompletionDone | None = None
+    while (event := seq.events.get(timeout=600)) is not None:
+        if isinstance(event, CompletionError):
+            raise RuntimeError(event.error)
+        if isinstance(event, CompletionDone):
+            done = event
+        else:
+            parts.append(event.content.encode())
+            logprobs += event.logprobs or []
+    assert done is not None
+    return {"bytes": b"".join(parts), "logprobs": logprobs, "done": done}
+
+
+def _with(req: CompletionRequest, speculate: bool) -> CompletionRequest:
+    return replace(req, options=replace(req.options, speculate=speculate))
+
+
+def _differences(plain: dict[str, Any], spec: dict[str, Any], name: str) -> list[str]:
+    a, b = plain["done"], spec["done"]
+    found = []
+    if plain["bytes"] != spec["bytes"]:
+        found.append(f"{name}: text {plain['bytes'][:80]!r} != {spec['bytes'][:80]!r}")
+    if plain["logprobs"] != spec["logprobs"]:
+        found.append(f"{name}: logprobs differ")
+    for key in ("context", "eval_count", "done_reason", "stop", "shifted"):
+        if getattr(a, key) != getattr(b, key):
+            found.append(f"{name}: {key} differs")
+    return found
+
+
+def compare(
+    runner: Runner, requests: dict[str, CompletionRequest], together: bool = False
+) -> tuple[list[str], int, int]:
+    """(differences between speculation off, one request at a time, and on, one at a time
+    or all submitted at once; tokens drafted; tokens accepted)."""
+    plain = {name: _run(runner, _with(req, False)) for name, req in requests.items()}
+    for result in plain.values():
+        assert result["done"].drafted == 0
+    if together:
+        seqs = {name: runner.completion(_with(req, True)) for name, req in requests.items()}
+        spec = {name: _result(seq) for name, seq in seqs.items()}
+    else:
+        spec = {name: _run(runner, _with(req, True)) for name, req in requests.items()}
+    found = [d for name in requests for d in _differences(plain[name], spec[name], name)]
+    drafted = sum(r["done"].drafted for r in spec.values())
+    accepted = sum(r["done"].accepted for r in spec.values())
+    return found, drafted, accepted
+
+
+def _prompt(runner: Runner, seed: int, length: int = 48) -> list[int]:
+    """A prompt that repeats itself (as code to edit does): something to look up."""
+    rng = np.random.default_rng(seed)
+    vocab = runner.tokenizer.vocab_size
+    piece = rng.integers(3, min(vocab, 260) - 1, 12).tolist()
+    filler = rng.integers(3, min(vocab, 260) - 1, length - 36).tolist()
+    bos = runner.tokenizer.bos_id
+    return [*([bos] if bos is not None else []), *piece, *filler, *piece, *piece]
+
+
+def requests_for(runner: Runner, num_predict: int = 40) -> dict[str, CompletionRequest]:
+    reqs = {
+        name: CompletionRequest(
+            tokens=_prompt(runner, i),
+            options=CompletionOptions(num_predict=num_predict, **opts),
+            logprobs=True,
+            top_logprobs=3,
+        )
+        for i, (name, opts) in enumerate(SETTINGS.items())
+    }
+    reqs["json-schema"] = CompletionRequest(
+        tokens=_prompt(runner, 10),
+        options=CompletionOptions(num_predict=num_predict, temperature=0.8, seed=5),
+        format=SCHEMA,
+        logprobs=True,
+    )
+    return reqs
+
+
+def with_stop_strings(runner: Runner, reqs: dict[str, CompletionRequest]) -> None:
+    """Add requests whose stop string is a piece of what they generate without one (so the
+    stop string does end them, possibly inside drafted tokens)."""
+    for name in ("greedy", "warm"):
+        base = _with(reqs[name], False)
+        text = _run(runner, base)["bytes"].decode("utf-8", "replace")
+        pieces = (text[i : i + 2] for i in range(len(text) // 2, len(text) - 1))
+        piece = next((p for p in pieces if p.isprintable() and "\ufffd" not in p), None)
+        if piece:
+            reqs[f"{name}-stop"] = replace(base, options=replace(base.options, stop=[piece]))
+
+
+# -- models ---------------------------------------------------------------------------------------
+def _runner(path: Path, **kw: Any) -> Runner:
+    config = {"num_ctx": 160, "parallel": 4, "num_batch": 64, "threads": 2, **kw}
+    return Runner(RunnerConfig(str(path), **config))
+
+
+@pytest.fixture(scope="module")
+def llama(tiny_llama_path):
+    runner = _runner(tiny_llama_path)
+    yield runner
+    runner.close()
+
+
+@pytest.fixture(scope="module")
+def llama_pipelined(tiny_llama_path):
+    """The loop that plans pass N+1 while N computes (placeholders for sampled tokens)."""
+    runner = _runner(tiny_llama_path, threads=1, pipelined=True)
+    assert runner.loop.pipelined
+    yield runner
+    runner.close()
+
+
+@pytest.fixture(scope="module")
+def gemma3_tiny(tiny_gemma3_path):
+    runner = _runner(tiny_gemma3_path)  # its window of 16: drafts reach past the window
+    yield runner
+    runner.close()
+
+
+@pytest.fixture(scope="module")
+def mllama_text(tmp_path_factory):
+    """The tiny Llama 3.2 Vision model (transformers', converted), used for text."""
+    tests = Path(__file__).resolve().parents[2]
+    if str(tests) not in sys.path:
+        sys.path.insert(0, str(tests))
+    from hearth_mllama.testing import TinyMllamaVision, tiny_mllama
+    from tests.plugins.mllama_checkpoint import convert_tiny
+
+    model = tiny_mllama(TinyMllamaVision(vocab=300, text_layers=5))
+    path = tmp_path_factory.mktemp("mllama") / "tiny-mllama.gguf"
+    convert_tiny(model, tmp_path_factory.mktemp("mllama-hf"), path)
+    runner = _runner(path)
+    yield runner
+    runner.close()
+
+
+@pytest.fixture(scope="module")
+def gemma3_default(gemma3_path):
+    runner = _runner(gemma3_path, num_ctx=512, num_batch=128)
+    yield runner
+    runner.close()
+
+
+TINY = ["llama", "gemma3_tiny", pytest.param("mllama_text", marks=pytest.mark.slow)]
+
+
+# -- exactness ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("which", TINY)
+def test_speculation_gives_the_same_bytes_and_logprobs_one_sequence_at_a_time(which, request):
+    runner: Runner = request.getfixturevalue(which)
+    assert runner.speculation() == {"enabled": True, "drafts": "prompt lookup"}
+    reqs = requests_for(runner)
+    with_stop_strings(runner, reqs)
+    assert any(r.options.stop for r in reqs.values())
+    found, drafted, accepted = compare(runner, reqs)
+    assert not found, "\n".join(found)
+    assert 0 < accepted < drafted  # drafts were both accepted and rejected
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("which", [*TINY, "llama_pipelined"])
+def test_speculation_gives_the_same_with_four_sequences_at_once(which, request):
+    runner: Runner = request.getfixturevalue(which)
+    reqs = requests_for(runner)
+    names = ["greedy", "warm", "hot-min-p", "json-schema"]
+    before = runner.loop.max_batch_seen
+    runner.loop.max_batch_seen = 0
+    found, drafted, accepted = compare(runner, {n: reqs[n] for n in names}, together=True)
+    assert not found, "\n".join(found)
+    assert 0 < accepted < drafted
+    assert runner.loop.max_batch_seen >= 8  # several sequences' drafts in one pass
+    runner.loop.max_batch_seen = max(before, runner.loop.max_batch_seen)
+
+
+@pytest.mark.slow
+def test_speculation_is_exact_through_context_shifts(llama):
+    reqs = {
+        name: CompletionRequest(
+            tokens=_prompt(llama, 20 + i, length=60),
+            options=CompletionOptions(num_predict=220, num_keep=8, **SETTINGS[name]),
+            logprobs=True,
+        )
+        for i, name in enumerate(("greedy", "warm"))
+    }
+    found, drafted, accepted = compare(llama, reqs)
+    assert not found, "\n".join(found)
+    assert accepted > 0
+    assert all(_run(llama, r)["done"].shifted for r in reqs.values())
+
+
+@pytest.mark.slow
+def test_speculation_is_exact_on_the_default_model(gemma3_default):
+    runner = gemma3_default
+    assert runner.speculation() == {"enabled": True, "drafts": "prompt lookup"}
+    code = Path(__file__).read_text()[:900]
+    prompt = (
+        "<start_of_turn>user\nRepeat this code exactly, with `plain` renamed to `base`:\n\n"
+        f"{code}<end_of_turn>\n<start_of_turn>model\n"
+    )
+    reqs = {}
+    for name in ("greedy", "greedy-penalties", "warm", "hot-min-p", "cool-top-p"):
+        opts = CompletionOptions(num_predict=48, **SETTINGS[name])
+        reqs[name] = CompletionRequest(prompt=prompt, options=opts, logprobs=True, top_logprobs=2)
+    reqs["json-schema"] = CompletionRequest(
+        prompt=prompt.replace("Repeat this code", "Describe this code as JSON"),
+        options=CompletionOptions(num_predict=48, temperature=0.6, seed=7),
+        format=SCHEMA,
+        logprobs=True,
+    )
+    with_stop_strings(runner, reqs)
+    found, drafted, accepted = compare(runner, reqs)
+    assert not found, "\n".join(found)
+    assert 0 < accepted < drafted
+    names = ["greedy", "warm", "hot-min-p", "json-schema"]
+    found, drafted, accepted = compare(runner, {n: reqs[n] for n in names}, together=True)
+    assert not found, "\n".join(found)
+    assert accepted > 0
+
+
+# -- a draft model -------------------------------------------------------------------------------
+@pytest.fixture(scope="module", params=["itself", "another"])
+def llama_drafted(request, tiny_llama_path, tmp_path_factory):
+    """The tiny llama drafted for by itself (most drafts accepted) or by another tiny llama
+    of the same vocabulary and other weights (most rejected)."""
+    from tiny_models import tiny_llama, write_tiny_llama
+
+    draft = tiny_llama_path
+    if request.param == "another":
+        draft = write_tiny_llama(tmp_path_factory.mktemp("draft") / "d.gguf", tiny_llama(seed=9))
+    runner = _runner(tiny_llama_path, draft_model=str(draft))
+    yield runner
+    runner.close()
+
+
+@pytest.mark.slow
+def test_a_draft_model_drafts_exactly_one_sequence_and_four_at_once(llama_drafted):
+    runner = llama_drafted
+    assert runner.speculation() == {"enabled": True, "drafts": "draft model"}
+    reqs = requests_for(runner)
+    with_stop_strings(runner, reqs)
+    found, drafted, accepted = compare(runner, reqs)
+    assert not found, "\n".join(found)
+    assert drafted > accepted
+    names = ["greedy", "warm", "hot-min-p", "json-schema"]
+    found, drafted_4, accepted_4 = compare(runner, {n: reqs[n] for n in names}, together=True)
+    assert not found, "\n".join(found)
+    assert drafted_4 > 0
+    if runner.config.draft_model == runner.config.model:  # greedy drafts for itself hold
+        done = _run(runner, _with(reqs["greedy"], True))["done"]
+        assert done.accepted > 0.8 * done.drafted
+
+
+@pytest.mark.slow
+def test_a_draft_model_of_another_vocabulary_is_refused(tiny_llama_path, gemma3_path):
+    with pytest.raises(ValueError, match="a draft model needs the same vocabulary"):
+        _runner(tiny_llama_path, draft_model=str(gemma3_path))
+
+
+# -- the comparison fails when the rule is loosened ------------------------------------------
+def _accept_argmax(self: BatchLoop, entry: Any, logits: np.ndarray, row: int) -> int | None:
+    """A loosened rule: a drafted token the model ranks first is taken without sampling it."""
+    seq, drafts = entry.feed.seq, entry.drafts
+    accepted, token = 0, None
+    for j in range(len(drafts) + 1):
+        row_logits = logits[row + j]
+        if j < len(drafts) and int(np.argmax(row_logits)) == drafts[j]:
+            forced = np.full_like(row_logits, -1e30)
+            forced[drafts[j]] = 0.0
+            token = seq.accept_logits(forced)
+        else:
+            token = seq.accept_logits(row_logits)
+        if token is None or j == len(drafts) or token != drafts[j]:
+            break
+        accepted += 1
+    return _finish_check(self, entry, accepted, token)
+
+
+def _draw_every_row(self: BatchLoop, entry: Any, logits: np.ndarray, row: int) -> int | None:
+    """A loosened rule: the rows after a rejected draft are sampled too (their draws spent)."""
+    seq, drafts = entry.feed.seq, entry.drafts
+    accepted, token, stopped = 0, None, False
+    for j in range(len(drafts) + 1):
+        if stopped:
+            seq.sampler.sample(logits[row + j])
+            continue
+        token = seq.accept_logits(logits[row + j])
+        if token is None or j == len(drafts) or token != drafts[j]:
+            stopped = True
+            continue
+        accepted += 1
+    return _finish_check(self, entry, accepted, token)
+
+
+def _finish_check(self: BatchLoop, entry: Any, accepted: int, token: int | None) -> int | None:
+    feed, drafts = entry.feed, entry.drafts
+    for t in feed.seq.generated[-(accepted + 1) :]:
+        feed.drafter.added(t)
+    feed.seq.drafted(len(drafts), accepted)
+    feed.drafter.checked(len(drafts), accepted)
+    feed.fed += accepted
+    rejected = len(drafts) - accepted
+    if rejected:
+        kept = len(feed.slot.tokens) - rejected
+        self.engine.cache.remove(feed.slot.id, kept)
+        feed.slot.keep(kept)
+    return None if feed.seq.done else token
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("loosened", [_accept_argmax, _draw_every_row])
+def test_the_comparison_fails_when_the_acceptance_rule_is_loosened(llama, loosened, monkeypatch):
+    reqs = requests_for(llama)
+    with monkeypatch.context() as m:
+        m.setattr(BatchLoop, "_check", loosened)
+        found, drafted, _ = compare(llama, reqs)
+    assert drafted > 0
+    assert any(": text " in f for f in found), found  # the loosened rule changes the text
+
+
+# -- the drafter -------------------------------------------------------------------------------
+def test_prompt_lookup_drafts_what_followed_the_longest_recent_ngram():
+    lookup = PromptLookup([5, 6, 7, 8, 9, 1, 6, 7, 3, 4, 2, 6, 7])
+    assert lookup.propose(3) == [3, 4, 2]  # "6 7" last occurred before "3 4 2"
+    lookup.append(8)
+    assert lookup.propose(2) == [9, 1]  # "6 7 8" beats the shorter "7 8" and "8"
+    assert PromptLookup([1, 2, 3]).propose(4) == []
+    assert PromptLookup([4, 5, -2, 4, 5]).propose(3) == []  # an image placeholder ends a draft
+
+
+def test_the_drafter_adapts_its_length_and_pauses_when_drafts_miss():
+    drafter = Drafter([1, 2, 3, 1, 2, 3, 1, 2], max_draft=7)
+    assert drafter.propose(10) == [3, 1, 2]  # what followed the latest "1 2"
+    drafter.checked(4, 4)
+    assert drafter.length == 6
+    drafter.checked(6, 1)
+    assert drafter.length == 2
+    for _ in range(3):
+        drafter.checked(2, 0)
+    assert not drafter.active and drafter.propose(5) == []
+    for _ in range(drafter.paused):
+        drafter.added(1)
+    assert drafter.active
+
+
+def test_where_waiting_costs_pipelining_passes_without_a_draft_count_as_misses():
+    patient, costly = Drafter([1, 2, 3]), Drafter([1, 2, 3], costly_wait=True)
+    for _ in range(3):
+        assert patient.propose(4) == [] and costly.propose(4) == []
+    assert patient.active and not costly.active
