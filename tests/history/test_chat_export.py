@@ -91,7 +91,8 @@ def test_one_chat_is_exported_alone(full_store):
     weather = next(c for c in full_store.chats() if c.title == "Weather")
     data = chats_to_json(full_store, [weather.id])
     assert [c["title"] for c in data["chats"]] == ["Weather"]
-    ((chat, messages),) = chats_from_json(data, "export")
+    (imported,) = chats_from_json(data, "export")
+    chat, messages = imported.chat, imported.messages
     assert chat.tools == ["weather", "files"]
     assert [m.role for m in messages] == ["user", "assistant", "tool", "assistant", "assistant"]
     assert messages[1].tool_calls == [CALL] and messages[2].tool == TOOL
