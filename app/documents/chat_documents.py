@@ -62,11 +62,14 @@ class ChatDocuments:
         system_prompt: str,
         earlier: Sequence[Message],
         num_ctx: int,
+        embed: QuestionEmbedder | None = None,
     ) -> DocumentContext:
         """`message` was just stored with `prepared` attached (possibly none; an edited
         question has its documents copied first): store them and choose what its prompt
         carries (documents searched for earlier questions are searched again for this one).
-        `earlier` is the conversation before it."""
+        `earlier` is the conversation before it. `embed`, if given, embeds the question
+        instead of this object's embedder (the app passes the vector it fetched off the GUI
+        thread)."""
         start = len(self.index.documents([message.id]))
         for position, doc in enumerate(prepared, start):
             self.index.add(message.id, position, doc, "whole")
@@ -81,8 +84,12 @@ class ChatDocuments:
             num_ctx,
             self.conversation_tokens(system_prompt, earlier),
             searched,
-            self.embed,
+            embed if embed is not None else self.embed,
         )
+
+    def has_documents(self, messages: Sequence[Message]) -> bool:
+        """Whether any of these messages carries documents (then a question is searched)."""
+        return bool(self.index.documents([m.id for m in messages if m.role == "user"]))
 
     def copy(self, source: Message, target: Message) -> None:
         """An edited question keeps its documents (copied in the database, not re-read)."""

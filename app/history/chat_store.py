@@ -19,7 +19,8 @@ from typing import Any
 from hearth.paths import data_dir
 
 from .db import open_database
-from .records import DONE, INTERRUPTED, STREAMING, Chat, Message, SearchHit
+from .document_tables import insert_documents, insert_sources
+from .records import DONE, INTERRUPTED, STREAMING, Chat, ChatRecord, Message, SearchHit
 
 __all__ = ["ChatStore", "make_title"]
 
@@ -259,18 +260,20 @@ class ChatStore:
         ).fetchall()
         return [self._message(row) for row in rows]
 
-    def add_chats(self, chats: Sequence[tuple[Chat, Sequence[Message]]]) -> list[int]:
+    def add_chats(self, chats: Sequence[ChatRecord]) -> list[int]:
         """Add whole chats (an import) in one transaction, under new ids; return the new ids.
 
-        Everything a chat and its messages hold is kept (times, states, titles, tools, images)
-        but ids: a chat's `current_leaf` and each message's `parent_id` name messages of the
-        same list, which must come parents first; they are mapped to the new ids. Raises
-        ValueError, adding nothing, if a parent or the current leaf is not in the list.
-        Nothing already stored is changed.
+        Everything a chat and its messages hold is kept (times, states, titles, tools, images,
+        documents with their chunks and vectors, sources) but ids: a chat's `current_leaf`,
+        each message's `parent_id` and the keys of `documents` and `sources` name messages of
+        the same list, which must come parents first; they are mapped to the new ids. Raises
+        ValueError, adding nothing, if a parent, the current leaf, a document's message or a
+        source's passage is not in the list. Nothing already stored is changed.
         """
         new_ids = []
         with self._tx() as db:
-            for chat, messages in chats:
+            for record in chats:
+                chat, messages = record.chat, record.messages
                 cur = db.execute(
                     "INSERT INTO chats(title, title_auto, model, system_prompt, options, tools,"
                     " created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
@@ -314,6 +317,24 @@ class ChatStore:
                     )
                     ids[m.id] = int(cur.lastrowid or 0)
                     _insert_images(db, ids[m.id], m.images)
+                chunk_ids = {}
+                for number, documents in record.documents.items():
+                    if number not in ids:
+                        raise ValueError(
+                            f"chat {chat.title!r} attaches documents to message {number},"
+                            " which is not one of its messages"
+                        )
+                    chunk_ids[number] = insert_documents(db, ids[number], documents)
+                for number, sources in record.sources.items():
+                    if number not in ids:
+                        raise ValueError(
+                            f"chat {chat.title!r} gives sources to message {number},"
+                            " which is not one of its messages"
+                        )
+                    try:
+                        insert_sources(db, ids[number], sources, chunk_ids)
+                    except ValueError as e:
+                        raise ValueError(f"chat {chat.title!r}, message {number}: {e}") from None
                 if chat.current_leaf is not None:
                     if chat.current_leaf not in ids:
                         raise ValueError(

@@ -2,12 +2,27 @@
 
 The file (UTF-8 JSON, written by `hearth chats export` and the app's Export chat…):
 
-    {"format": "hearth-chats", "version": 1, "hearth": "<app version>", "exported_at": <time>,
+    {"format": "hearth-chats", "version": 2, "hearth": "<app version>", "exported_at": <time>,
      "chats": [{"title", "title_auto", "model", "system_prompt", "options", "tools",
                 "created_at", "updated_at", "current_leaf",
                 "messages": [{"id", "parent_id", "role", "content", "thinking", "model", "state",
                               "error", "stats", "tool_calls", "tool", "created_at",
-                              "images": [<base64>...]}, ...]}, ...]}
+                              "images": [<base64>...],
+                              "documents": [<document>...], "sources": [<source>...]},
+                             ...]}, ...]}
+
+    <document>: {"name", "kind", "pages", "sections", "chars", "notes", "mode", "sha256",
+                 "created_at", "chunks": [{"section", "text", "vectors": {<model>: <base64>}}]}
+    <source>:   {"message", "document", "chunk", "number"}
+
+Version 2 added `documents` (a user message's attached documents as stored: what the chip
+shows, "whole" or "searched", and the text in its passages, each with its page or section and
+its embeddings, float32 little-endian in base64, by embedding model) and `sources` (the
+passages that message's prompt drew on, which the reply under it cites: `message` is the
+number of the message the document is attached to, `document` and `chunk` are 0-based places
+in its lists, `number` the passage's [n] in the prompt, 0 for a document sent whole). Both are
+left out where empty. An imported chat is used as a reopened one is: no file is read again and
+nothing is re-embedded. A version-1 file (no documents) imports as before.
 
 Every message of every branch is there (parents before their replies); `id` and `parent_id`
 number the messages within their chat (1, 2, ...) and `current_leaf` names the one whose
@@ -32,7 +47,20 @@ from typing import Any, TypeVar
 
 from .. import __version__
 from .chat_store import ChatStore
-from .records import DONE, ERROR, INTERRUPTED, STOPPED, STREAMING, Chat, Message
+from .document_tables import read_documents, read_sources
+from .records import (
+    DONE,
+    ERROR,
+    INTERRUPTED,
+    STOPPED,
+    STREAMING,
+    Chat,
+    ChatRecord,
+    DocumentChunk,
+    DocumentRecord,
+    Message,
+    SourceRef,
+)
 
 __all__ = [
     "EXPORT_FORMAT",
@@ -45,7 +73,7 @@ __all__ = [
 ]
 
 EXPORT_FORMAT = "hearth-chats"
-EXPORT_VERSION = 1
+EXPORT_VERSION = 2  # 2: documents and sources
 
 T = TypeVar("T")
 
@@ -81,6 +109,13 @@ def chats_to_json(store: ChatStore, chat_ids: Sequence[int] | None = None) -> di
 def _chat_to_json(store: ChatStore, chat: Chat) -> dict[str, Any]:
     tree = store.tree(chat.id)
     number = {m.id: i for i, m in enumerate(tree, start=1)}
+    ids = [m.id for m in tree]
+    documents = read_documents(store.connection, ids)
+    sources = read_sources(store.connection, ids)
+    for refs in sources.values():
+        for ref in refs:
+            if ref.message not in number:  # never so: a prompt draws on its own chat's documents
+                raise ExportError(f"chat {chat.title!r} cites a document of another chat")
     return {
         "title": chat.title,
         "title_auto": chat.title_auto,
@@ -106,13 +141,57 @@ def _chat_to_json(store: ChatStore, chat: Chat) -> dict[str, Any]:
                 "tool": m.tool,
                 "created_at": m.created_at,
                 "images": [base64.b64encode(b).decode("ascii") for b in m.images],
+                **_documents_to_json(documents.get(m.id, []), sources.get(m.id, []), number),
             }
             for m in tree
         ],
     }
 
 
-def chats_from_json(data: Any, source: str) -> list[tuple[Chat, list[Message]]]:
+def _documents_to_json(
+    documents: list[DocumentRecord], sources: list[SourceRef], number: dict[int, int]
+) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if documents:
+        out["documents"] = [
+            {
+                "name": d.name,
+                "kind": d.kind,
+                "pages": d.pages,
+                "sections": d.sections,
+                "chars": d.chars,
+                "notes": d.notes,
+                "mode": d.mode,
+                "sha256": d.sha256,
+                "created_at": d.created_at,
+                "chunks": [
+                    {
+                        "section": c.section,
+                        "text": c.text,
+                        "vectors": {
+                            model: base64.b64encode(v).decode("ascii")
+                            for model, v in c.vectors.items()
+                        },
+                    }
+                    for c in d.chunks
+                ],
+            }
+            for d in documents
+        ]
+    if sources:
+        out["sources"] = [
+            {
+                "message": number[s.message],
+                "document": s.document,
+                "chunk": s.chunk,
+                "number": s.number,
+            }
+            for s in sources
+        ]
+    return out
+
+
+def chats_from_json(data: Any, source: str) -> list[ChatRecord]:
     """The chats of an export (checked field by field), ready for ChatStore.add_chats.
 
     `source` names the file in the sentences of the ExportError raised for anything else.
@@ -169,16 +248,23 @@ class _Fields:
         return list(values)
 
 
-def _chat_from_json(obj: Any, where: str) -> tuple[Chat, list[Message]]:
+def _chat_from_json(obj: Any, where: str) -> ChatRecord:
     fields = _Fields(obj, where)
     get = fields.get
     title = get("title", str, "")
     if title:
         where = fields.where = f"{where} ({title!r})"
     raw_messages = get("messages", list, [])
-    messages = [
-        _message_from_json(m, f"{where}, message {i}") for i, m in enumerate(raw_messages, start=1)
-    ]
+    messages: list[Message] = []
+    documents: dict[int, list[DocumentRecord]] = {}
+    sources: dict[int, list[SourceRef]] = {}
+    for i, raw in enumerate(raw_messages, start=1):
+        message, docs, refs = _message_from_json(raw, f"{where}, message {i}")
+        messages.append(message)
+        if docs:
+            documents[message.id] = docs
+        if refs:
+            sources[message.id] = refs
     leaf = get("current_leaf", (int, type(None)), None)
     known = {m.id for m in messages}
     for m in messages:
@@ -192,6 +278,16 @@ def _chat_from_json(obj: Any, where: str) -> tuple[Chat, list[Message]]:
     for m in messages:
         if m.parent_id is not None and order[m.parent_id] > order[m.id]:
             raise ExportError(f"{where}: message {m.id} comes before the one it answers")
+    for number, refs in sources.items():
+        for ref in refs:
+            docs = documents.get(ref.message, [])
+            if not (
+                0 <= ref.document < len(docs) and 0 <= ref.chunk < len(docs[ref.document].chunks)
+            ):
+                raise ExportError(
+                    f"{where}: message {number} cites passage {ref.chunk} of document"
+                    f" {ref.document} of message {ref.message}, which is not there"
+                )
     chat = Chat(
         id=0,
         title=title,
@@ -204,10 +300,12 @@ def _chat_from_json(obj: Any, where: str) -> tuple[Chat, list[Message]]:
         created_at=float(get("created_at", float, 0.0)),
         updated_at=float(get("updated_at", float, 0.0)),
     )
-    return chat, messages
+    return ChatRecord(chat, messages, documents, sources)
 
 
-def _message_from_json(obj: Any, where: str) -> Message:
+def _message_from_json(
+    obj: Any, where: str
+) -> tuple[Message, list[DocumentRecord], list[SourceRef]]:
     fields = _Fields(obj, where)
     get = fields.get
     images = []
@@ -221,7 +319,7 @@ def _message_from_json(obj: Any, where: str) -> Message:
         state = INTERRUPTED
     if state not in (DONE, INTERRUPTED, STOPPED, ERROR):
         raise ExportError(f"{where}: 'state' {state!r} is not one Hearth knows")
-    return Message(
+    message = Message(
         id=get("id", int),
         chat_id=0,
         parent_id=get("parent_id", (int, type(None)), None),
@@ -236,6 +334,57 @@ def _message_from_json(obj: Any, where: str) -> Message:
         tool=get("tool", dict, {}),
         created_at=float(get("created_at", float, 0.0)),
         images=images,
+    )
+    documents = [
+        _document_from_json(d, f"{where}, document {i}")
+        for i, d in enumerate(get("documents", list, []), start=1)
+    ]
+    sources = [
+        _source_from_json(r, f"{where}, source {i}")
+        for i, r in enumerate(get("sources", list, []), start=1)
+    ]
+    return message, documents, sources
+
+
+def _document_from_json(obj: Any, where: str) -> DocumentRecord:
+    fields = _Fields(obj, where)
+    get = fields.get
+    mode = get("mode", str, "whole")
+    if mode not in ("whole", "searched"):
+        raise ExportError(f"{where}: 'mode' {mode!r} is neither 'whole' nor 'searched'")
+    chunks = []
+    for i, raw in enumerate(get("chunks", list, []), start=1):
+        chunk = _Fields(raw, f"{where}, passage {i}")
+        vectors = {}
+        for model, text in chunk.get("vectors", dict, {}).items():
+            try:
+                vector = base64.b64decode(text, validate=True) if isinstance(text, str) else b"?"
+            except (binascii.Error, ValueError):
+                vector = b"?"
+            if len(vector) % 4:
+                raise ExportError(
+                    f"{chunk.where}: the vector of {model!r} is not float32 numbers in base64"
+                )
+            vectors[model] = vector
+        chunks.append(DocumentChunk(chunk.get("section", str), chunk.get("text", str), vectors))
+    return DocumentRecord(
+        name=get("name", str),
+        kind=get("kind", str),
+        pages=get("pages", int, 0),
+        sections=get("sections", int, 0),
+        chars=get("chars", int, 0),
+        notes=fields.list_of("notes", str),
+        mode=mode,
+        sha256=get("sha256", str, ""),
+        created_at=float(get("created_at", float, 0.0)),
+        chunks=chunks,
+    )
+
+
+def _source_from_json(obj: Any, where: str) -> SourceRef:
+    get = _Fields(obj, where).get
+    return SourceRef(
+        get("message", int), get("document", int), get("chunk", int), get("number", int, 0)
     )
 
 

@@ -2,7 +2,10 @@
 
 Not a format to import (the JSON export is): other branches are not written, images are
 named, not embedded. Thinking is a collapsed <details> block; tool calls and results are
-shown with their arguments and text; an interrupted, stopped or failed reply says so.
+shown with their arguments and text; an interrupted, stopped or failed reply says so. A
+question names the documents attached to it (extent, and whether it was sent whole or
+searched); a reply lists the sources its question's prompt drew on (document and page or
+section, [n] as numbered in the prompt).
 """
 
 from __future__ import annotations
@@ -12,8 +15,9 @@ import time
 from collections.abc import Sequence
 
 from .chat_store import ChatStore
+from .document_tables import read_documents, read_sources
 from .export import selected_chats
-from .records import DONE, ERROR, INTERRUPTED, STOPPED, Chat, Message
+from .records import DONE, ERROR, INTERRUPTED, STOPPED, Chat, DocumentRecord, Message, SourceRef
 
 __all__ = ["chats_to_markdown"]
 
@@ -79,9 +83,39 @@ def _chat(store: ChatStore, chat: Chat) -> str:
         out.append("**System prompt:**\n\n" + _quote(chat.system_prompt))
     if chat.options:
         out.append("**Options:** `" + json.dumps(chat.options, sort_keys=True) + "`\n")
-    for msg in store.path(chat.id):
+    path = store.path(chat.id)
+    sources = read_sources(store.connection, [m.id for m in path])
+    owners = {ref.message for refs in sources.values() for ref in refs}
+    documents = read_documents(store.connection, sorted(owners | {m.id for m in path}))
+    for msg in path:
         out.append(_message(msg))
+        if msg.role == "user" and msg.id in documents:
+            out.append(_attached(documents[msg.id]))
+        if msg.role == "assistant" and msg.parent_id in sources:
+            out.append(_sources(sources[msg.parent_id], documents))
     return "\n".join(out)
+
+
+def _extent(doc: DocumentRecord) -> str:
+    n, unit = (doc.pages, "page") if doc.kind == "pdf" else (doc.sections, "section")
+    return f"{n} {unit}" + ("s" if n != 1 else "")
+
+
+def _attached(documents: list[DocumentRecord]) -> str:
+    lines = [
+        f"- {d.name} ({_extent(d)}, sent {d.mode})" + "".join(f"; {n}" for n in d.notes)
+        for d in documents
+    ]
+    return "**Attached:**\n\n" + "\n".join(lines) + "\n"
+
+
+def _sources(refs: list[SourceRef], documents: dict[int, list[DocumentRecord]]) -> str:
+    lines = []
+    for ref in refs:
+        doc = documents[ref.message][ref.document]
+        mark = f"[{ref.number}] " if ref.number else ""
+        lines.append(f"- {mark}{doc.name}, {doc.chunks[ref.chunk].section}")
+    return "**Sources:**\n\n" + "\n".join(lines) + "\n"
 
 
 def _quote(text: str) -> str:

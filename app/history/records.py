@@ -5,7 +5,20 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Chat", "Message", "SearchHit", "STREAMING", "DONE", "INTERRUPTED", "STOPPED", "ERROR"]
+__all__ = [
+    "Chat",
+    "ChatRecord",
+    "DocumentChunk",
+    "DocumentRecord",
+    "Message",
+    "SearchHit",
+    "SourceRef",
+    "STREAMING",
+    "DONE",
+    "INTERRUPTED",
+    "STOPPED",
+    "ERROR",
+]
 
 # Message states. A reply is written while it streams; one still "streaming" when the app
 # starts was cut off by a crash or a kill and becomes "interrupted".
@@ -62,3 +75,59 @@ class SearchHit:
     title: str
     snippet: str
     updated_at: float
+
+
+# Schema 3's documents as plain rows, for export and import (document_tables.py reads and
+# writes them; hearth.documents owns what they mean: reading, indexing, retrieving).
+
+
+@dataclass
+class DocumentChunk:
+    """A passage of a stored document: the page or section it comes from, its text, and its
+    embeddings by model name (float32, little-endian bytes, as chunk_vectors holds them)."""
+
+    section: str
+    text: str
+    vectors: dict[str, bytes] = field(default_factory=dict)
+
+
+@dataclass
+class DocumentRecord:
+    """A document attached to a user message, as stored: what its chip shows (name, kind,
+    pages, sections, chars, notes), how it was sent ("whole" or "searched"), the file's
+    sha256, when it was attached and its chunks in order (joined, its whole text)."""
+
+    name: str
+    kind: str
+    pages: int = 0
+    sections: int = 0
+    chars: int = 0
+    notes: list[str] = field(default_factory=list)
+    mode: str = "whole"
+    sha256: str = ""
+    created_at: float = 0.0
+    chunks: list[DocumentChunk] = field(default_factory=list)
+
+
+@dataclass
+class SourceRef:
+    """A passage a user message's prompt drew on (the reply under it cites it): chunk `chunk`
+    of document `document` (list positions) attached to message `message` (an id, or in an
+    export or import the message's number in its chat); `number` is its [n] in the prompt,
+    0 for a passage of a document sent whole."""
+
+    message: int
+    document: int
+    chunk: int
+    number: int = 0
+
+
+@dataclass
+class ChatRecord:
+    """A whole chat to add (an import): its messages, parents first, numbered by `id`
+    within the list, and the documents and sources of its messages keyed by those numbers."""
+
+    chat: Chat
+    messages: list[Message]
+    documents: dict[int, list[DocumentRecord]] = field(default_factory=dict)
+    sources: dict[int, list[SourceRef]] = field(default_factory=dict)

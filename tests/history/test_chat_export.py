@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from history_fixture import assert_same_chats, copy_schema1
+from history_fixture import FIXTURES, assert_same_chats, copy_schema1
 from make_history_fixture import dump, tiny_png
 
 from hearth.history import ChatStore
@@ -74,6 +74,17 @@ def test_export_then_import_into_an_empty_home_gives_the_same_chats(full_store, 
     assert_same_chats(empty, record, same_ids=False)
 
 
+def test_a_version_1_export_still_imports(tmp_path):
+    """A file written by the export format before documents (version 1) imports as before."""
+    _, record = copy_schema1(tmp_path / "fixture")
+    path = FIXTURES / "chats-export-v1.json"
+    assert json.loads(path.read_text())["version"] == 1 < EXPORT_VERSION
+    empty = ChatStore(tmp_path / "empty" / "chats.db")
+    assert len(import_file(empty, path)) == 4
+    assert_same_chats(empty, record, same_ids=False)
+    assert empty.connection.execute("SELECT COUNT(*) FROM documents").fetchone()[0] == 0
+
+
 def test_import_adds_and_never_overwrites(full_store, tmp_path):
     before = dump(full_store)
     path = tmp_path / "all.json"
@@ -91,7 +102,8 @@ def test_one_chat_is_exported_alone(full_store):
     weather = next(c for c in full_store.chats() if c.title == "Weather")
     data = chats_to_json(full_store, [weather.id])
     assert [c["title"] for c in data["chats"]] == ["Weather"]
-    ((chat, messages),) = chats_from_json(data, "export")
+    (imported,) = chats_from_json(data, "export")
+    chat, messages = imported.chat, imported.messages
     assert chat.tools == ["weather", "files"]
     assert [m.role for m in messages] == ["user", "assistant", "tool", "assistant", "assistant"]
     assert messages[1].tool_calls == [CALL] and messages[2].tool == TOOL

@@ -46,6 +46,9 @@ class StubServer:
     # Scripted turns for tool use: each /api/chat takes the first left, {"content": str,
     # "tool_calls": [{"function": {"name", "arguments"}}]}; when none is left, `reply`.
     script: list[dict[str, Any]] = field(default_factory=list)
+    # /api/embed (Ollama's shape): a vector per input, each word hashed into one of 8
+    # dimensions, answered after `embed_delay` seconds.
+    embed_delay: float = 0.0
 
     def __post_init__(self) -> None:
         stub = self
@@ -114,6 +117,12 @@ class StubServer:
                     self._chat(body)
                 elif self.path == "/api/create":
                     self._create(body)
+                elif self.path == "/api/embed":
+                    time.sleep(stub.embed_delay)
+                    texts = body.get("input") or []
+                    texts = [texts] if isinstance(texts, str) else texts
+                    self._send(200, {"model": body.get("model"),
+                                     "embeddings": [_vector(t) for t in texts]})  # fmt: skip
                 else:
                     self._send(404, {"error": "not found"})
 
@@ -249,6 +258,13 @@ class StubServer:
             "capabilities": m.capabilities,
             "hearth": {"estimated_memory": m.memory, "memory": {"total": m.memory}},
         }
+
+
+def _vector(text: str) -> list[float]:
+    v = [0.0] * 8
+    for word in text.lower().split():
+        v[sum(word.encode()) % 8] += 1.0
+    return v
 
 
 def _words(text: str) -> list[str]:

@@ -109,3 +109,45 @@ def test_an_unreadable_document_is_a_sentence_and_nothing_is_lost(qtbot, stub, m
     qtbot.waitUntil(lambda: "broken.pdf is damaged" in toast.text(), timeout=30_000)
     assert app.chat.documents.pending == [] and composer.documents.chips == []
     assert composer.edit.toPlainText() == "my draft question"
+
+
+def test_a_slow_embedding_service_does_not_block_the_window(qtbot, stub, make_app, report):
+    """With an embedding model installed, the question's vector comes from /api/embed: a slow
+    answer must not freeze the window (the request runs off the GUI thread), and the prompt
+    still gets the passages once it arrives."""
+    import time
+
+    from PySide6.QtCore import Qt, QTimer
+    from stub_server import StubModel
+
+    stub.models.append(StubModel("embedder:latest", capabilities=["embedding"]))
+    app = make_app(stub.url)
+    qtbot.waitUntil(lambda: app.chat.documents.embedding_model() == "embedder:latest")
+    drop_file(app, report, hint="Drop to attach the document")
+    qtbot.waitUntil(lambda: len(app.chat.documents.pending) == 1, timeout=60_000)
+    assert app.chat.documents.pending[0].embed_model == "embedder:latest"
+
+    stub.embed_delay = 2.0
+    ticks: list[float] = []
+    timer = QTimer()
+    timer.timeout.connect(lambda: ticks.append(time.monotonic()))
+    timer.start(20)
+    edit = app.window.chat_page.composer.edit
+    edit.setFocus()
+    edit.setPlainText(FACT_QUESTION)
+    with qtbot.waitSignal(app.chat.reply_finished, timeout=60_000):
+        pressed = time.monotonic()
+        qtbot.keyClick(edit, Qt.Key.Key_Return)
+        returned = time.monotonic()
+        assert app.chat.busy  # a second question cannot be sent meanwhile
+        assert not app.chat.send("another question")
+    timer.stop()
+    assert returned - pressed < 1.0  # sending returned at once
+    during = [t for t in ticks if t >= pressed]
+    gaps = [b - a for a, b in zip(during, during[1:], strict=False)]
+    assert during and during[-1] - pressed > 1.5  # the event loop ran while the service waited
+    assert max(gaps) < 1.0
+    embeds = [r for r in stub.requests if r["path"] == "/api/embed"]
+    assert embeds[-1]["input"] == [FACT_QUESTION]
+    sent = _last_question(stub)
+    assert f"[1] annual-report.pdf, page {FACT_PAGE}:" in sent["content"]

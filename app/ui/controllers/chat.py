@@ -70,6 +70,7 @@ class ChatController(QObject):
         self.pending_images: list[bytes] = []
         self._tools = tools
         self._reply: StreamingReply | AgentReply | None = None  # the reply being written
+        self._preparing = False  # a sent question waits for its vector (documents.on_sent)
         self.documents = DocumentsController(store, client, models, self)
         self.documents.changed.connect(self.attachments_changed)
         self.documents.notice.connect(self.notice)
@@ -80,7 +81,8 @@ class ChatController(QObject):
 
     @property
     def busy(self) -> bool:
-        return self._reply is not None
+        """A reply is being written, or its question prepared (its vector fetched)."""
+        return self._reply is not None or self._preparing
 
     @property
     def model(self) -> str:
@@ -343,14 +345,31 @@ class ChatController(QObject):
             self.chat.id, self.chat.current_leaf, "user", text, images=self.pending_images
         )
         title = make_title(text) or (docs.pending[0].name if docs.pending else self.tr("Image"))
-        docs.on_sent(user, self.chat.system_prompt, earlier, self.num_ctx())
         self.pending_images = []
-        self.attachments_changed.emit()
         # The first question names the chat; later ones leave the name the user knows it by.
         self._store.set_auto_title(self.chat.id, title)
+        self._prepare_reply(user, earlier)
+        self.attachments_changed.emit()
         self.chat_meta_changed.emit()
-        self._start_reply(user.id)
         return True
+
+    def _prepare_reply(self, user: Message, earlier: list[Message]) -> None:
+        """Its documents go with the stored question `user` (its vector fetched off the GUI
+        thread when an embedding model is installed), then the reply starts. Busy meanwhile;
+        if another chat was opened in between, the question waits there, unanswered, for
+        Regenerate (its documents are stored)."""
+        assert self.chat is not None
+        self._preparing = True
+        self.busy_changed.emit(True)
+
+        def start() -> None:
+            self._preparing = False
+            if self.chat is not None and self.chat.id == user.chat_id:
+                self._start_reply(user.id)
+            else:
+                self.busy_changed.emit(False)
+
+        self.documents.on_sent(user, self.chat.system_prompt, earlier, self.num_ctx(), start)
 
     def regenerate(self, message_id: int | None = None) -> bool:
         """Answer the same question again; the new reply is a sibling version of the old."""
@@ -374,9 +393,7 @@ class ChatController(QObject):
             self.chat.id, original.parent_id, "user", text, images=original.images
         )
         self.documents.copy(original, user)
-        earlier = self._store.path(self.chat.id)[:-1]
-        self.documents.on_sent(user, self.chat.system_prompt, earlier, self.num_ctx())
-        self._start_reply(user.id)
+        self._prepare_reply(user, self._store.path(self.chat.id)[:-1])
         return True
 
     def switch_version(self, message_id: int, delta: int) -> bool:

@@ -2,20 +2,23 @@
 progress line), the ones waiting to go with the next message, and what each message says to
 the model and cites, through hearth.documents (the same code as `hearth run --attach`).
 
-Reading, chunking and embedding a document run on a worker thread; the history database is
-written only on the GUI thread (it owns the connection), when the message is sent.
+Reading, chunking and embedding a document run on a worker thread, and so does embedding a
+question for the hybrid search when a message is sent; the history database is written only on
+the GUI thread (it owns the connection), when the message is sent and its question's vector
+(if any) has arrived.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
 from ...documents import ChatDocuments, DocumentError, PreparedDocument, prepare_document
+from ...documents.context import QuestionEmbedder
 from ...documents.embedding import Embedder, question_embedder
 from ...history import ChatStore, Message
 from ..api_client import ApiClient
@@ -33,6 +36,12 @@ class _Reading(QObject):
     failed = Signal(str)  # a sentence
 
 
+class _Embedding(QObject):
+    """The answer of one question's embedding on a worker thread (queued to the GUI thread)."""
+
+    done = Signal(object)  # (vector, model), or None when the service could not embed
+
+
 class DocumentsController(QObject):
     changed = Signal()  # the waiting documents or the progress line changed
     notice = Signal(str, str)  # level, sentence
@@ -47,10 +56,12 @@ class DocumentsController(QObject):
         super().__init__(parent)
         self._client = client
         self._models = models
-        self.chat_documents = ChatDocuments(store, self._embed_question)
+        # No embedder here: the GUI thread never embeds (on_sent fetches the vector first).
+        self.chat_documents = ChatDocuments(store)
         self.pending: list[PreparedDocument] = []
         self.progress = ""  # "Reading report.pdf: page 40 of 300…" while reading
         self._active: list[_Reading] = []  # one per file still being read
+        self._embedding: list[_Embedding] = []  # one per question being embedded
 
     # -- the embedding model -------------------------------------------------------------------
 
@@ -66,10 +77,6 @@ class DocumentsController(QObject):
         if not name or not self._client.base_url:
             return None
         return Embedder(self._client.base_url, name, self._client.token)
-
-    def _embed_question(self, question: str) -> tuple[list[float], str] | None:
-        embedder = self._embedder()
-        return question_embedder(embedder)(question) if embedder is not None else None
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -154,15 +161,60 @@ class DocumentsController(QObject):
             for p, mode in zip(self.pending, modes, strict=True)
         ]
 
+    @property
+    def embedding(self) -> bool:
+        """Whether a sent question's vector is still being fetched."""
+        return bool(self._embedding)
+
     def on_sent(
-        self, message: Message, system_prompt: str, earlier: Sequence[Message], num_ctx: int
+        self,
+        message: Message,
+        system_prompt: str,
+        earlier: Sequence[Message],
+        num_ctx: int,
+        then: Callable[[], None],
     ) -> None:
         """The message was stored: the waiting documents go with it (and the chat's searched
-        documents are searched again for its question)."""
+        documents are searched again for its question); then `then` runs on the GUI thread.
+
+        With an embedding model installed and documents in the chat, the question is embedded
+        on a worker thread first (an HTTP request the window must not wait on); the documents
+        are stored and ranked, and `then` runs, when the vector (or the service's failure,
+        then full-text search alone) arrives. Otherwise all of it happens before this returns.
+        """
         pending, self.pending = self.pending, []
-        self.chat_documents.on_sent(message, pending, system_prompt, earlier, num_ctx)
         if pending:
             self.changed.emit()
+        searched = bool(pending) or self.chat_documents.has_documents([*earlier, message])
+        embedder = self._embedder() if searched else None
+
+        def finish(embedded: tuple[list[float], str] | None) -> None:
+            fixed: QuestionEmbedder = lambda _question: embedded  # noqa: E731
+            self.chat_documents.on_sent(message, pending, system_prompt, earlier, num_ctx, fixed)
+            then()
+
+        if embedder is None:
+            finish(None)
+            return
+        signals = _Embedding(self)
+
+        def arrived(embedded: tuple[list[float], str] | None) -> None:
+            self._embedding.remove(signals)
+            signals.deleteLater()
+            finish(embedded)
+
+        signals.done.connect(arrived)
+        embed = question_embedder(embedder)
+
+        def work() -> None:
+            try:
+                embedded = embed(message.content)
+            except Exception:  # a bug in the client must not lose the question
+                embedded = None
+            signals.done.emit(embedded)
+
+        self._embedding.append(signals)
+        threading.Thread(target=work, name="embed question", daemon=True).start()
 
     def copy(self, source: Message, target: Message) -> None:
         self.chat_documents.copy(source, target)
