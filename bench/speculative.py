@@ -171,6 +171,9 @@ def _llamacpp(req: dict[str, Any]) -> dict[str, Any]:
         llm = Llama(
             req["model"], n_ctx=2048, n_batch=512, n_threads=req["threads"],
             n_threads_batch=req["threads"], draft_model=draft, verbose=False,
+            # A draft needs every row's logits; llama-cpp-python sizes its score buffer from
+            # this argument (not from the draft), so it must be said.
+            logits_all=draft is not None,
         )  # fmt: skip
         for name, ids in req["prompts"].items():
             llm.reset()
