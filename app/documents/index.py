@@ -13,12 +13,13 @@ import json
 import re
 import sqlite3
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
 import numpy as np
 
+from ..history.db import transaction
 from .prepare import PreparedDocument
 from .records import Citation
 
@@ -66,15 +67,8 @@ class DocumentIndex:
     def __init__(self, conn: sqlite3.Connection) -> None:
         self._conn = conn
 
-    @contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
-        self._conn.execute("BEGIN IMMEDIATE")
-        try:
-            yield self._conn
-        except BaseException:
-            self._conn.execute("ROLLBACK")
-            raise
-        self._conn.execute("COMMIT")
+    def _tx(self) -> AbstractContextManager[sqlite3.Connection]:
+        return transaction(self._conn)
 
     # -- writing -----------------------------------------------------------------------------
 

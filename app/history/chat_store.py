@@ -11,14 +11,14 @@ import json
 import re
 import sqlite3
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
 from hearth.paths import data_dir
 
-from .db import open_database
+from .db import open_database, transaction
 from .document_tables import insert_documents, insert_sources
 from .records import DONE, INTERRUPTED, STREAMING, Chat, ChatRecord, Message, SearchHit
 
@@ -61,15 +61,8 @@ class ChatStore:
         """The database connection, for the tables other packages own (hearth.documents)."""
         return self._conn
 
-    @contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
-        self._conn.execute("BEGIN IMMEDIATE")
-        try:
-            yield self._conn
-        except BaseException:
-            self._conn.execute("ROLLBACK")
-            raise
-        self._conn.execute("COMMIT")
+    def _tx(self) -> AbstractContextManager[sqlite3.Connection]:
+        return transaction(self._conn)
 
     def _update(self, table: str, row_id: int, columns: Sequence[tuple[str, Any]]) -> None:
         """Set the given (column, value) pairs of one row of `table` in one transaction.

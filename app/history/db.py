@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from .migrations import SCHEMA_VERSION, SchemaError, drop_backups, refuse_newer, upgrade
 
-__all__ = ["open_database", "SCHEMA_VERSION", "SchemaError"]
+__all__ = ["transaction", "open_database", "SCHEMA_VERSION", "SchemaError"]
 
 
 def open_database(path: Path) -> sqlite3.Connection:
@@ -35,3 +37,16 @@ def open_database(path: Path) -> sqlite3.Connection:
     if found == SCHEMA_VERSION:
         drop_backups(path)
     return conn
+
+
+@contextmanager
+def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """One write transaction on a connection opened by `open_database` (explicit
+    transactions): BEGIN IMMEDIATE, COMMIT on leaving, ROLLBACK on any exception."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield conn
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")

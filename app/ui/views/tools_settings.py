@@ -268,6 +268,24 @@ def _pairs(text: str, sep: str) -> dict[str, str]:
     return out
 
 
+def _error_and_buttons(dialog: QDialog, lay: QVBoxLayout) -> QLabel:
+    """The foot of an edit dialog: a hidden line that says what is wrong, then OK/Cancel
+    (OK runs the dialog's own `accept`, which checks the fields). Returns the line."""
+    error = QLabel()
+    error.setObjectName("Warning")
+    error.setWordWrap(True)
+    error.setAccessibleName(dialog.tr("What is wrong"))
+    error.hide()
+    lay.addWidget(error)
+    buttons = QDialogButtonBox(
+        QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel
+    )
+    buttons.accepted.connect(dialog.accept)
+    buttons.rejected.connect(dialog.reject)
+    lay.addWidget(buttons)
+    return error
+
+
 class ServerDialog(QDialog):
     """Add or edit one server: a program to start (command, arguments, folder, environment)
     or an address (URL, headers). `entry()` is its `mcpServers` entry; OK is refused, with
@@ -339,18 +357,7 @@ class ServerDialog(QDialog):
         self.kind.currentIndexChanged.connect(self.pages.setCurrentIndex)
         self.kind.setCurrentIndex(1 if entry.get("url") else 0)
 
-        self.error = QLabel()
-        self.error.setObjectName("Warning")
-        self.error.setWordWrap(True)
-        self.error.setAccessibleName(self.tr("What is wrong"))
-        self.error.hide()
-        lay.addWidget(self.error)
-        buttons = QDialogButtonBox(
-            QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel
-        )
-        buttons.accepted.connect(self.accept)
-        buttons.rejected.connect(self.reject)
-        lay.addWidget(buttons)
+        self.error = _error_and_buttons(self, lay)
 
     def server_name(self) -> str:
         return self.name.text().strip()
@@ -420,18 +427,7 @@ class PasteServersDialog(QDialog):
             )
         )
         lay.addWidget(self.text, 1)
-        self.error = QLabel()
-        self.error.setObjectName("Warning")
-        self.error.setWordWrap(True)
-        self.error.setAccessibleName(self.tr("What is wrong"))
-        self.error.hide()
-        lay.addWidget(self.error)
-        buttons = QDialogButtonBox(
-            QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel
-        )
-        buttons.accepted.connect(self.accept)
-        buttons.rejected.connect(self.reject)
-        lay.addWidget(buttons)
+        self.error = _error_and_buttons(self, lay)
 
     def accept(self) -> None:
         why = self._validate(self.text.toPlainText())

@@ -13,6 +13,7 @@ from PySide6.QtWidgets import (
     QGridLayout,
     QHBoxLayout,
     QLabel,
+    QLayout,
     QToolButton,
     QVBoxLayout,
     QWidget,
@@ -44,6 +45,16 @@ class ChipInfo:
             else "Too long for the context: the passages that answer each question are sent."
         )
         return "\n".join([how, *self.notes])
+
+
+def _empty(row: QLayout) -> None:
+    """Take every widget out of `row` and delete it (once the event loop runs)."""
+    while row.count():
+        item = row.takeAt(0)
+        widget = item.widget() if item is not None else None
+        if widget is not None:
+            widget.hide()
+            widget.deleteLater()
 
 
 def _chip(info: ChipInfo) -> QLabel:
@@ -93,12 +104,7 @@ class DocumentStrip(QWidget):
         self.hide()
 
     def set_documents(self, infos: Sequence[ChipInfo], progress: str = "") -> None:
-        while self._row.count():
-            item = self._row.takeAt(0)
-            widget = item.widget() if item is not None else None
-            if widget is not None:
-                widget.hide()
-                widget.deleteLater()
+        _empty(self._row)
         self.chips = []
         for n, info in enumerate(infos):
             chip = _chip(info)
@@ -155,12 +161,7 @@ class SourcesView(QWidget):
         if list(citations) == self._citations:
             return
         self._citations = list(citations)
-        while self._row.count():
-            item = self._row.takeAt(0)
-            widget = item.widget() if item is not None else None
-            if widget is not None:
-                widget.hide()
-                widget.deleteLater()
+        _empty(self._row)
         self.buttons = []
         names = list(dict.fromkeys(c.document for c in citations))
         one = len(names) == 1
