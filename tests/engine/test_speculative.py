@@ -397,7 +397,10 @@ def test_the_drafter_adapts_its_length_and_pauses_when_drafts_miss():
     drafter = Drafter([1, 2, 3, 1, 2, 3, 1, 2], max_draft=7)
     assert drafter.propose(10) == [3, 1, 2]  # what followed the latest "1 2"
     drafter.checked(4, 4)
-    assert drafter.length == 6
+    assert drafter.length == 7  # doubled from 4, held to max_draft
+    drafter.checked(7, 1)
+    drafter.checked(2, 2)
+    assert drafter.length == 4  # from one past the accepted, doubled
     drafter.checked(6, 1)
     assert drafter.length == 2
     for _ in range(3):
