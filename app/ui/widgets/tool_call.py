@@ -147,7 +147,8 @@ class ToolCallView(QFrame):
         self.details.setVisible(open_)
 
     def expanded(self) -> bool:
-        return self.details.isVisible()
+        """Whether the call is open (its own state: true also while the transcript is hidden)."""
+        return not self.details.isHidden()
 
 
 class ApprovalCard(QFrame):
