@@ -12,6 +12,7 @@ from pathlib import Path
 __all__ = [
     "FACT",
     "FACT_QUESTION",
+    "bomb_docx",
     "damaged_docx",
     "damaged_pdf",
     "encrypted_pdf",
@@ -140,3 +141,45 @@ def damaged_pdf(path: Path, source: Path | None = None) -> Path:
 def damaged_docx(path: Path) -> Path:
     path.write_bytes(b"PK\x03\x04 this is not really a zip archive")
     return path
+
+
+def bomb_docx(path: Path, unpacked: int, declared: int | None = None) -> Path:
+    """A zip-bomb DOCX: a real document (`headed_docx`) whose word/document.xml is replaced by
+    `unpacked` bytes of one repeated byte, streamed through zipfile at level 9 (1 GiB packs
+    into ~1 MiB; the writer holds one MiB at a time). `declared`: the size the zip's headers
+    then claim for that part (a zip that lies)."""
+    import zipfile
+
+    source = headed_docx(path.with_name(path.stem + "-source.docx"))
+    with zipfile.ZipFile(source) as src, zipfile.ZipFile(
+        path, "w", zipfile.ZIP_DEFLATED, compresslevel=9
+    ) as out:
+        for info in src.infolist():
+            if info.filename != "word/document.xml":
+                out.writestr(info, src.read(info))
+        with out.open("word/document.xml", "w") as part:
+            block = b"A" * (1 << 20)
+            for start in range(0, unpacked, len(block)):
+                part.write(block[: unpacked - start])
+    source.unlink()
+    if declared is not None:
+        _declare(path, b"word/document.xml", declared)
+    return path
+
+
+def _declare(path: Path, name: str | bytes, size: int) -> None:
+    """Rewrite the uncompressed size the zip's local and central headers give for part
+    `name` (the data and its checksum stay as they are)."""
+    import struct
+
+    data = bytearray(path.read_bytes())
+    name = name.encode() if isinstance(name, str) else name
+    for signature, name_at, size_at in ((b"PK\x03\x04", 26, 22), (b"PK\x01\x02", 28, 24)):
+        at = data.find(signature)
+        while at >= 0:
+            length = struct.unpack_from("<H", data, at + name_at)[0]
+            start = at + name_at + (4 if signature == b"PK\x03\x04" else 18)
+            if bytes(data[start : start + length]) == name:
+                struct.pack_into("<I", data, at + size_at, size)
+            at = data.find(signature, at + 4)
+    path.write_bytes(bytes(data))
