@@ -14,7 +14,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from make_documents import bomb_docx, headed_docx
+from make_documents import bomb_docx, declare_size, headed_docx
 
 from hearth.documents import DocumentError, read_document
 from hearth.documents import packages as packages_module
@@ -71,8 +71,10 @@ def test_a_docx_that_unpacks_to_a_gigabyte_is_refused_in_bounded_memory(bomb, tm
 
 
 @pytest.mark.slow
-def test_a_docx_whose_headers_understate_its_parts_is_refused_in_bounded_memory(tmp_path):
-    liar = bomb_docx(tmp_path / "liar.docx", GiB // 2, declared=4096)  # says 4 KiB, holds 512 MiB
+def test_a_docx_whose_headers_understate_its_parts_is_refused_in_bounded_memory(bomb, tmp_path):
+    liar = tmp_path / "liar.docx"
+    liar.write_bytes(bomb.read_bytes())
+    declare_size(liar, "word/document.xml", 4096)  # says 4 KiB, holds 1 GiB
     said, peak = _read_in_subprocess(liar)
     assert said.startswith("REFUSED liar.docx is damaged")
     plain, baseline = _read_in_subprocess(headed_docx(tmp_path / "plain.docx"))
@@ -101,11 +103,28 @@ def test_the_parts_are_read_at_most_to_the_size_they_declare(tmp_path, monkeypat
     )
 
 
+
+def test_a_docx_of_dense_parts_under_the_total_is_refused(tmp_path, monkeypatch):
+    """12 MiB of one repeated byte (under the 256 MiB total, ~1000 to 1) is refused before
+    python-docx parses it; with a higher bound, python-docx is what refuses it."""
+    dense = bomb_docx(tmp_path / "dense.docx", 12 * 2**20)
+    with pytest.raises(DocumentError) as refused:
+        read_document(dense)
+    assert re.fullmatch(
+        r"dense\.docx has parts that unpack to 12 MiB from \d+ KiB, more than 100 times their "
+        r"packed size; Hearth reads Word documents with at most 8 MiB of such parts \(this may "
+        r"be a zip bomb\)\.",
+        str(refused.value),
+    ), str(refused.value)
+    monkeypatch.setattr(packages_module, "MAX_DENSE_BYTES", 16 * 2**20)
+    with pytest.raises(DocumentError, match=r"^dense\.docx is damaged: Start tag expected"):
+        read_document(dense)  # let past the check, python-docx parses it: it is not XML
+
 def test_a_docx_listing_too_many_parts_is_refused_before_they_are_listed(tmp_path, monkeypatch):
     many = headed_docx(tmp_path / "many.docx")
     with zipfile.ZipFile(many, "a") as z:
-        for i in range(200):
-            z.writestr(f"customXml/item{i}.xml", b"")
+        for i in range(200):  # empty parts
+            z.writestr(f"extra/part{i}.xml", b"")
     assert read_document(many).sections  # under the real bound it reads
     monkeypatch.setattr(packages_module, "MAX_DIRECTORY_BYTES", 4096)
     with pytest.raises(DocumentError, match=r"^many\.docx lists too many parts \(its list of "
