@@ -2,12 +2,13 @@
 (a long chat reopened after a restart) is loaded instead of evaluated again.
 
 One folder per cache key under the root: the key is a digest of `settings` (the model file's
-digest, the engine and everything that changes the cached bits or their layout: K/V type,
-flash attention, context and batch size, threads, devices; see the runner's
-`disk_cache.py`), the format version and the software that computed the bits
-(`software_versions()`: Hearth's version, ggml-python's, and the ggml library's own version
-and commit), so a file is only ever read by a runner that would have computed the same bits:
-after an upgrade of Hearth or ggml the old files are foreign (left to the size cap). One file per saved sequence, named by a digest of its tokens.
+digest, the engine and everything that changes the cached bits or their layout: K/V type, flash
+attention, context and batch size, threads, devices; see the runner's `disk_cache.py`), the
+format version and the software that computed the bits (`software_versions()`: Hearth's
+version, ggml-python's, and the ggml library's own version and commit), so a file is only ever
+read by a runner that would have computed the same bits: after an upgrade of Hearth or ggml the
+old files are foreign (left to the size cap). One file per saved sequence, named by a digest of
+its tokens.
 
 File format (version `FORMAT_VERSION`, little-endian):
 

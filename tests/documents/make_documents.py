@@ -1,7 +1,7 @@
 """Documents the tests (and bench/documents.py) write: a long PDF with a text layer that states
-one fact once, deep inside; a PDF with a scanned page (an image, no text); an encrypted PDF;
-a DOCX with headings; damaged files; a zip-bomb DOCX. fpdf2 writes the PDFs, pypdf encrypts, python-docx writes
-the DOCX."""
+one fact once, deep inside; a PDF with a scanned page (an image, no text); an encrypted PDF; a
+DOCX with headings; damaged files; a zip-bomb DOCX. fpdf2 writes the PDFs, pypdf encrypts,
+python-docx writes the DOCX."""
 
 from __future__ import annotations
 

@@ -103,7 +103,6 @@ def test_the_parts_are_read_at_most_to_the_size_they_declare(tmp_path, monkeypat
     )
 
 
-
 def test_a_docx_of_dense_parts_under_the_total_is_refused(tmp_path, monkeypatch):
     """12 MiB of one repeated byte (under the 256 MiB total, ~1000 to 1) is refused before
     python-docx parses it; with a higher bound, python-docx is what refuses it."""
@@ -119,6 +118,7 @@ def test_a_docx_of_dense_parts_under_the_total_is_refused(tmp_path, monkeypatch)
     monkeypatch.setattr(packages_module, "MAX_DENSE_BYTES", 16 * 2**20)
     with pytest.raises(DocumentError, match=r"^dense\.docx is damaged: Start tag expected"):
         read_document(dense)  # let past the check, python-docx parses it: it is not XML
+
 
 def test_a_docx_listing_too_many_parts_is_refused_before_they_are_listed(tmp_path, monkeypatch):
     many = headed_docx(tmp_path / "many.docx")

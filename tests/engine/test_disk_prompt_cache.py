@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 
 import hearth
-
 from hearth.engine.disk_prompt_cache import DiskPromptCache
 from hearth.engine.kvcache import Causal, SequenceState
 from hearth.engine.ml import DType
@@ -293,7 +292,6 @@ def test_foreign_and_damaged_files_are_ignored_with_a_log_line(tmp_path, caplog)
     assert moved.exists() and version.exists() and not saved.exists()
 
 
-
 @pytest.mark.parametrize("changed", ["hearth", "ggml_python", "ggml", "ggml_commit"])
 def test_a_file_written_by_another_hearth_or_ggml_version_is_never_loaded(
     tmp_path, monkeypatch, changed
@@ -322,6 +320,7 @@ def test_a_file_written_by_another_hearth_or_ggml_version_is_never_loaded(
     (upgraded.folder / old.name).write_bytes(old.read_bytes())
     assert _disk(tmp_path).entries == []
     upgraded.close()
+
 
 # -- what a slot saves -----------------------------------------------------------------------
 

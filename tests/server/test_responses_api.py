@@ -203,7 +203,6 @@ def test_the_store_keeps_the_last_responses():
     assert store.get("r2") is None and store.get("r1") is not None
 
 
-
 def _entry(key: str, text: str) -> StoredResponse:
     return StoredResponse({"id": key, "output": []}, [{"role": "user", "content": text}])
 
@@ -248,6 +247,7 @@ def test_a_response_too_large_to_keep_is_a_404_with_a_sentence_on_follow_up(fake
     with pytest.raises(openai.NotFoundError) as unknown:
         oa.responses.create(model="tiny", input="Hi", previous_response_id="resp_nope")
     assert str(unknown.value).replace("resp_nope", big.id) == said  # the same 404
+
 
 def test_reasoning_effort_thinks_and_gives_a_reasoning_item(fake_service, oa):
     fake_service.launcher.script = "<think>Paris is in France.</think>It is Paris."
