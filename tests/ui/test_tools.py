@@ -130,7 +130,6 @@ def test_deny_tells_the_model_and_runs_nothing(make_app, tool_stub, qtbot):
     assert "denied" in view.toggle.text()
 
 
-
 def test_an_answer_that_is_not_an_allow_denies(make_app, tool_stub, qtbot):
     """Fails closed: a card that answers anything but allow once / always (here a word no
     button sends) denies the call; the server never runs."""
@@ -148,6 +147,7 @@ def test_an_answer_that_is_not_an_allow_denies(make_app, tool_stub, qtbot):
     assert denied.content == f"the user denied the call to '{name}'"
     assert denied.tool["decision"] == "deny"
     assert not app.settings.tools_always_allowed
+
 
 def test_always_allow_is_remembered_per_tool(make_app, tool_stub, qtbot):
     app = tool_app(make_app, tool_stub, qtbot)
