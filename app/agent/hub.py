@@ -16,6 +16,11 @@ then it is terminated and killed (the SDK's escalation).
 
 A stdio server's stderr goes to `<logs>/mcp/<server>.log`; its last line is quoted in the
 sentence when it fails to start.
+
+Names: the model calls a tool by `<server slug>__<tool>` (`specs.qualified_name`). Two enabled
+servers whose names could give the same such name (`specs.names_clash`: "a.b" and "a_b") are
+both refused ("failed", with a sentence saying to rename one) and offer no tools, so a name
+the user approves is always the (server, tool) pair that runs.
 """
 
 from __future__ import annotations
@@ -50,6 +55,7 @@ from .specs import (
     ToolResult,
     ToolSpec,
     error_result,
+    names_clash,
     qualified_name,
 )
 from .specs import server_slug as _slug
@@ -289,11 +295,40 @@ class ToolHub:
         folder.mkdir(parents=True, exist_ok=True)
         return folder / f"{_slug(name)}.log"
 
+    def _clash(self, name: str) -> str:
+        """The sentence refusing server `name` when another enabled server's tools could have
+        the same names for the model as its own (`names_clash`); "" when none can."""
+        for other, server in self._servers.items():
+            if other != name and server.config.enabled and names_clash(name, other):
+                return (
+                    f"the MCP servers '{name}' and '{other}' cannot both be used: the model "
+                    f"would call their tools by the same names ('{_slug(name)}__…', "
+                    f"'{_slug(other)}__…'; in these names a server's name keeps only letters, "
+                    "digits, _ and -), so a call could not say which server it is for; rename "
+                    "one of them in the MCP config"
+                )
+        return ""
+
+    async def _refuse(self, name: str, server: _Server, why: str) -> None:
+        """Stop `server` if it runs and mark it failed with `why` (it offers no tools)."""
+        if server.state != "failed" or server.error != why:
+            self._changed(name, server, "failed", why)
+        if server.task is not None and not server.task.done():
+            server.stop.set()
+            await asyncio.wait([server.task], timeout=_STOP_WAIT)
+        with self._lock:
+            server.tools = []
+
     async def _ensure_started(self, name: str) -> _Server | None:
-        """The server, started if it was not running (None for an unknown or disabled name)."""
+        """The server, started if it was not running (None for an unknown or disabled name;
+        a failed one, not started, when its name clashes with another's: `_clash`)."""
         server = self._servers.get(name)
         if server is None or not server.config.enabled:
             return None
+        why = self._clash(name)
+        if why:
+            await self._refuse(name, server, why)
+            return server
         if server.task is not None and not server.task.done() and server.stop.is_set():
             # Stopping after a failure (a crash, a timeout): let it finish, then start afresh.
             await asyncio.wait([server.task], timeout=_STOP_WAIT)
@@ -417,13 +452,15 @@ class ToolHub:
             server.tools = [_spec(server.config.name, t) for t in tools]
 
     def _find(self, qualified: str) -> tuple[str, str] | None:
-        """(server name, tool name) for a qualified name; the longest server prefix wins."""
-        best = None
-        for name in self._servers:
+        """(server name, tool name) for a qualified name: the server whose `<slug>__` starts
+        it, an enabled one before a disabled one, then the longest prefix. Of enabled servers
+        only one can match unless their names clash, and then the one found is refused."""
+        best, rank = None, (False, 0)
+        for name, server in self._servers.items():
             prefix = _slug(name) + "__"
-            longer = best is None or len(prefix) > len(_slug(best[0])) + 2
-            if qualified.startswith(prefix) and len(qualified) > len(prefix) and longer:
-                best = (name, qualified[len(prefix) :])
+            here = (server.config.enabled, len(prefix))
+            if qualified.startswith(prefix) and len(qualified) > len(prefix) and here > rank:
+                best, rank = (name, qualified[len(prefix) :]), here
         return best
 
     async def _call_cancellable(

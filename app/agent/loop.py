@@ -15,12 +15,15 @@ from __future__ import annotations
 
 import enum
 import itertools
+import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from .specs import DEFAULT_MAX_STEPS, ToolResult, ToolSpec, error_result
+
+_log = logging.getLogger(__name__)
 
 __all__ = [
     "DEFAULT_MAX_STEPS",
@@ -101,7 +104,21 @@ class Decision(enum.Enum):
 
 Approve = Callable[[ToolCall, ToolSpec], Decision]
 """Asked before each call; remembering "always" for a tool is the caller's (the loop passes
-every call to it)."""
+every call to it). Only ALLOW_ONCE and ALLOW_ALWAYS run the call (see `_ask`)."""
+
+_ALLOWING = (Decision.ALLOW_ONCE, Decision.ALLOW_ALWAYS)
+
+
+def _ask(approve: Approve, call: ToolCall, spec: ToolSpec) -> Decision:
+    """`approve`'s decision on `call`, failing closed: only an explicit ALLOW_ONCE or
+    ALLOW_ALWAYS allows it; anything else (DENY, None, a string, another value) or an exception
+    raised by `approve` is DENY (the exception is logged)."""
+    try:
+        decision = approve(call, spec)
+    except Exception:
+        _log.exception("asking to approve the call to %r failed: the call is denied", call.name)
+        return Decision.DENY
+    return decision if any(decision is d for d in _ALLOWING) else Decision.DENY
 
 
 class ToolCaller(Protocol):
@@ -229,14 +246,14 @@ def run_agent(
         for call in reply.tool_calls:
             spec = offered.get(call.name)
             halted = stopped()
-            decision = approve(call, spec) if spec is not None and not halted else None
+            decision = _ask(approve, call, spec) if spec is not None and not halted else None
             emit(AgentEvent("call", turn, call=call, spec=spec, decision=decision))
             if halted:
                 result = error_result("the call was not run: the user stopped the chat")
             elif spec is None:
                 names = ", ".join(offered) or "none"
                 result = error_result(f"there is no tool '{call.name}'; the tools offered: {names}")
-            elif decision is Decision.DENY:
+            elif decision not in _ALLOWING:
                 result = error_result(f"the user denied the call to '{call.name}'")
             else:
                 result = hub.call(call.name, call.arguments, cancel)

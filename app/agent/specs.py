@@ -16,6 +16,7 @@ __all__ = [
     "ToolResult",
     "ToolSpec",
     "error_result",
+    "names_clash",
     "qualified_name",
     "server_slug",
 ]
@@ -34,6 +35,15 @@ def qualified_name(server: str, tool: str) -> str:
     """The name a model sees for `tool` of `server`: `<server>__<tool>`, the server's name
     with characters other than letters, digits, `_` and `-` replaced by `_`."""
     return f"{server_slug(server)}__{tool}"
+
+
+def names_clash(server: str, other: str) -> bool:
+    """Whether a tool of `server` and one of `other` could have the same `qualified_name`: one
+    server's `<slug>__` starts the other's. Equal slugs ("a.b" and "a_b" both give `a_b__…`),
+    or "a" and "a__b" (`a__b__c` could be "a"'s tool "b__c" or "a__b"'s "c"). Servers that do
+    not clash never share a qualified name, so a name says one (server, tool) pair."""
+    mine, theirs = server_slug(server) + "__", server_slug(other) + "__"
+    return mine.startswith(theirs) or theirs.startswith(mine)
 
 
 @dataclass(frozen=True)

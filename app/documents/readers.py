@@ -1,9 +1,10 @@
 """Reading a file into a Document: the format is chosen by the file's suffix, the work is done
 by the library made for it (pypdf, python-docx, the standard library's html.parser and csv).
 
-Bounded: a file over MAX_FILE_BYTES, a PDF over MAX_PAGES pages or a text over MAX_CHARS
-characters is refused with a sentence, as is an encrypted or damaged file; nothing is half-read
-silently (a page without a text layer is read as empty and named in the document's notes).
+Bounded: a file over MAX_FILE_BYTES, a PDF over MAX_PAGES pages, a DOCX that would unpack past
+`packages.MAX_UNPACKED_BYTES` (a zip bomb) or a text over MAX_CHARS characters is refused with
+a sentence, as is an encrypted or damaged file; nothing is half-read silently (a page without a
+text layer is read as empty and named in the document's notes).
 """
 
 from __future__ import annotations

@@ -1,11 +1,14 @@
 """DOCX: paragraphs and tables in document order (python-docx), split at the headings
-("Heading 1".."Heading 9" and "Title" styles), each section labelled by its heading path."""
+("Heading 1".."Heading 9" and "Title" styles), each section labelled by its heading path.
+The package is checked first (`packages.check_package`): one that would unpack past
+`MAX_UNPACKED_BYTES` (a zip bomb) is refused with a sentence before python-docx reads it."""
 
 from __future__ import annotations
 
 import zipfile
 from pathlib import Path
 
+from .packages import check_package
 from .readers import DocumentError
 from .records import Document, Section
 
@@ -29,7 +32,10 @@ def read_docx(path: Path) -> Document:
     from docx.text.paragraph import Paragraph
 
     try:
+        check_package(path, "Word document")  # a zip bomb is refused before python-docx
         document = docx.Document(str(path))
+    except DocumentError:
+        raise
     except (PackageNotFoundError, zipfile.BadZipFile, KeyError, ValueError) as e:
         raise DocumentError(f"{path.name} is damaged or is not a Word document (.docx): {e}") from e
     except Exception as e:

@@ -2,10 +2,13 @@
 (a long chat reopened after a restart) is loaded instead of evaluated again.
 
 One folder per cache key under the root: the key is a digest of `settings` (the model file's
-digest, the engine and everything that changes the cached bits or their layout: K/V type,
-flash attention, context and batch size, threads, devices; see the runner's
-`disk_cache.py`) and the format version, so a file is only ever read by a runner that would
-have computed the same bits. One file per saved sequence, named by a digest of its tokens.
+digest, the engine and everything that changes the cached bits or their layout: K/V type, flash
+attention, context and batch size, threads, devices; see the runner's `disk_cache.py`), the
+format version and the software that computed the bits (`software_versions()`: Hearth's
+version, ggml-python's, and the ggml library's own version and commit), so a file is only ever
+read by a runner that would have computed the same bits: after an upgrade of Hearth or ggml the
+old files are foreign (left to the size cap). One file per saved sequence, named by a digest of
+its tokens.
 
 File format (version `FORMAT_VERSION`, little-endian):
 
@@ -31,6 +34,7 @@ ignored with a log line.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import io
 import json
@@ -51,7 +55,13 @@ import numpy as np
 from .kvcache import SequenceState
 from .prompt_cache import common_prefix
 
-__all__ = ["DiskPromptCache", "DiskEntry", "FORMAT_VERSION", "DamagedFileError"]
+__all__ = [
+    "DiskPromptCache",
+    "DiskEntry",
+    "FORMAT_VERSION",
+    "DamagedFileError",
+    "software_versions",
+]
 
 _log = logging.getLogger("hearth.prompt_cache")
 
@@ -62,6 +72,29 @@ _FIXED = struct.Struct("<8sII")  # magic, version, header length
 _MAX_HEADER = 1 << 24
 _MAX_PENDING = 1 << 30  # bytes of host copies waiting to be written; more are dropped
 _STALE_TEMP_SECONDS = 3600
+
+
+@functools.cache
+def software_versions() -> dict[str, str]:
+    """The versions of what computes the cached bits, part of every cache key: Hearth's
+    (`hearth.__version__`), ggml-python's package version and, where the library says them,
+    ggml's own version and build commit ("" for one it does not say)."""
+    import ggml
+
+    from .. import __version__
+
+    def said(name: str) -> str:
+        try:
+            return str(getattr(ggml, name)().decode())
+        except (AttributeError, OSError, UnicodeDecodeError):
+            return ""
+
+    return {
+        "hearth": __version__,
+        "ggml_python": str(getattr(ggml, "__version__", "")),
+        "ggml": said("ggml_version"),
+        "ggml_commit": said("ggml_commit"),
+    }
 
 
 class DamagedFileError(ValueError):
@@ -131,7 +164,7 @@ class DiskPromptCache:
         self, root: Path, settings: Mapping[str, Any], cap_bytes: int, min_tokens: int = 32
     ) -> None:
         self.root = Path(root)
-        self.settings = {"format": FORMAT_VERSION, **settings}
+        self.settings = {"format": FORMAT_VERSION, "software": software_versions(), **settings}
         text = json.dumps(self.settings, sort_keys=True)
         self.key = hashlib.sha256(text.encode()).hexdigest()[:32]
         self.folder = self.root / self.key

@@ -6,7 +6,8 @@ HEARTH_PROMPT_CACHE_SIZE above 0. Files live under `<data dir>/prompt-cache`
 (`hearth.paths.prompt_cache_dir`). The key holds everything that changes the cached bits or
 where they sit: the model file's sha256 (read from the store's blob name `sha256-<hex>`,
 else computed from the file), the architecture, K/V type, flash attention, the KV padding,
-num_ctx, num_batch, threads, the CPU kernels setting, the device layout and RPC workers.
+num_ctx, num_batch, threads, the CPU kernels setting, the device layout and RPC workers;
+the cache adds the format version and Hearth's and ggml's versions (`software_versions`).
 What is saved: a sequence's prefix before its first image (an image's positions, and
 mllama's cross-attention state, never are). A cache that cannot save a sequence (a plugin's
 own cache class, a slot sharing another's cells in multi-user mode) simply saves nothing.

@@ -1,19 +1,22 @@
 """Documents the tests (and bench/documents.py) write: a long PDF with a text layer that states
-one fact once, deep inside; a PDF with a scanned page (an image, no text); an encrypted PDF;
-a DOCX with headings; damaged files. fpdf2 writes the PDFs, pypdf encrypts, python-docx writes
-the DOCX."""
+one fact once, deep inside; a PDF with a scanned page (an image, no text); an encrypted PDF; a
+DOCX with headings; damaged files; a zip-bomb DOCX. fpdf2 writes the PDFs, pypdf encrypts,
+python-docx writes the DOCX."""
 
 from __future__ import annotations
 
 import io
 import random
+import zlib
 from pathlib import Path
 
 __all__ = [
     "FACT",
     "FACT_QUESTION",
+    "bomb_docx",
     "damaged_docx",
     "damaged_pdf",
+    "declare_size",
     "encrypted_pdf",
     "headed_docx",
     "long_pdf",
@@ -140,3 +143,62 @@ def damaged_pdf(path: Path, source: Path | None = None) -> Path:
 def damaged_docx(path: Path) -> Path:
     path.write_bytes(b"PK\x03\x04 this is not really a zip archive")
     return path
+
+
+class _RepeatingDeflate:
+    """A raw deflate compressor for data that repeats one block: each block ends with a full
+    flush (the compressor forgets what came before), so a block already seen compresses to the
+    same bytes, kept from the first time. Written through zipfile, a gigabyte takes a second."""
+
+    def __init__(self) -> None:
+        self._z = zlib.compressobj(9, zlib.DEFLATED, -15)
+        self._seen: dict[bytes, bytes] = {}
+
+    def compress(self, data: bytes) -> bytes:
+        if data not in self._seen:
+            self._seen[data] = self._z.compress(data) + self._z.flush(zlib.Z_FULL_FLUSH)
+        return self._seen[data]
+
+    def flush(self) -> bytes:
+        return self._z.flush()
+
+
+def bomb_docx(path: Path, unpacked: int, declared: int | None = None) -> Path:
+    """A zip-bomb DOCX: a real document (`headed_docx`) whose word/document.xml is replaced by
+    `unpacked` bytes of one repeated byte, deflated (1 GiB packs into ~1 MiB; the writer holds
+    one MiB at a time). `declared`: the size the zip's headers then claim for that part (a zip
+    that lies)."""
+    import zipfile
+
+    source = headed_docx(path.with_name(path.stem + "-source.docx"))
+    with zipfile.ZipFile(source) as src, zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as out:
+        for info in src.infolist():
+            if info.filename != "word/document.xml":
+                out.writestr(info, src.read(info))
+        with out.open("word/document.xml", "w") as part:
+            part._compressor = _RepeatingDeflate()  # zipfile's deflate, only faster here
+            block = b"A" * (1 << 20)
+            for start in range(0, unpacked, len(block)):
+                part.write(block[: unpacked - start])
+    source.unlink()
+    if declared is not None:
+        declare_size(path, b"word/document.xml", declared)
+    return path
+
+
+def declare_size(path: Path, name: str | bytes, size: int) -> None:
+    """Rewrite the uncompressed size the zip's local and central headers give for part
+    `name` (the data and its checksum stay as they are)."""
+    import struct
+
+    data = bytearray(path.read_bytes())
+    name = name.encode() if isinstance(name, str) else name
+    for signature, name_at, size_at in ((b"PK\x03\x04", 26, 22), (b"PK\x01\x02", 28, 24)):
+        at = data.find(signature)
+        while at >= 0:
+            length = struct.unpack_from("<H", data, at + name_at)[0]
+            start = at + name_at + (4 if signature == b"PK\x03\x04" else 18)
+            if bytes(data[start : start + length]) == name:
+                struct.pack_into("<I", data, at + size_at, size)
+            at = data.find(signature, at + 4)
+    path.write_bytes(bytes(data))

@@ -10,9 +10,11 @@ import struct
 import threading
 from pathlib import Path
 
+import ggml
 import numpy as np
 import pytest
 
+import hearth
 from hearth.engine.disk_prompt_cache import DiskPromptCache
 from hearth.engine.kvcache import Causal, SequenceState
 from hearth.engine.ml import DType
@@ -288,6 +290,36 @@ def test_foreign_and_damaged_files_are_ignored_with_a_log_line(tmp_path, caplog)
     assert f"{version} ignored: format version 99, this Hearth reads 1" in text
     assert f"{saved} ignored and removed: checksum mismatch" in text
     assert moved.exists() and version.exists() and not saved.exists()
+
+
+@pytest.mark.parametrize("changed", ["hearth", "ggml_python", "ggml", "ggml_commit"])
+def test_a_file_written_by_another_hearth_or_ggml_version_is_never_loaded(
+    tmp_path, monkeypatch, changed
+):
+    from hearth.engine import disk_prompt_cache
+
+    real = dict(disk_prompt_cache.software_versions())
+    assert real["hearth"] == hearth.__version__ and real["ggml_python"] == ggml.__version__
+    prompt = list(range(100, 164))
+    disk = _disk(tmp_path)
+    disk.save(prompt, _state(1))
+    assert disk.flush(30)
+    disk.close()
+    same = _disk(tmp_path)  # the same versions: the file is found and read
+    found = same.best(prompt, limit=64)
+    assert found is not None and same.load(found[0]) is not None
+    same.close()
+    monkeypatch.setattr(
+        disk_prompt_cache, "software_versions", lambda: {**real, changed: real[changed] + "+1"}
+    )
+    upgraded = _disk(tmp_path)  # the same settings, another version: another key
+    assert upgraded.key != disk.key and upgraded.entries == []
+    assert upgraded.best(prompt, limit=64) is None
+    # the old file, even moved into the new key's folder, is refused (its header says so)
+    (old,) = files(tmp_path)
+    (upgraded.folder / old.name).write_bytes(old.read_bytes())
+    assert _disk(tmp_path).entries == []
+    upgraded.close()
 
 
 # -- what a slot saves -----------------------------------------------------------------------

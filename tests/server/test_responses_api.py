@@ -203,6 +203,52 @@ def test_the_store_keeps_the_last_responses():
     assert store.get("r2") is None and store.get("r1") is not None
 
 
+def _entry(key: str, text: str) -> StoredResponse:
+    return StoredResponse({"id": key, "output": []}, [{"role": "user", "content": text}])
+
+
+def test_the_store_is_capped_in_bytes_too_the_least_recently_used_out_first():
+    one = _entry("r0", "x" * 1000).nbytes()
+    assert one == len(json.dumps([{"id": "r0", "output": []},
+                                  [{"role": "user", "content": "x" * 1000}]]))  # fmt: skip
+    store = ResponseStore(limit=1000, max_bytes=3 * one)
+    for i in range(3):
+        assert store.put(_entry(f"r{i}", "x" * 1000))
+    assert len(store) == 3 and store.nbytes == 3 * one
+    assert store.get("r0") is not None  # r0 is used: r1 is the least recently used now
+    assert store.put(_entry("r3", "x" * 1000))
+    assert store.get("r1") is None and len(store) == 3 and store.nbytes <= store.max_bytes
+    # two entries' worth pushes two out; one larger than the whole cap is not kept at all
+    assert store.put(_entry("big", "x" * (2 * one)))
+    assert store.nbytes <= store.max_bytes and len(store) == 1
+    assert not store.put(_entry("huge", "é" * (2 * one)))  # counted in UTF-8 bytes
+    assert store.get("huge") is None and store.get("big") is not None
+    store.delete("big")
+    assert (len(store), store.nbytes) == (0, 0)
+
+
+def test_a_response_too_large_to_keep_is_a_404_with_a_sentence_on_follow_up(fake_service, oa):
+    fake_service.app.state.responses = ResponseStore(max_bytes=64 * 1024)
+    small = oa.responses.create(model="tiny", input="My name is Ada.")
+    big = oa.responses.create(model="tiny", input="My name is Ada. " * 5000)  # ~80 kB
+    assert big.status == "completed" and big.output_text  # answered all the same
+    follow = oa.responses.create(model="tiny", input="And?", previous_response_id=small.id)
+    assert follow.status == "completed"
+    for request in (
+        lambda: oa.responses.create(model="tiny", input="And?", previous_response_id=big.id),
+        lambda: oa.responses.retrieve(big.id),
+    ):
+        with pytest.raises(openai.NotFoundError) as caught:
+            request()
+        said = str(caught.value)
+        assert f"no response with id '{big.id}'" in said
+        assert "at most 1000 of them and 0.0625 MiB in all" in said
+        assert "a larger one is not kept" in said
+    with pytest.raises(openai.NotFoundError) as unknown:
+        oa.responses.create(model="tiny", input="Hi", previous_response_id="resp_nope")
+    assert str(unknown.value).replace("resp_nope", big.id) == said  # the same 404
+
+
 def test_reasoning_effort_thinks_and_gives_a_reasoning_item(fake_service, oa):
     fake_service.launcher.script = "<think>Paris is in France.</think>It is Paris."
     r = oa.responses.create(model="tool-tiny", input="Capital?", reasoning={"effort": "low"})

@@ -130,6 +130,25 @@ def test_deny_tells_the_model_and_runs_nothing(make_app, tool_stub, qtbot):
     assert "denied" in view.toggle.text()
 
 
+def test_an_answer_that_is_not_an_allow_denies(make_app, tool_stub, qtbot):
+    """Fails closed: a card that answers anything but allow once / always (here a word no
+    button sends) denies the call; the server never runs."""
+    app = tool_app(make_app, tool_stub, qtbot)
+    name = qualified(app, "forecast")
+    tool_stub.script = [
+        {"tool_calls": [call(name, city="Oslo")]},
+        {"content": "I could not check the weather."},
+    ]
+    ask(qtbot, app, "Weather in Oslo?")
+    card = wait_card(qtbot, app)
+    with qtbot.waitSignal(app.chat.reply_finished, timeout=30_000):
+        card.decided.emit("maybe")
+    denied = app.store.path(app.chat.chat.id)[2]
+    assert denied.content == f"the user denied the call to '{name}'"
+    assert denied.tool["decision"] == "deny"
+    assert not app.settings.tools_always_allowed
+
+
 def test_always_allow_is_remembered_per_tool(make_app, tool_stub, qtbot):
     app = tool_app(make_app, tool_stub, qtbot)
     name = qualified(app, "forecast")

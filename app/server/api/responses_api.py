@@ -33,7 +33,7 @@ from .common import chat_prompt, generate, hearth_extras, service_of, think_flag
 from .errors import APIError
 from .responses import error_message, sse
 from .responses_schemas import ResponsesRequest
-from .responses_store import StoredResponse, store_of
+from .responses_store import StoredResponse, forgotten_sentence, store_of
 
 __all__ = ["router", "ReplyAssembler"]
 
@@ -308,12 +308,7 @@ async def create_response(body: ResponsesRequest, request: Request) -> Response:
     if body.previous_response_id is not None:
         previous = store.get(body.previous_response_id)
         if previous is None:
-            raise APIError(
-                404,
-                f"no response with id '{body.previous_response_id[:80]}': this service keeps its "
-                "last responses in memory only (not across restarts, nor those sent with "
-                "store: false)",
-            )
+            raise APIError(404, forgotten_sentence(body.previous_response_id, store))
         history = previous.conversation()
     items = [*history, *convert.input_items(body)]
     messages = convert.messages(items)
@@ -351,13 +346,10 @@ async def create_response(body: ResponsesRequest, request: Request) -> Response:
 
 
 def _stored(response_id: str, request: Request) -> StoredResponse:
-    stored = store_of(request).get(response_id)
+    store = store_of(request)
+    stored = store.get(response_id)
     if stored is None:
-        raise APIError(
-            404,
-            f"no response with id '{response_id[:80]}': this service keeps its last responses "
-            "in memory only",
-        )
+        raise APIError(404, forgotten_sentence(response_id, store))
     return stored
 
 
