@@ -55,6 +55,7 @@ from hearth.plugins import (
     attention,
     part,
     rms_norm,
+    sliding_layers,
     weight,
 )
 from hearth.plugins import Block as BaseBlock
@@ -107,14 +108,7 @@ class Config(TransformerConfig):
         embd, heads = meta.uint("embedding_length"), meta.uint("attention.head_count")
         key_length = meta.uint("attention.key_length", DEFAULTS.key_length)
         window = meta.uint("attention.sliding_window", 0)
-        pattern = meta.raw("attention.sliding_window_pattern")
-        if window == 0:
-            sliding = tuple(False for _ in range(blocks))
-        elif pattern is not None and not isinstance(pattern, int | float) and len(pattern):
-            sliding = tuple(bool(x) for x in pattern)
-        else:
-            p = int(pattern) if pattern is not None else _DEFAULT_PATTERN
-            sliding = tuple(p == 0 or i % p < p - 1 for i in range(blocks))
+        sliding = sliding_layers(meta, blocks, _DEFAULT_PATTERN)
         # Gemma 3 27B scales queries by 1/sqrt(embd/heads); the others by 1/sqrt(head_dim).
         big = blocks == 62 and heads > 0
         return cls.read(

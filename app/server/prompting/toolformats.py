@@ -349,6 +349,7 @@ MARKER_TEXTS = frozenset(
     + ["</tool_call>", "[ARGS]", "[CALL_ID]", "<｜tool▁calls▁begin｜>", "<｜tool▁sep｜>"]
     + ["<｜tool▁call▁end｜>", "<｜tool▁calls▁end｜>", "<think>", "</think>", "[THINK]"]
     + ["[/THINK]"]
+    + ["<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|constrain|>"]  # harmony
 )
 
 
