@@ -1,6 +1,6 @@
 """Settings a plugin reads from a file's metadata the way llama.cpp reads them: RoPE options
-(`read_rope`, linear and YaRN scaling included) and which layers use a sliding window
-(`sliding_layers`, llama.cpp's `load_swa_pattern`)."""
+(`read_rope`, linear and YaRN scaling included; `shift_rope` for moving cached keys) and
+which layers use a sliding window (`sliding_layers`, llama.cpp's `load_swa_pattern`)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import numpy as np
 from ..engine.architecture import Metadata
 from ..engine.ml import RopeOptions
 
-__all__ = ["read_rope", "sliding_layers"]
+__all__ = ["read_rope", "shift_rope", "sliding_layers"]
 
 
 def read_rope(meta: Metadata, *, base: float, neox: bool, dims: int) -> RopeOptions:
@@ -45,6 +45,18 @@ def read_rope(meta: Metadata, *, base: float, neox: bool, dims: int) -> RopeOpti
         attn_factor=float(attn),
         original_context=original or meta.uint("context_length", 0),
     )
+
+
+def shift_rope(opts: RopeOptions) -> RopeOptions:
+    """The options that move RoPE'd keys to other positions: the same rotation without YaRN's
+    magnitude factor, which the keys already carry. ggml multiplies the attention factor by
+    (1 + 0.1 ln(1/scale)) whenever ext_factor is set, so the factor here is its inverse (in
+    F32, as ggml computes it), as llama.cpp shifts DeepSeek 2 (its shift of other YaRN models
+    scales the keys a second time)."""
+    if opts.ext_factor == 0.0:
+        return opts
+    f = np.float32(1.0) / (np.float32(1.0) + np.float32(0.1) * np.log(1 / np.float32(opts.scale)))
+    return dataclasses.replace(opts, attn_factor=float(f))
 
 
 def sliding_layers(meta: Metadata, blocks: int, pattern: int) -> tuple[bool, ...]:

@@ -45,7 +45,7 @@ from ..engine.ml import (
     rms_norm,
     weight,
 )
-from .settings import read_rope
+from .settings import read_rope, shift_rope
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -352,7 +352,7 @@ class Transformer(Architecture[C], Generic[C, B]):
         return self.config.rope
 
     def shift(self, ctx: Context, layer: int, key: Tensor, delta: Tensor) -> Tensor:
-        return ctx.rope(key, delta, self.rope(layer), self.rope_factors)
+        return ctx.rope(key, delta, shift_rope(self.rope(layer)), self.rope_factors)
 
     def embed(self, ctx: Context, batch: Batch) -> Tensor:
         """The input hidden states `[embd, n]`: token embeddings."""
