@@ -91,6 +91,7 @@ from .transformer import (
     bind_parts,
     layers,
     part,
+    sliding_window_cache,
     with_multimodal,
 )
 from .vision import EncoderAttention, EncoderConfig, check_shapes
@@ -153,6 +154,7 @@ __all__ = [
     "rms_norm",
     "rope_parameters",
     "sliding_layers",
+    "sliding_window_cache",
     "weight",
     "with_multimodal",
 ]

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, Self, TypeVar
 
 from ..engine.architecture import Architecture, Metadata, Weights
 from ..engine.input import Batch
-from ..engine.kvcache import Cache
+from ..engine.kvcache import Cache, Causal, ShiftFn, Wrapper
 from ..engine.ml import (
     Context,
     RopeOptions,
@@ -63,7 +63,7 @@ __all__ = [
     "bind_parts",
     "layers",
     "part",
-    "read_rope",
+    "sliding_window_cache",
     "with_multimodal",
 ]
 
@@ -200,9 +200,16 @@ class Attention:
         them). Returns `[value_length*heads, n]` (before the output projection: prune rows
         first, then call `output`)."""
         q, k, v = self.qkv(ctx, x, cfg)
+        q, k = self.norm_qk(ctx, q, k, cfg)
         q = ctx.rope(q, positions, rope, factors)
         k = ctx.rope(k, positions, rope, factors)
         return attention(ctx, q, k, v, cfg.attention_scale, cache, sinks=self.attn_sinks)
+
+    def norm_qk(
+        self, ctx: Context, q: Tensor, k: Tensor, cfg: TransformerConfig
+    ) -> tuple[Tensor, Tensor]:
+        """Per-head queries and keys before RoPE: unchanged here (see `QKNormAttention`)."""
+        return q, k
 
     def output(self, ctx: Context, a: Tensor) -> Tensor:
         """The output projection: `[value_length*heads, n]` -> `[embd, n]`."""
@@ -217,21 +224,12 @@ class QKNormAttention(Attention):
     attn_q_norm: Tensor = weight()
     attn_k_norm: Tensor = weight()
 
-    def forward(
-        self,
-        ctx: Context,
-        x: Tensor,
-        positions: Tensor,
-        cache: Cache,
-        cfg: TransformerConfig,
-        rope: RopeOptions,
-        factors: Tensor | None = None,
-    ) -> Tensor:
-        """As `Attention.forward`, with q and k RMS-normed per head (`cfg.rms_eps`) first."""
-        q, k, v = self.qkv(ctx, x, cfg)  # [head_dim, heads, n], [head_dim, kv_heads, n]
-        q = ctx.rope(rms_norm(ctx, q, self.attn_q_norm, cfg.rms_eps), positions, rope, factors)
-        k = ctx.rope(rms_norm(ctx, k, self.attn_k_norm, cfg.rms_eps), positions, rope, factors)
-        return attention(ctx, q, k, v, cfg.attention_scale, cache)
+    def norm_qk(
+        self, ctx: Context, q: Tensor, k: Tensor, cfg: TransformerConfig
+    ) -> tuple[Tensor, Tensor]:
+        """q and k RMS-normed per head (`cfg.rms_eps`), as `forward` applies before RoPE."""
+        q = rms_norm(ctx, q, self.attn_q_norm, cfg.rms_eps)
+        return q, rms_norm(ctx, k, self.attn_k_norm, cfg.rms_eps)
 
 
 @dataclass
@@ -313,6 +311,15 @@ def layers(cache: Cache, batch: Batch, blocks: Sequence[E]) -> Iterator[tuple[La
     for i, block in enumerate(blocks):
         cache.set_layer(i)
         yield Layer(index=i, last=i == last, batch=batch), block
+
+
+def sliding_window_cache(shift: ShiftFn, window: int, sliding: Sequence[bool]) -> Cache:
+    """The KV cache of a model whose layers i with `sliding[i]` attend to the last `window`
+    positions and the others to everything (Gemma 3, gpt-oss); one `Causal` when none slide."""
+    if not any(sliding):
+        return Causal(shift=shift)
+    local = Causal(shift=shift, window=window)
+    return Wrapper([local, Causal(shift=shift)], lambda i: 0 if sliding[i] else 1)
 
 
 class Transformer(Architecture[C], Generic[C, B]):

@@ -38,7 +38,6 @@ from hearth.plugins import Attention as BaseAttention
 from hearth.plugins import (
     Batch,
     Cache,
-    Causal,
     ConfigDefaults,
     Context,
     Input,
@@ -51,11 +50,11 @@ from hearth.plugins import (
     Transformer,
     TransformerConfig,
     Weights,
-    Wrapper,
     attention,
     part,
     rms_norm,
     sliding_layers,
+    sliding_window_cache,
     weight,
 )
 from hearth.plugins import Block as BaseBlock
@@ -221,12 +220,7 @@ class Model(Transformer[Config, Block]):
 
     def make_cache(self) -> Cache:
         cfg = self.config
-        if not any(cfg.sliding_layers):
-            return Causal(shift=self.shift)
-        local = Causal(shift=self.shift, window=cfg.sliding_window)
-        return Wrapper(
-            [local, Causal(shift=self.shift)], lambda i: 0 if cfg.sliding_layers[i] else 1
-        )
+        return sliding_window_cache(self.shift, cfg.sliding_window, cfg.sliding_layers)
 
     def rope(self, layer: int) -> RopeOptions:
         return self.config.rope_local if self.config.sliding_layers[layer] else self.config.rope

@@ -25,7 +25,6 @@ from functools import cached_property
 from hearth.plugins import (
     Attention,
     Cache,
-    Causal,
     ConfigDefaults,
     Context,
     Experts,
@@ -37,9 +36,9 @@ from hearth.plugins import (
     Transformer,
     TransformerConfig,
     Weights,
-    Wrapper,
     part,
     sliding_layers,
+    sliding_window_cache,
     weight,
 )
 
@@ -124,12 +123,7 @@ class Model(Transformer[Config, Block]):
 
     def make_cache(self) -> Cache:
         cfg = self.config
-        if not any(cfg.sliding_layers):
-            return Causal(shift=self.shift)
-        local = Causal(shift=self.shift, window=cfg.sliding_window)
-        return Wrapper(
-            [local, Causal(shift=self.shift)], lambda i: 0 if cfg.sliding_layers[i] else 1
-        )
+        return sliding_window_cache(self.shift, cfg.sliding_window, cfg.sliding_layers)
 
     def rope(self, layer: int) -> RopeOptions:
         return self.config.rope_local if self.config.sliding_layers[layer] else self.config.rope

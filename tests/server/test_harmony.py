@@ -11,6 +11,7 @@ import pytest
 from hearth.plugins.testing import write_tiny_model
 from hearth.server.prompting.harmony import HarmonyParser, is_harmony
 from hearth.server.prompting.templates import render_chat
+from hearth.server.prompting.toolformats import marker_tokens
 from hearth_gpt_oss.model import CHAT_TEMPLATE
 
 from .fakes import add_model
@@ -86,6 +87,12 @@ def test_a_call_that_is_no_call_comes_back_as_content():
 def test_text_off_the_format_is_content_and_thinking_can_be_dropped():
     assert run(HarmonyParser(), "Just words, no channel.", 3) == ("", "Just words, no channel.", [])
     assert run(HarmonyParser(hide_thinking=True), THINK_THEN_ANSWER, 4)[:2] == ("", "Hello there!")
+
+
+def test_harmony_markers_are_shown_only_in_a_vocabulary_with_channels():
+    harmony = {"<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|return|>", "a"}
+    assert marker_tokens(harmony) == harmony - {"<|return|>", "a"}
+    assert marker_tokens({"<|end|>", "<|user|>", "<|assistant|>"}) == frozenset()  # Phi-3
 
 
 def test_harmony_is_recognised_by_its_markers():
