@@ -175,3 +175,22 @@ def test_the_chat_routes_give_thinking_content_and_calls(harmony_model, stream):
     harmony_model.launcher.script = THINK_THEN_ANSWER
     msg = c.post("/api/chat", json={**body, "stream": False, "tools": []}).json()["message"]
     assert (msg["thinking"], msg["content"]) == ("The user greets me.", "Hello there!")
+
+
+def test_the_anthropic_route_gives_thinking_and_tool_use_blocks(harmony_model):
+    import anthropic
+
+    harmony_model.launcher.script = THINK_THEN_CALL
+    ac = anthropic.Anthropic(
+        base_url="http://127.0.0.1", api_key="unused", http_client=harmony_model.client
+    )
+    tool = {
+        "name": "get_weather",
+        "description": "The weather in a city.",
+        "input_schema": WEATHER["function"]["parameters"],
+    }
+    ask = [{"role": "user", "content": "Weather?"}]
+    msg = ac.messages.create(model="oss", max_tokens=50, messages=ask, tools=[tool])
+    blocks = [(b.type, getattr(b, "thinking", None) or b.input) for b in msg.content]
+    assert blocks == [("thinking", "Need the weather tool."), ("tool_use", {"city": "Paris"})]
+    assert msg.stop_reason == "tool_use"
