@@ -135,6 +135,35 @@ def tiny_gpt_oss_gguf(work: Path, window: int = 16) -> Path:
     return out
 
 
+def mxfp4_experts(src: Path, dst: Path) -> Path:
+    """`src` (an F32 file) with its expert matrices (`ffn_*_exps.weight`) quantized to MXFP4
+    by gguf-py and everything else as it was."""
+    import gguf
+
+    reader = gguf.GGUFReader(src)
+    arch = reader.fields["general.architecture"].contents()
+    writer = gguf.GGUFWriter(str(dst), arch)
+    for name, field in reader.fields.items():
+        if name.startswith("GGUF.") or name == "general.architecture":
+            continue
+        sub = field.types[-1] if field.types[0] == gguf.GGUFValueType.ARRAY else None
+        writer.add_key_value(name, field.contents(), field.types[0], sub)
+    for t in reader.tensors:
+        data = t.data.reshape([int(n) for n in reversed(t.shape)])
+        if t.name.endswith("_exps.weight"):
+            writer.add_tensor(
+                t.name, gguf.quants.quantize(data, gguf.GGMLQuantizationType.MXFP4),
+                raw_dtype=gguf.GGMLQuantizationType.MXFP4,
+            )  # fmt: skip
+        else:
+            writer.add_tensor(t.name, data)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return dst
+
+
 def quantize_mxfp4_moe(src: Path, dst: Path) -> Path:
     """`src` through llama.cpp's quantizer as MXFP4_MOE: experts MXFP4, the rest Q8_0."""
     import hearth.plugins.testing as testing
