@@ -47,13 +47,18 @@ __all__ = ["Block", "Config", "Model"]
 DEFAULTS = ConfigDefaults(rope_base=150000.0, neox=True, rms_eps=1e-5, context_length=131072)
 _PATTERN = 2  # llama.cpp: load_swa_pattern(ml, 2)
 
-# Harmony, for files without a template: tools as a `functions` namespace in a developer
-# message, earlier calls on the commentary channel, results from `functions.NAME`.
+# Harmony, for files without a template: the system message with the reasoning effort
+# (`reasoning_effort`, what a think level sets), tools as a `functions` namespace in a
+# developer message, earlier calls on the commentary channel, results from `functions.NAME`.
 CHAT_TEMPLATE = (
+    "<|start|>system<|message|>Reasoning: {{ reasoning_effort or 'medium' }}\n\n"
+    "# Valid channels: analysis, commentary, final. Channel must be included for every "
+    "message.{{ \"\\nCalls to these tools must go to the commentary channel: 'functions'.\" "
+    "if tools }}<|end|>"
     "{%- if tools -%}<|start|>developer<|message|># Tools\n\n## functions\n\n"
-    "namespace functions {\n\n{%- for t in tools -%}{%- set f = t.function or t -%}"
+    "namespace functions {\n\n{% for t in tools %}{% set f = t.function or t %}"
     "// {{ f.description }}\ntype {{ f.name }} = (_: {{ f.parameters | tojson }}) => any;\n\n"
-    "{%- endfor -%}} // namespace functions<|end|>{%- endif -%}"
+    "{% endfor %}} // namespace functions<|end|>{%- endif -%}"
     "{%- for m in messages -%}"
     "{%- if m.role == 'assistant' and m.tool_calls -%}{%- for c in m.tool_calls -%}"
     "{%- set a = c.function.arguments -%}"

@@ -120,7 +120,9 @@ def test_the_template_renders_calls_and_results_as_harmony():
     assert (
         "<|start|>functions.get_weather to=assistant<|channel|>commentary<|message|>sunny" in text
     )
-    assert text.endswith("<|start|>assistant")
+    assert text.endswith("<|start|>assistant") and "Reasoning: medium" in text
+    high = render_chat(CHAT_TEMPLATE, messages[:1], reasoning_effort="high")  # think: "high"
+    assert high.startswith("<|start|>system<|message|>Reasoning: high\n")
 
 
 # -- through the routes ---------------------------------------------------------------------
