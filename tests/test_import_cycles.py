@@ -13,6 +13,8 @@ ROOTS = {
     "hearth_llama": REPO / "plugins" / "llama",
     "hearth_gemma3": REPO / "plugins" / "gemma3",
     "hearth_mllama": REPO / "plugins" / "mllama",
+    "hearth_qwen3moe": REPO / "plugins" / "qwen3moe",
+    "hearth_gpt_oss": REPO / "plugins" / "gpt_oss",
 }
 
 

@@ -80,6 +80,8 @@ STRICT = {
     "hearth_llama": "plugins/llama",
     "hearth_gemma3": "plugins/gemma3",
     "hearth_mllama": "plugins/mllama",
+    "hearth_qwen3moe": "plugins/qwen3moe",
+    "hearth_gpt_oss": "plugins/gpt_oss",
     "hearth_qwen2": "examples/hearth-qwen2/hearth_qwen2",
 }
 

@@ -15,8 +15,12 @@ The guide is docs/plugins.md.
   `gelu_tanh`, `attention`, `full_attention`).
 * Transformer building blocks (`hearth.plugins.transformer`): `TransformerConfig` with
   `ConfigDefaults`, `Attention`, `GatedMLP`, `Block`, `layers`/`Layer`, `Transformer`
-  (`block_for` for layers of several kinds), `StandardTransformer`, `part`/`bind_parts`,
-  `read_rope`, `with_multimodal`.
+  (`block_for` for layers of several kinds), `StandardTransformer`, `QKNormAttention` (per-head
+  q/k norms: Qwen3), `part`/`bind_parts`, `with_multimodal`; settings read as llama.cpp reads
+  them (`hearth.plugins.settings`): `read_rope` (linear and YaRN scaling), `sliding_layers`.
+* Routed experts (`hearth.plugins.moe`): `Routing` (expert count, k, gating, renormalisation,
+  read from the file) and `Experts` (a layer's router and stacked experts through
+  `mul_mat_id`).
 * Images: `images` (decoding and pixel normalisation: `images.decode_rgb`, ...), and for
   ViT-style encoders `EncoderConfig` (the common sizes and their checks), `EncoderAttention`
   (a layer's q/k/v/out weights and projections) and `check_shapes`.
@@ -72,19 +76,22 @@ from .conversion import (
     rope_parameters,
 )
 from .hookspecs import Register, hookimpl
+from .moe import Experts, Routing
+from .settings import read_rope, sliding_layers
 from .transformer import (
     Attention,
     Block,
     ConfigDefaults,
     GatedMLP,
     Layer,
+    QKNormAttention,
     StandardTransformer,
     Transformer,
     TransformerConfig,
     bind_parts,
     layers,
     part,
-    read_rope,
+    sliding_window_cache,
     with_multimodal,
 )
 from .vision import EncoderAttention, EncoderConfig, check_shapes
@@ -107,15 +114,18 @@ __all__ = [
     "Encoder",
     "EncoderAttention",
     "EncoderConfig",
+    "Experts",
     "GatedMLP",
     "Input",
     "Layer",
     "Metadata",
     "Multimodal",
     "MultimodalNotSupportedError",
+    "QKNormAttention",
     "Register",
     "RegisterConverter",
     "RopeOptions",
+    "Routing",
     "ShiftFn",
     "ShiftNotSupportedError",
     "StandardTransformer",
@@ -143,6 +153,8 @@ __all__ = [
     "read_rope",
     "rms_norm",
     "rope_parameters",
+    "sliding_layers",
+    "sliding_window_cache",
     "weight",
     "with_multimodal",
 ]

@@ -29,11 +29,11 @@ import dataclasses
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, Literal, Self, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, Self, TypeVar, cast
 
 from ..engine.architecture import Architecture, Metadata, Weights
 from ..engine.input import Batch
-from ..engine.kvcache import Cache
+from ..engine.kvcache import Cache, Causal, ShiftFn, Wrapper
 from ..engine.ml import (
     Context,
     RopeOptions,
@@ -45,6 +45,7 @@ from ..engine.ml import (
     rms_norm,
     weight,
 )
+from .settings import read_rope, shift_rope
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -55,13 +56,14 @@ __all__ = [
     "ConfigDefaults",
     "GatedMLP",
     "Layer",
+    "QKNormAttention",
     "StandardTransformer",
     "Transformer",
     "TransformerConfig",
     "bind_parts",
     "layers",
     "part",
-    "read_rope",
+    "sliding_window_cache",
     "with_multimodal",
 ]
 
@@ -85,21 +87,6 @@ def bind_parts(cls: type[T], weights: Weights, prefix: str = "") -> T:
         if "part" in f.metadata
     }
     return bind(cls, weights, prefix, **parts)
-
-
-def read_rope(meta: Metadata, *, base: float, neox: bool, dims: int) -> RopeOptions:
-    """RoPE options from `rope.*` metadata: `dimension_count` (default `dims`), `freq_base`
-    (default `base`), linear `scaling.type`/`scaling.factor`, `original_context_length`.
-    `neox`: rotate the two halves of each head (GPT-NeoX, Gemma, Qwen) instead of pairs."""
-    scaling = meta.string("rope.scaling.type", "none")
-    factor = meta.float("rope.scaling.factor", 1.0) or 1.0
-    return RopeOptions(
-        dims=meta.uint("rope.dimension_count", dims),
-        base=meta.float("rope.freq_base", base),
-        scale=1.0 / factor if scaling == "linear" else 1.0,
-        neox=neox,
-        original_context=meta.uint("rope.scaling.original_context_length", 0),
-    )
 
 
 @dataclass(frozen=True)
@@ -181,6 +168,8 @@ class Attention:
     attn_k_bias: Tensor | None = weight("attn_k.bias", optional=True)
     attn_v_bias: Tensor | None = weight("attn_v.bias", optional=True)
     attn_output_bias: Tensor | None = weight("attn_output.bias", optional=True)
+    # gpt-oss: a logit per head in every softmax's normaliser, without a value
+    attn_sinks: Tensor | None = weight("attn_sinks.weight", optional=True, matmul=False)
 
     def qkv(self, ctx: Context, x: Tensor, cfg: TransformerConfig) -> tuple[Tensor, Tensor, Tensor]:
         """x `[embd, n]` -> q `[key_length, heads, n]`, k `[key_length, kv_heads, n]`,
@@ -207,16 +196,40 @@ class Attention:
     ) -> Tensor:
         """Project, RoPE q and k at `positions` (I32 `[n]`; `factors`: per-frequency
         divisors such as Llama 3.1's `rope_freqs`), store k and v in the cache's current
-        layer and attend, scaled by `cfg.attention_scale`. Returns `[value_length*heads, n]`
-        (before the output projection: prune rows first, then call `output`)."""
+        layer and attend, scaled by `cfg.attention_scale` (with the sinks when the file has
+        them). Returns `[value_length*heads, n]` (before the output projection: prune rows
+        first, then call `output`)."""
         q, k, v = self.qkv(ctx, x, cfg)
+        q, k = self.norm_qk(ctx, q, k, cfg)
         q = ctx.rope(q, positions, rope, factors)
         k = ctx.rope(k, positions, rope, factors)
-        return attention(ctx, q, k, v, cfg.attention_scale, cache)
+        return attention(ctx, q, k, v, cfg.attention_scale, cache, sinks=self.attn_sinks)
+
+    def norm_qk(
+        self, ctx: Context, q: Tensor, k: Tensor, cfg: TransformerConfig
+    ) -> tuple[Tensor, Tensor]:
+        """Per-head queries and keys before RoPE: unchanged here (see `QKNormAttention`)."""
+        return q, k
 
     def output(self, ctx: Context, a: Tensor) -> Tensor:
         """The output projection: `[value_length*heads, n]` -> `[embd, n]`."""
         return linear(ctx, a, self.attn_output, self.attn_output_bias)
+
+
+@dataclass
+class QKNormAttention(Attention):
+    """Self-attention with per-head RMS norms of queries and keys before RoPE
+    (`attn_q_norm`/`attn_k_norm`, `[head_dim]`): Qwen3, Qwen3-MoE."""
+
+    attn_q_norm: Tensor = weight()
+    attn_k_norm: Tensor = weight()
+
+    def norm_qk(
+        self, ctx: Context, q: Tensor, k: Tensor, cfg: TransformerConfig
+    ) -> tuple[Tensor, Tensor]:
+        """q and k RMS-normed per head (`cfg.rms_eps`), as `forward` applies before RoPE."""
+        q = rms_norm(ctx, q, self.attn_q_norm, cfg.rms_eps)
+        return q, rms_norm(ctx, k, self.attn_k_norm, cfg.rms_eps)
 
 
 @dataclass
@@ -258,6 +271,14 @@ class Block:
     mlp: GatedMLP = part(GatedMLP)
 
 
+class _PreNorm(Protocol):
+    """What `Transformer.pre_norm_layer` reads of a block."""
+
+    attn_norm: Tensor
+    attn: Attention
+    ffn_norm: Tensor
+
+
 @dataclass(frozen=True)
 class Layer:
     """Where the layer loop stands: layer `index` of the model, evaluating `batch`."""
@@ -290,6 +311,15 @@ def layers(cache: Cache, batch: Batch, blocks: Sequence[E]) -> Iterator[tuple[La
     for i, block in enumerate(blocks):
         cache.set_layer(i)
         yield Layer(index=i, last=i == last, batch=batch), block
+
+
+def sliding_window_cache(shift: ShiftFn, window: int, sliding: Sequence[bool]) -> Cache:
+    """The KV cache of a model whose layers i with `sliding[i]` attend to the last `window`
+    positions and the others to everything (Gemma 3, gpt-oss); one `Causal` when none slide."""
+    if not any(sliding):
+        return Causal(shift=shift)
+    local = Causal(shift=shift, window=window)
+    return Wrapper([local, Causal(shift=shift)], lambda i: 0 if sliding[i] else 1)
 
 
 class Transformer(Architecture[C], Generic[C, B]):
@@ -329,7 +359,7 @@ class Transformer(Architecture[C], Generic[C, B]):
         return self.config.rope
 
     def shift(self, ctx: Context, layer: int, key: Tensor, delta: Tensor) -> Tensor:
-        return ctx.rope(key, delta, self.rope(layer), self.rope_factors)
+        return ctx.rope(key, delta, shift_rope(self.rope(layer)), self.rope_factors)
 
     def embed(self, ctx: Context, batch: Batch) -> Tensor:
         """The input hidden states `[embd, n]`: token embeddings."""
@@ -340,18 +370,23 @@ class Transformer(Architecture[C], Generic[C, B]):
         """One layer: hidden states `[embd, n]` in, `[embd, n]` out (`[embd, n_outputs]` from
         the last layer: see `Layer.output_rows`). The cache is already at this layer."""
 
-    def pre_norm_layer(
-        self, ctx: Context, at: Layer, block: Block, h: Tensor, cache: Cache
-    ) -> Tensor:
+    def pre_norm_layer(self, ctx: Context, at: Layer, block: B, h: Tensor, cache: Cache) -> Tensor:
         """The pre-norm layer of Llama, Qwen2, Mistral and kin: `h += attn(rms_norm(h))`,
-        then `h += mlp(rms_norm(h))`, SwiGLU, RoPE from `rope(layer)` and `rope_factors`."""
+        then `h += feed_forward(rms_norm(h))`, RoPE from `rope(layer)` and `rope_factors`.
+        `block` has `attn_norm`, `attn` (an `Attention`) and `ffn_norm`."""
         cfg, rope = self.config, self.rope(at.index)
-        x = rms_norm(ctx, h, block.attn_norm, cfg.rms_eps)
-        a = block.attn.forward(ctx, x, at.batch.positions, cache, cfg, rope, self.rope_factors)
+        pre = cast(_PreNorm, block)
+        x = rms_norm(ctx, h, pre.attn_norm, cfg.rms_eps)
+        a = pre.attn.forward(ctx, x, at.batch.positions, cache, cfg, rope, self.rope_factors)
         a, h = at.output_rows(ctx, a, h)
-        h = ctx.add(block.attn.output(ctx, a), h)
-        x = rms_norm(ctx, h, block.ffn_norm, cfg.rms_eps)
-        return ctx.add(block.mlp.forward(ctx, x), h)
+        h = ctx.add(pre.attn.output(ctx, a), h)
+        x = rms_norm(ctx, h, pre.ffn_norm, cfg.rms_eps)
+        return ctx.add(self.feed_forward(ctx, block, x), h)
+
+    def feed_forward(self, ctx: Context, block: B, x: Tensor) -> Tensor:
+        """The feed-forward of `pre_norm_layer`, `[embd, n]` -> `[embd, n]`: the block's
+        SwiGLU `mlp` by default; a mixture of experts routes instead (`Experts.forward`)."""
+        return cast(Block, block).mlp.forward(ctx, x)
 
     def logits(self, ctx: Context, batch: Batch, h: Tensor) -> Tensor:
         """The final norm, then the output matrix: `[embd, n_outputs]` -> `[vocab, n_outputs]`

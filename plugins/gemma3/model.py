@@ -38,7 +38,6 @@ from hearth.plugins import Attention as BaseAttention
 from hearth.plugins import (
     Batch,
     Cache,
-    Causal,
     ConfigDefaults,
     Context,
     Input,
@@ -51,10 +50,11 @@ from hearth.plugins import (
     Transformer,
     TransformerConfig,
     Weights,
-    Wrapper,
     attention,
     part,
     rms_norm,
+    sliding_layers,
+    sliding_window_cache,
     weight,
 )
 from hearth.plugins import Block as BaseBlock
@@ -107,14 +107,7 @@ class Config(TransformerConfig):
         embd, heads = meta.uint("embedding_length"), meta.uint("attention.head_count")
         key_length = meta.uint("attention.key_length", DEFAULTS.key_length)
         window = meta.uint("attention.sliding_window", 0)
-        pattern = meta.raw("attention.sliding_window_pattern")
-        if window == 0:
-            sliding = tuple(False for _ in range(blocks))
-        elif pattern is not None and not isinstance(pattern, int | float) and len(pattern):
-            sliding = tuple(bool(x) for x in pattern)
-        else:
-            p = int(pattern) if pattern is not None else _DEFAULT_PATTERN
-            sliding = tuple(p == 0 or i % p < p - 1 for i in range(blocks))
+        sliding = sliding_layers(meta, blocks, _DEFAULT_PATTERN)
         # Gemma 3 27B scales queries by 1/sqrt(embd/heads); the others by 1/sqrt(head_dim).
         big = blocks == 62 and heads > 0
         return cls.read(
@@ -227,12 +220,7 @@ class Model(Transformer[Config, Block]):
 
     def make_cache(self) -> Cache:
         cfg = self.config
-        if not any(cfg.sliding_layers):
-            return Causal(shift=self.shift)
-        local = Causal(shift=self.shift, window=cfg.sliding_window)
-        return Wrapper(
-            [local, Causal(shift=self.shift)], lambda i: 0 if cfg.sliding_layers[i] else 1
-        )
+        return sliding_window_cache(self.shift, cfg.sliding_window, cfg.sliding_layers)
 
     def rope(self, layer: int) -> RopeOptions:
         return self.config.rope_local if self.config.sliding_layers[layer] else self.config.rope

@@ -228,6 +228,8 @@ def test_plugins_import_only_the_public_api():
         "hearth_llama",
         "hearth_gemma3",
         "hearth_mllama",
+        "hearth_qwen3moe",
+        "hearth_gpt_oss",
     }
 
 

@@ -58,6 +58,7 @@ class DType(enum.IntEnum):
     I16 = 25
     I32 = 26
     BF16 = 30
+    MXFP4 = 39  # 32 E2M1 values sharing one E8M0 scale (gpt-oss experts)
 
     @property
     def numpy(self) -> Any:
@@ -276,8 +277,17 @@ class Context(abc.ABC):
         """Normalise along dimension 0 to zero mean, unit variance (no weight)."""
 
     @abc.abstractmethod
-    def soft_max(self, a: Tensor, mask: Tensor | None = None, scale: float = 1.0) -> Tensor:
-        """softmax(a * scale + mask) along dimension 0. The mask is `[n, rows_padded]`."""
+    def soft_max(
+        self,
+        a: Tensor,
+        mask: Tensor | None = None,
+        scale: float = 1.0,
+        sinks: Tensor | None = None,
+    ) -> Tensor:
+        """softmax(a * scale + mask) along dimension 0. The mask is `[n, rows_padded]`.
+        `sinks` (F32 `[heads]`, a `[n_kv, tokens, heads]` score tensor): one extra logit per
+        head that joins each row's normaliser but has no value (gpt-oss's attention sinks;
+        ggml_soft_max_add_sinks)."""
 
     @abc.abstractmethod
     def gelu(self, a: Tensor) -> Tensor:
@@ -321,9 +331,11 @@ class Context(abc.ABC):
         mask: Tensor | None,
         scale: float,
         softcap: float = 0.0,
+        sinks: Tensor | None = None,
     ) -> Tensor:
         """Fused attention. q `[d, tokens, heads]`, k `[d, n_kv, kv_heads]`, v likewise
-        (not permuted), mask `[n_kv, tokens_padded]` F16. Returns `[d_v, heads, tokens]`."""
+        (not permuted), mask `[n_kv, tokens_padded]` F16, `sinks` as in `soft_max`. Returns
+        `[d_v, heads, tokens]`."""
 
     def encoder_attention(self, q: Tensor, k: Tensor, v: Tensor, scale: float) -> Tensor | None:
         """Fused F32 attention without a mask, every query seeing every key: q `[d, heads,
@@ -331,6 +343,42 @@ class Context(abc.ABC):
         where the backend has no such kernel for these operands (`nn.full_attention` then
         builds it from products and a softmax)."""
         return None
+
+    # -- routed experts (mixture of experts) ---------------------------------------------------
+    # Optional ops: a backend without them raises NotImplementedError naming the op.
+    def mul_mat_id(self, experts: Tensor, b: Tensor, ids: Tensor) -> Tensor:
+        """ggml_mul_mat_id: each token's product with the experts it chose. experts
+        `[k, m, n_expert]` (one `[k, m]` matrix per expert), b `[k, n_b, tokens]` with n_b
+        either 1 (every chosen expert reads the same row) or `n_used` (row j for the j-th
+        choice), ids I32 `[n_used, tokens]` (expert indices). Returns `[m, n_used, tokens]`."""
+        raise NotImplementedError(f"{type(self).__name__} has no mul_mat_id")
+
+    def add_id(self, a: Tensor, b: Tensor, ids: Tensor) -> Tensor:
+        """ggml_add_id: a `[m, n_used, tokens]` plus row `ids[j, t]` of b `[m, n_expert]` at
+        `[:, j, t]` (per-expert biases)."""
+        raise NotImplementedError(f"{type(self).__name__} has no add_id")
+
+    def argsort_top_k(self, a: Tensor, k: int) -> Tensor:
+        """I32 `[k, rows...]`: the indices of the k largest values along dimension 0 of a,
+        largest first (ggml_argsort_top_k)."""
+        raise NotImplementedError(f"{type(self).__name__} has no argsort_top_k")
+
+    def sum_rows(self, a: Tensor) -> Tensor:
+        """The sum along dimension 0: `[n, rows...]` -> `[1, rows...]`."""
+        raise NotImplementedError(f"{type(self).__name__} has no sum_rows")
+
+    def sigmoid(self, a: Tensor) -> Tensor:
+        """1 / (1 + exp(-a)) elementwise."""
+        raise NotImplementedError(f"{type(self).__name__} has no sigmoid")
+
+    def clamp(self, a: Tensor, lo: float, hi: float) -> Tensor:
+        """a clamped to [lo, hi] elementwise."""
+        raise NotImplementedError(f"{type(self).__name__} has no clamp")
+
+    def swiglu_oai(self, gate: Tensor, up: Tensor, alpha: float, limit: float) -> Tensor:
+        """gpt-oss's gated activation, fused (ggml_swiglu_oai): with g = min(gate, limit) and
+        u = clamp(up, -limit, limit), `g * sigmoid(alpha * g) * (u + 1)`."""
+        raise NotImplementedError(f"{type(self).__name__} has no swiglu_oai")
 
     @abc.abstractmethod
     def pool_2d(

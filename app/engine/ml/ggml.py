@@ -169,9 +169,18 @@ class GGMLContext(Context):
     def norm(self, a: Tensor, eps: float) -> GGMLTensor:
         return self._t(g.ggml_norm(self._ctx, a.ptr, eps))  # type: ignore[attr-defined]
 
-    def soft_max(self, a: Tensor, mask: Tensor | None = None, scale: float = 1.0) -> GGMLTensor:
+    def soft_max(
+        self,
+        a: Tensor,
+        mask: Tensor | None = None,
+        scale: float = 1.0,
+        sinks: Tensor | None = None,
+    ) -> GGMLTensor:
         m = mask.ptr if mask is not None else None  # type: ignore[attr-defined]
-        return self._t(g.ggml_soft_max_ext(self._ctx, a.ptr, m, scale, 0.0))  # type: ignore[attr-defined]
+        p = g.ggml_soft_max_ext(self._ctx, a.ptr, m, scale, 0.0)  # type: ignore[attr-defined]
+        if sinks is not None:
+            g.ggml_soft_max_add_sinks(p, sinks.ptr)  # type: ignore[attr-defined]
+        return self._t(p)
 
     def gelu(self, a: Tensor) -> GGMLTensor:
         return self._t(g.ggml_gelu(self._ctx, a.ptr))  # type: ignore[attr-defined]
@@ -225,9 +234,12 @@ class GGMLContext(Context):
         mask: Tensor | None,
         scale: float,
         softcap: float = 0.0,
+        sinks: Tensor | None = None,
     ) -> GGMLTensor:
         m = mask.ptr if mask is not None else None  # type: ignore[attr-defined]
         p = g.ggml_flash_attn_ext(self._ctx, q.ptr, k.ptr, v.ptr, m, scale, 0.0, softcap)  # type: ignore[attr-defined]
+        if sinks is not None:
+            g.ggml_flash_attn_ext_add_sinks(p, sinks.ptr)  # type: ignore[attr-defined]
         g.ggml_flash_attn_ext_set_prec(p, g.GGML_PREC_F32)
         # The result is [d_v, heads, tokens] already (ggml permutes internally).
         return self._t(p)
@@ -239,6 +251,30 @@ class GGMLContext(Context):
             # (an encoder placed on a device computes there: a custom op cannot)
             return None
         return self._t(kernel.attention(self._ctx, qp, kp, vp, scale))
+
+    # -- routed experts -----------------------------------------------------------------
+    def mul_mat_id(self, experts: Tensor, b: Tensor, ids: Tensor) -> GGMLTensor:
+        return self._t(g.ggml_mul_mat_id(self._ctx, experts.ptr, b.ptr, ids.ptr))  # type: ignore[attr-defined]
+
+    def add_id(self, a: Tensor, b: Tensor, ids: Tensor) -> GGMLTensor:
+        return self._t(g.ggml_add_id(self._ctx, a.ptr, b.ptr, ids.ptr))  # type: ignore[attr-defined]
+
+    def argsort_top_k(self, a: Tensor, k: int) -> GGMLTensor:
+        if not 0 < k <= a.dim(0):
+            raise ValueError(f"argsort_top_k: k is 1..{a.dim(0)}, not {k}")
+        return self._t(g.ggml_argsort_top_k(self._ctx, a.ptr, k))  # type: ignore[attr-defined]
+
+    def sum_rows(self, a: Tensor) -> GGMLTensor:
+        return self._t(g.ggml_sum_rows(self._ctx, a.ptr))  # type: ignore[attr-defined]
+
+    def sigmoid(self, a: Tensor) -> GGMLTensor:
+        return self._t(g.ggml_sigmoid(self._ctx, a.ptr))  # type: ignore[attr-defined]
+
+    def clamp(self, a: Tensor, lo: float, hi: float) -> GGMLTensor:
+        return self._t(g.ggml_clamp(self._ctx, a.ptr, lo, hi))  # type: ignore[attr-defined]
+
+    def swiglu_oai(self, gate: Tensor, up: Tensor, alpha: float, limit: float) -> GGMLTensor:
+        return self._t(g.ggml_swiglu_oai(self._ctx, gate.ptr, up.ptr, alpha, limit))  # type: ignore[attr-defined]
 
     def pool_2d(
         self, a: Tensor, kernel: int, stride: int | None = None, mode: str = "avg"

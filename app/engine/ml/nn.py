@@ -228,34 +228,42 @@ def attention(
     scale: float,
     cache: AttentionCache,
     softcap: float = 0.0,
+    sinks: Tensor | None = None,
 ) -> Tensor:
     """Scaled dot-product attention through a KV cache.
 
     q `[head_dim, heads, tokens]` (contiguous); k, v `[head_dim, kv_heads, tokens]` are stored
     in the cache first (pass None to only read it). Heads share kv_heads in groups (GQA). Each
     sequence's rows attend to that sequence's cells only, so results do not depend on what
-    else shares the batch. Uses flash attention when the backend's switch is on. Returns
-    `[head_dim_v * heads, tokens]`.
+    else shares the batch. Uses flash attention when the backend's switch is on. `sinks`
+    (F32 `[heads]`): a logit per head that joins each softmax's normaliser without a value
+    (gpt-oss). Returns `[head_dim_v * heads, tokens]`.
     """
     if k is not None and v is not None:
         cache.put(ctx, k, v)
     views = cache.get(ctx)
     if len(views) == 1 and views[0].count == q.dim(2):
-        return _sdpa(ctx, q, views[0], scale, cache.permuted_v, softcap)
+        return _sdpa(ctx, q, views[0], scale, cache.permuted_v, softcap, sinks)
     out = None
     for view in views:
         # q rows of this run: [head_dim, heads, count]
         qv = ctx.view(
             q, (q.dim(0), q.dim(1), view.count), q.strides[1:3], view.start * q.strides[2]
         )
-        part = _sdpa(ctx, qv, view, scale, cache.permuted_v, softcap)
+        part = _sdpa(ctx, qv, view, scale, cache.permuted_v, softcap, sinks)
         out = part if out is None else ctx.concat(out, part, 1)
     assert out is not None
     return out
 
 
 def _sdpa(
-    ctx: Context, q: Tensor, view: KVView, scale: float, permuted_v: bool, softcap: float
+    ctx: Context,
+    q: Tensor,
+    view: KVView,
+    scale: float,
+    permuted_v: bool,
+    softcap: float,
+    sinks: Tensor | None = None,
 ) -> Tensor:
     heads, tokens = q.dim(1), q.dim(2)
     if view.streams > 1:  # one row per stream: [head_dim, heads, 1, streams]
@@ -269,15 +277,15 @@ def _sdpa(
         values = ctx.permute(view.values, 0, 2, 1, 3)  # [head_dim_v, n_kv, kv_heads]
         if mask is not None and mask.dtype != DType.F16:
             mask = ctx.cast(mask, DType.F16)
-        out = ctx.flash_attention(q, keys, values, mask, scale, softcap)  # [d_v, heads, tokens]
+        out = ctx.flash_attention(q, keys, values, mask, scale, softcap, sinks)  # [d_v, heads, n]
         return ctx.reshape(out, out.dim(0) * heads, tokens)
 
     kq = ctx.mul_mat(keys, q, full_precision=True)  # [n_kv, tokens, heads]
     if softcap:
         kq = ctx.scale(ctx.tanh(ctx.scale(kq, scale / softcap)), softcap)
-        kq = ctx.soft_max(kq, mask, 1.0)
+        kq = ctx.soft_max(kq, mask, 1.0, sinks)
     else:
-        kq = ctx.soft_max(kq, mask, scale)
+        kq = ctx.soft_max(kq, mask, scale, sinks)
     if permuted_v:
         vt = view.values  # [n_kv, head_dim_v, kv_heads]
     else:

@@ -170,9 +170,18 @@ class NumpyOps(Graph):
 
         return self._node(x.dtype, x.ne, (x,), fn)
 
-    def soft_max(self, a: Tensor, mask: Tensor | None = None, scale: float = 1.0) -> NumpyTensor:
+    def soft_max(
+        self,
+        a: Tensor,
+        mask: Tensor | None = None,
+        scale: float = 1.0,
+        sinks: Tensor | None = None,
+    ) -> NumpyTensor:
         x = numpy_tensor(a)
         m = numpy_tensor(mask) if mask is not None else None
+        sk = numpy_tensor(sinks) if sinks is not None else None
+        if sk is not None and sk.ne[0] != x.ne[2]:
+            raise ValueError(f"soft_max: sinks {list(sk.shape)} do not fit {list(x.shape)}")
         if m is not None and (
             m.ne[0] != x.ne[0] or m.ne[1] < x.ne[1] or x.ne[2] % m.ne[2] or x.ne[3] % m.ne[3]
         ):
@@ -183,9 +192,12 @@ class NumpyOps(Graph):
             if m is not None:
                 mv = m.values()[:, :, : x.ne[1], :]
                 v = v + tile(mv, (x.ne[0], x.ne[1], x.ne[2], x.ne[3]))
-            return _softmax_rows(v)
+            if sk is None:
+                return _softmax_rows(v)
+            sink = np.broadcast_to(sk.values().reshape(1, -1, 1, 1), (*v.shape[:3], 1))
+            return _softmax_rows(np.concatenate([v, sink], axis=-1))[..., :-1]
 
-        srcs = (x,) if m is None else (x, m)
+        srcs = tuple(t for t in (x, m, sk) if t is not None)
         return self._node(DType.F32, x.ne, srcs, fn)
 
     def gelu(self, a: Tensor) -> NumpyTensor:
@@ -272,7 +284,10 @@ class NumpyOps(Graph):
         mask: Tensor | None,
         scale: float,
         softcap: float = 0.0,
+        sinks: Tensor | None = None,
     ) -> NumpyTensor:
+        if sinks is not None:
+            raise NotImplementedError("the numpy flash_attention has no sinks (use soft_max)")
         qt, kt, vt = numpy_tensor(q), numpy_tensor(k), numpy_tensor(v)
         mt = numpy_tensor(mask) if mask is not None else None
         d, tokens, heads, q3 = qt.ne

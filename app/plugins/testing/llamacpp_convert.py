@@ -90,19 +90,41 @@ def _converter_complete(root: Path) -> bool:
     )
 
 
-def run_llamacpp_converter(converter: Path, hf_dir: Path, out: Path, mmproj: bool) -> None:
+def run_llamacpp_converter(
+    converter: Path, hf_dir: Path, out: Path, mmproj: bool, *, bpe_pre: str | None = None
+) -> None:
     """Convert the Hugging Face folder `hf_dir` to `out` with llama.cpp's converter (the folder
     `llamacpp_converter()` gives), F32; `mmproj`: the projector file instead of the text model.
-    Raises RuntimeError with the converter's output when it fails."""
+    `bpe_pre`: the pre-tokenizer name to write for a byte-level BPE `tokenizer.json` trained
+    by a test (llama.cpp recognises a pre-tokenizer by hashing how real models' tokenizers
+    split a text, which no test tokenizer matches; e.g. "gpt-4o" for gpt-oss); everything
+    else is the converter's own. Raises RuntimeError with the converter's output when it
+    fails."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(
-        [str(converter / "gguf-py"), *filter(None, [env.get("PYTHONPATH")])]
+        [str(converter), str(converter / "gguf-py"), *filter(None, [env.get("PYTHONPATH")])]
     )
-    args = [sys.executable, str(converter / "convert_hf_to_gguf.py"), str(hf_dir)]
-    args += ["--outfile", str(out), "--outtype", "f32", *(["--mmproj"] if mmproj else [])]
-    proc = subprocess.run(args, capture_output=True, text=True, env=env)
+    script = str(converter / "convert_hf_to_gguf.py")
+    args = [str(hf_dir), "--outfile", str(out), "--outtype", "f32"]
+    args += ["--mmproj"] if mmproj else []
+    if bpe_pre is None:
+        cmd = [sys.executable, script, *args]
+    else:
+        cmd = [sys.executable, "-c", _WITH_PRE, script, bpe_pre, *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0 or not out.is_file():
         raise RuntimeError(
             f"convert_hf_to_gguf.py{' --mmproj' if mmproj else ''} failed:\n"
             + (proc.stderr or proc.stdout)[-3000:]
         )
+
+
+# Runs the converter with its pre-tokenizer lookup answering argv[2] (see run_llamacpp_converter).
+_WITH_PRE = """
+import runpy, sys
+import conversion.base as base
+script, pre = sys.argv[1], sys.argv[2]
+base.TextModel.get_vocab_base_pre = lambda self, tokenizer: pre
+sys.argv = [script, *sys.argv[3:]]
+runpy.run_path(script, run_name="__main__")
+"""

@@ -350,11 +350,17 @@ MARKER_TEXTS = frozenset(
     + ["<｜tool▁call▁end｜>", "<｜tool▁calls▁end｜>", "<think>", "</think>", "[THINK]"]
     + ["[/THINK]"]
 )
+# gpt-oss's harmony (prompting/harmony.py), only in a vocabulary with its channels: `<|end|>`
+# is also Phi-3's end of turn
+HARMONY_MARKERS = ("<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|constrain|>")
 
 
 def marker_tokens(tokens: Collection[str]) -> frozenset[str]:
     """The call and thinking markers among a vocabulary's tokens."""
-    return frozenset(t for t in MARKER_TEXTS if t in tokens)
+    found = {t for t in MARKER_TEXTS if t in tokens}
+    if "<|channel|>" in tokens:
+        found.update(t for t in HARMONY_MARKERS if t in tokens)
+    return frozenset(found)
 
 
 def detect_tool_format(template: str | None, tokens: Collection[str] = ()) -> ToolCallFormat:

@@ -31,6 +31,7 @@ from ...runner.protocol import (
 )
 from ..config import ConfigError, ServerConfig, parse_duration
 from ..errors import ModelFailed, ModelFileMissing, RequestError
+from ..prompting.harmony import HarmonyParser, is_harmony
 from ..prompting.images import check_image
 from ..prompting.outputs import OutputParser, ParsedCall, PartialCall
 from ..prompting.toolformats import (
@@ -105,6 +106,8 @@ class Target:
         it off too when the model declares thinking markers (a model that thinks by default
         keeps its thinking out of the content); False drops what the model thinks anyway.
         A prompt that ends with the opening marker starts the reply inside the thinking."""
+        if is_harmony(self.template, self.info.marker_tokens):  # gpt-oss: channels
+            return HarmonyParser(think=True, tools=set(tools), hide_thinking=think is False)
         markers = self.thinking_markers
         split = bool(think) or markers is not None
         markers = markers or THINK_TAGS

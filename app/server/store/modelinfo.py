@@ -169,7 +169,8 @@ def capabilities(
         caps.append("tools")
     if "suffix" in source:
         caps.append("insert")
-    if "enable_thinking" in source or "<think>" in source or "thinking" in source:
+    thinks = ("enable_thinking", "<think>", "thinking", "<|channel|>")  # the last: harmony
+    if any(marker in source for marker in thinks):
         caps.append("thinking")
     return caps
 
