@@ -118,29 +118,66 @@ def greedy(
     engine: ForwardEngine, first_logits: np.ndarray, start: int, n: int, seq: int = 0
 ) -> list[int]:
     """Continue greedily for n tokens after a prompt of length `start` already in the cache."""
+    return greedy_with_rows(engine, first_logits, start, n, seq)[0]
+
+
+def greedy_with_rows(
+    engine: ForwardEngine, first_logits: np.ndarray, start: int, n: int, seq: int = 0
+) -> tuple[list[int], list[np.ndarray]]:
+    """`greedy`, also returning the logits row each token was chosen from."""
     out: list[int] = []
+    rows: list[np.ndarray] = []
     logits = first_logits
     pos = start
     for _ in range(n):
         tok = int(np.argmax(logits))
         out.append(tok)
+        rows.append(np.asarray(logits).copy())
         logits = engine.forward(
             PassInput(np.array([tok]), np.array([pos]), np.array([seq]), np.array([0]))
         )[0]
         pos += 1
-    return out
+    return out, rows
+
+
+# Where two greedy continuations first part, the step is a near-tie when our two candidates'
+# logits lie within this share of the row's largest |logit|. Teacher-forced rows are computed
+# in batches by both engines (the same kernels: equal to 1e-4), but greedy steps are lone rows,
+# where each engine's few-rows kernels differ from its batch ones by up to the conformance
+# suite's batch tolerance (2% of the largest |logit|), and which steps tip differs between CPUs
+# (measured on an AVX-512 Xeon: partings at 0.1-0.5% of the largest |logit|). A parting within
+# that spread is a kernel-level tie, not a disagreement; a wrong model parts at a clear gap.
+GREEDY_TIE = 0.02
+
+
+def diverged_at_tie(
+    ours: list[int], theirs: list[int], rows: list[np.ndarray], tie: float = GREEDY_TIE
+) -> bool:
+    """Whether `ours` and `theirs` first differ at a step whose logits make it a near-tie."""
+    for step, (a, b) in enumerate(zip(ours, theirs, strict=False)):
+        if a != b:
+            row = rows[step]
+            scale = float(np.abs(row).max()) or 1.0
+            return abs(float(row[a]) - float(row[b])) <= tie * scale
+    return False
 
 
 def compare(
-    engine: ForwardEngine, oracle: dict[str, np.ndarray], n_prompts: int, n_greedy: int
+    engine: ForwardEngine,
+    oracle: dict[str, np.ndarray],
+    n_prompts: int,
+    n_greedy: int,
+    tie: float = GREEDY_TIE,
 ) -> dict[str, Any]:
     """Run every oracle prompt through `engine`; return agreement figures: `top1` (share of
     positions with llama.cpp's top token), `positions`, `max_abs_diff` (over the sampled
-    full rows), `greedy_equal` (identical greedy continuations) and `mismatch_gaps` (the
-    top-2 logit gap where the top tokens differ: near-ties are expected there)."""
+    full rows), `greedy_equal` (greedy continuations identical, or identical up to the step
+    where they part at a near-tie, `GREEDY_TIE`), `greedy_ties` (how many of those parted at a
+    near-tie) and `mismatch_gaps` (the top-2 logit gap where the top tokens differ: near-ties
+    are expected there)."""
     agree = total = 0
     max_diff = 0.0
-    greedy_equal = 0
+    greedy_equal = ties = 0
     near_ties_missed: list[float] = []
     for i in range(n_prompts):
         ids = oracle[f"ids_{i}"]
@@ -153,12 +190,16 @@ def compare(
             vals = oracle[f"topk_vals_{i}"][p]
             near_ties_missed.append(float(vals[0] - vals[1]))
         if n_greedy:
-            ours = greedy(engine, tf.last, len(ids), n_greedy)
-            greedy_equal += int(ours == [int(t) for t in oracle[f"greedy_{i}"]])
+            ours, rows = greedy_with_rows(engine, tf.last, len(ids), n_greedy)
+            theirs_greedy = [int(t) for t in oracle[f"greedy_{i}"]]
+            parted_at_tie = ours != theirs_greedy and diverged_at_tie(ours, theirs_greedy, rows, tie)
+            greedy_equal += int(ours == theirs_greedy or parted_at_tie)
+            ties += int(parted_at_tie)
     return {
         "top1": agree / total,
         "positions": total,
         "max_abs_diff": max_diff,
         "greedy_equal": greedy_equal,
+        "greedy_ties": ties,
         "mismatch_gaps": near_ties_missed,
     }
