@@ -222,6 +222,11 @@ class Runner:
             speculation=self.speculation(),
         )
 
+    def busy_slots(self) -> int:
+        """Slots a sequence holds now: generating, evaluating its prompt or embedding (read
+        from another thread than the loop's: a snapshot)."""
+        return sum(1 for slot in self.loop.slots.slots if slot.in_use)
+
     def speculation(self) -> dict[str, Any]:
         """Whether generations draft tokens (speculative decoding) and, if not, why."""
         off = self.engine.speculation_off
