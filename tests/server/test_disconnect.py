@@ -149,7 +149,8 @@ def test_a_complete_answer_is_not_cancelled_by_the_close_that_follows(
 
 def test_busy_slots_in_ps_come_from_the_runner(fake_service: FakeService) -> None:
     c = fake_service.client
-    assert c.post("/api/generate", json={"model": "tiny", "prompt": "hi", "stream": False}).is_success
+    answer = c.post("/api/generate", json={"model": "tiny", "prompt": "hi", "stream": False})
+    assert answer.is_success
     (entry,) = c.get("/api/ps").json()["models"]
     assert entry["hearth"]["busy_slots"] == 0 and entry["hearth"]["active_requests"] == 0
     fake_service.launcher.started[0].busy = 3

@@ -58,7 +58,8 @@ def test_the_service_survives_a_runner_that_aborts(
             else:
                 assert status == 500 and len(lines) == 1, (status, lines)
                 error = str(lines[0]["error"])
-            assert "SIGABRT" in error and f"aborting at {'load' if point == 'group' else point}" in error
+            where = "load" if point == "group" else point
+            assert "SIGABRT" in error and f"aborting at {where}" in error, error
             assert server.proc.poll() is None, "the service stopped"
             # it goes on serving: another model's generation, and the model list
             other = httpx.post(
@@ -67,7 +68,8 @@ def test_the_service_survives_a_runner_that_aborts(
                 timeout=120,
             )
             assert other.status_code == 200 and other.json()["done"], other.text
-            assert "tiny:latest" in [m["name"] for m in httpx.get(url + "/api/tags").json()["models"]]
+            names = [m["name"] for m in httpx.get(url + "/api/tags").json()["models"]]
+            assert "tiny:latest" in names
         assert server.proc.poll() is None, "the service stopped"
         assert "Shutting down" not in server.log.read_text()
     finally:
