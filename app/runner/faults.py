@@ -1,7 +1,7 @@
 """Crashes on purpose, for tests of what the service does when a runner dies (never set in
 use). `HEARTH_TEST_RUNNER_FAULT=POINT` (or `POINT:TEXT`: only runners whose model file's path
-contains TEXT) makes the runner abort where POINT says, as a native crash does (SIGABRT, as
-ggml's abort on a CUDA error):
+contains TEXT; several, comma-separated) makes the runner abort where POINT says, as a native
+crash does (SIGABRT, as ggml's abort on a CUDA error):
 
 * `load`: while the model loads (its first progress report);
 * `prompt`: once a completion is accepted, before its first line;
@@ -23,11 +23,11 @@ __all__ = ["fault"]
 
 def fault(point: str, model: str) -> None:
     """Abort the process here when HEARTH_TEST_RUNNER_FAULT names `point` (and `model`)."""
-    wanted, _, text = env.text("HEARTH_TEST_RUNNER_FAULT").partition(":")
-    if point != ("load" if wanted == "group" else wanted) or text not in model:
-        return
-    sys.stderr.write(f"hearth runner: aborting at {point} (HEARTH_TEST_RUNNER_FAULT)\n")
-    sys.stderr.flush()
-    if wanted == "group":
-        os.killpg(os.getpgid(0), signal.SIGTERM)
-    os.abort()
+    for entry in env.text("HEARTH_TEST_RUNNER_FAULT").split(","):
+        wanted, _, text = entry.strip().partition(":")
+        if point == ("load" if wanted == "group" else wanted) and text in model:
+            sys.stderr.write(f"hearth runner: aborting at {point} (HEARTH_TEST_RUNNER_FAULT)\n")
+            sys.stderr.flush()
+            if wanted == "group":
+                os.killpg(os.getpgid(0), signal.SIGTERM)
+            os.abort()
