@@ -222,6 +222,10 @@ class Runner:
             speculation=self.speculation(),
         )
 
+    def passes(self) -> int:
+        """Model passes the loop has run for completions since the model loaded."""
+        return self.loop.steps
+
     def busy_slots(self) -> int:
         """Slots a sequence holds now: generating, evaluating its prompt or embedding (read
         from another thread than the loop's: a snapshot)."""

@@ -121,10 +121,16 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if self.path == "/health":
             s = self.state
-            busy = s.runner.busy_slots() if s.runner is not None else 0
+            runner = s.runner
             self._json(
                 200,
-                {"status": s.status, "progress": s.progress, "error": s.error, "busy_slots": busy},
+                {
+                    "status": s.status,
+                    "progress": s.progress,
+                    "error": s.error,
+                    "busy_slots": runner.busy_slots() if runner is not None else 0,
+                    "passes": runner.passes() if runner is not None else 0,
+                },
             )
         elif self.path == "/info":
             if (runner := self._runner()) is not None:

@@ -41,7 +41,8 @@ Closing a response early (or the connection while it waits) cancels the request;
 frees its sequence and its slot.
 
 ``GET /health`` -> ``{"status": "loading"|"ready"|"error", "progress": float, "error": str|null,
-"busy_slots": int}`` (`busy_slots`: slots a sequence holds now).
+"busy_slots": int, "passes": int}`` (`busy_slots`: slots a sequence holds now; `passes`: the
+completion passes run since the model loaded).
 
 ``GET /info`` -> `RunnerInfo`: architecture, engine, context_length, num_ctx, parallel,
 vocab_size, `memory` (a `RunnerMemory`: weights, cache, graph, total), `devices` (bytes per

@@ -126,7 +126,8 @@ class FakeRunner:
         return " ".join(str(t) for t in tokens)
 
     async def health(self) -> dict[str, Any]:
-        return {"status": "ready", "progress": 1.0, "error": None, "busy_slots": self.busy}
+        return {"status": "ready", "progress": 1.0, "error": None, "busy_slots": self.busy,
+                "passes": len(self.requests)}  # fmt: skip
 
     async def stop(self) -> None:
         if self.alive:

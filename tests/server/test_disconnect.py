@@ -155,4 +155,4 @@ def test_busy_slots_in_ps_come_from_the_runner(fake_service: FakeService) -> Non
     assert entry["hearth"]["busy_slots"] == 0 and entry["hearth"]["active_requests"] == 0
     fake_service.launcher.started[0].busy = 3
     (entry,) = c.get("/api/ps").json()["models"]
-    assert entry["hearth"]["busy_slots"] == 3
+    assert entry["hearth"]["busy_slots"] == 3 and entry["hearth"]["passes"] == 1

@@ -190,9 +190,11 @@ def _batch_invariance(svc: Service, name: str) -> dict[str, Any] | None:
     return None
 
 
-def _ps_entry(entry: Loaded, busy_slots: int | None = None) -> dict[str, Any]:
-    """One loaded model as /api/ps shows it; `busy_slots`, the runner's own count of slots in
-    use (a sequence generating, evaluating its prompt or embedding), None when not asked."""
+def _ps_entry(entry: Loaded, health: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One loaded model as /api/ps shows it; from the runner's `health` report (None when not
+    asked or not answered) `busy_slots`, its own count of slots in use (a sequence generating,
+    evaluating its prompt or embedding), and `passes`, the completion passes it has run."""
+    health = health or {}
     spec, runner = entry.spec, entry.runner
     memory = to_wire(runner.info.memory)
     size = runner.info.memory.total or spec.estimate
@@ -211,7 +213,8 @@ def _ps_entry(entry: Loaded, busy_slots: int | None = None) -> dict[str, Any]:
             "parallel": spec.options.parallel,
             "parallel_reason": spec.parallel_reason,
             "active_requests": entry.refs,
-            "busy_slots": busy_slots,
+            "busy_slots": _count(health.get("busy_slots")),
+            "passes": _count(health.get("passes")),
             "loaded_at": iso(entry.loaded_at),
             "memory": memory,
             "batch_invariance": runner.info.batch_invariance,
@@ -228,18 +231,19 @@ def _ps_entry(entry: Loaded, busy_slots: int | None = None) -> dict[str, Any]:
 @router.get("/api/ps", summary="Models currently loaded")
 async def ps(request: Request) -> dict[str, Any]:
     loaded = service_of(request).scheduler.loaded()
-    busy = await asyncio.gather(*(_busy_slots(e.runner) for e in loaded))
-    return {"models": [_ps_entry(e, b) for e, b in zip(loaded, busy, strict=True)]}
+    health = await asyncio.gather(*(_health(e.runner) for e in loaded))
+    return {"models": [_ps_entry(e, h) for e, h in zip(loaded, health, strict=True)]}
 
 
-async def _busy_slots(runner: RunnerHandle) -> int | None:
-    """The runner's count of slots in use, from its health report (None when it does not
-    answer within a second: busy loading, or gone)."""
+async def _health(runner: RunnerHandle) -> dict[str, Any] | None:
+    """The runner's health report (None when it does not answer within a second)."""
     try:
-        health = await asyncio.wait_for(runner.health(), 1.0)
+        return await asyncio.wait_for(runner.health(), 1.0)
     except TimeoutError:
         return None
-    value = health.get("busy_slots")
+
+
+def _count(value: Any) -> int | None:
     return value if isinstance(value, int) else None
 
 
