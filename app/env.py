@@ -84,6 +84,12 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("HEARTH_RUNNER_TOKEN", "", "runner", "the service's secret for its runner"),
     Variable("HEARTH_SERVER", "", "app", "the service the window uses instead of its own"),
     Variable("HEARTH_LLAMACPP_CONVERT", "", "tests", "llama.cpp's convert_hf_to_gguf.py"),
+    Variable(
+        "HEARTH_TEST_RUNNER_FAULT",
+        "",
+        "runner",
+        "tests only: the runner aborts at load, prompt, stream or group (runner/faults.py)",
+    ),
 )
 _NAMES = frozenset(v.name for v in VARIABLES)
 

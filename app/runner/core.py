@@ -222,6 +222,15 @@ class Runner:
             speculation=self.speculation(),
         )
 
+    def passes(self) -> int:
+        """Model passes the loop has run for completions since the model loaded."""
+        return self.loop.steps
+
+    def busy_slots(self) -> int:
+        """Slots a sequence holds now: generating, evaluating its prompt or embedding (read
+        from another thread than the loop's: a snapshot)."""
+        return sum(1 for slot in self.loop.slots.slots if slot.in_use)
+
     def speculation(self) -> dict[str, Any]:
         """Whether generations draft tokens (speculative decoding) and, if not, why."""
         off = self.engine.speculation_off

@@ -1,7 +1,9 @@
 """The runner's HTTP side (see protocol.py): a small threaded server, one thread per request.
 
-Streaming answers are NDJSON written as events arrive; a client that goes away (a write fails)
-cancels its sequence so the batching loop stops generating for it.
+Streaming answers are NDJSON written as events arrive. A client that goes away cancels its
+sequence so the batching loop stops generating for it and frees its slot: seen when a write
+fails, and while no event comes (a long prompt, an embedding waiting its turn) by the
+connection's end of file, checked every `PEER_POLL_S`.
 """
 
 from __future__ import annotations
@@ -9,18 +11,25 @@ from __future__ import annotations
 import hmac
 import json
 import logging
+import queue
+import select
+import socket
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from .core import RequestError, Runner
+from .faults import fault
 from .protocol import CompletionError, CompletionRequest, ProtocolError, from_wire, to_wire
+from .sequence import Event, Sequence
 
 __all__ = ["RunnerState", "make_server"]
 
 _log = logging.getLogger("hearth.runner")
 MAX_BODY = 128 * 1024 * 1024  # images travel base64 in completion requests
+PEER_POLL_S = 0.1  # how often a request waiting for its sequence checks its client is there
 
 
 @dataclass
@@ -85,6 +94,21 @@ class _Handler(BaseHTTPRequestHandler):
             return None
         return body
 
+    def _events(self, seq: Sequence) -> Iterator[Event]:
+        """`seq`'s events until its end. When the client closes its connection meanwhile the
+        sequence is cancelled and the events stop."""
+        while True:
+            try:
+                event = seq.events.get(timeout=PEER_POLL_S)
+            except queue.Empty:
+                if _closed(self.connection):
+                    seq.cancelled.set()
+                    return
+                continue
+            if event is None:
+                return
+            yield event
+
     def _runner(self) -> Runner | None:
         runner = self.state.runner
         if runner is None:
@@ -97,7 +121,17 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if self.path == "/health":
             s = self.state
-            self._json(200, {"status": s.status, "progress": s.progress, "error": s.error})
+            runner = s.runner
+            self._json(
+                200,
+                {
+                    "status": s.status,
+                    "progress": s.progress,
+                    "error": s.error,
+                    "busy_slots": runner.busy_slots() if runner is not None else 0,
+                    "passes": runner.passes() if runner is not None else 0,
+                },
+            )
         elif self.path == "/info":
             if (runner := self._runner()) is not None:
                 self._json(200, to_wire(runner.info()))
@@ -134,8 +168,12 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_response(200)
         self.send_header("Content-Type", "application/x-ndjson")
         self.end_headers()
+        self.wfile.flush()
+        fault("prompt", runner.config.model)
         try:
-            while (event := seq.events.get()) is not None:
+            for sent, event in enumerate(self._events(seq)):
+                if sent == 2:
+                    fault("stream", runner.config.model)
                 self.wfile.write(json.dumps(to_wire(event)).encode() + b"\n")
                 self.wfile.flush()
         except OSError:  # the client went away: stop generating for it
@@ -146,7 +184,9 @@ class _Handler(BaseHTTPRequestHandler):
         if not isinstance(text, str | list):
             raise RequestError("input must be a string or a list of token ids")
         seq = runner.embedding(text, bool(body.get("truncate", True)))
-        result = seq.events.get()
+        result = next(self._events(seq), None)
+        if seq.cancelled.is_set():
+            return  # the client went away
         if result is None or isinstance(result, CompletionError):
             self._json(500 if result is None else 400, to_wire(result or {"error": "no result"}))
         else:
@@ -164,3 +204,16 @@ class _Handler(BaseHTTPRequestHandler):
         if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
             raise RequestError("tokens must be a list of integers")
         self._json(200, {"content": runner.detokenize(tokens)})
+
+
+def _closed(conn: socket.socket) -> bool:
+    """Whether the peer has closed `conn` (its request was read whole: anything readable now
+    is the end of file, or an error)."""
+    poll = select.poll()  # not select(): no limit on the descriptor's number
+    poll.register(conn, select.POLLIN)
+    if not poll.poll(0):
+        return False
+    try:
+        return conn.recv(1, socket.MSG_PEEK) == b""
+    except OSError:
+        return True

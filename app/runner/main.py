@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -19,6 +20,7 @@ from ..engine.ml.api import OutOfMemoryError
 from ..paths import prompt_cache_dir
 from .core import Runner, RunnerConfig
 from .engine import load_errors
+from .faults import fault
 from .http import RunnerState, make_server
 from .protocol import TOKEN_ENV, RunnerOptions, to_wire
 
@@ -43,6 +45,18 @@ def _watch_parent(stop: threading.Event) -> None:
             return
 
 
+def _no_core_dump() -> None:
+    """A native abort is reported by the service (exit status, ggml's last words); a core dump
+    of a process holding a model (on a GPU, the driver's mappings too) would only delay that,
+    by seconds to minutes, and fill the disk."""
+    try:
+        import resource
+    except ImportError:  # not a POSIX system
+        return
+    with contextlib.suppress(ValueError, OSError):
+        resource.setrlimit(resource.RLIMIT_CORE, (0, resource.getrlimit(resource.RLIMIT_CORE)[1]))
+
+
 def _prompt_cache_folder() -> str | None:
     """Where the prompt cache on disk lives (None, said in the log, when it cannot be made)."""
     try:
@@ -56,6 +70,7 @@ def main(args: Any) -> int:
     # A native abort (an RPC worker gone, a device out of memory) ends this process with
     # ggml's message; its backtrace would attach gdb first, slowly. The service reports it.
     os.environ.setdefault("GGML_NO_BACKTRACE", "1")
+    _no_core_dump()
     logging.basicConfig(
         level=env.text("HEARTH_LOG_LEVEL").upper() or "WARNING",
         stream=sys.stderr,
@@ -75,6 +90,7 @@ def main(args: Any) -> int:
     last = [0.0]
 
     def progress(fraction: float) -> None:
+        fault("load", args.model)
         state.progress = fraction
         now = time.monotonic()
         if now - last[0] > 0.1 or fraction >= 1.0:

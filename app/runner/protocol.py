@@ -37,9 +37,12 @@ Requests
 --------
 HTTP/1.1 on that port, JSON bodies, header ``Authorization: Bearer <token>`` (401 without it).
 Streaming responses are NDJSON (one JSON object per line) and end when the connection closes.
-Closing a streaming response early cancels the request; the runner frees its sequence.
+Closing a response early (or the connection while it waits) cancels the request; the runner
+frees its sequence and its slot.
 
-``GET /health`` -> ``{"status": "loading"|"ready"|"error", "progress": float, "error": str|null}``
+``GET /health`` -> ``{"status": "loading"|"ready"|"error", "progress": float, "error": str|null,
+"busy_slots": int, "passes": int}`` (`busy_slots`: slots a sequence holds now; `passes`: the
+completion passes run since the model loaded).
 
 ``GET /info`` -> `RunnerInfo`: architecture, engine, context_length, num_ctx, parallel,
 vocab_size, `memory` (a `RunnerMemory`: weights, cache, graph, total), `devices` (bytes per

@@ -16,6 +16,7 @@ from fastapi import FastAPI
 
 from ..plugins.registry import ArchitectureRegistry
 from .api import anthropic, create, hearth, ollama, ollama_models, openai, pull, responses_api
+from .api.disconnect import CancelOnDisconnect
 from .api.errors import install_error_handlers
 from .api.security import install_security
 from .config import ServerConfig
@@ -117,6 +118,7 @@ def create_app(
     app.state.devices = devices
     install_error_handlers(app)
     install_security(app, config)
+    app.add_middleware(CancelOnDisconnect)  # outermost: a client gone cancels its request
     for module in (ollama_models, ollama, create, pull, openai, responses_api, anthropic, hearth):
         app.include_router(module.router)
     return app

@@ -44,6 +44,7 @@ class FakeRunner:
         self.pid = FakeRunner._next_pid
         self.alive = True
         self.requests: list[CompletionRequest] = []
+        self.busy = 0  # completions and embeddings under way (its /health's busy_slots)
         self.info = RunnerInfo(
             architecture="llama",
             engine=EngineKind(options.engine),
@@ -57,8 +58,21 @@ class FakeRunner:
     async def completion(
         self, request: CompletionRequest
     ) -> AsyncIterator[CompletionChunk | CompletionDone]:
+        self.busy += 1
+        try:
+            async for item in self._completion(request):
+                yield item
+        finally:
+            self.busy -= 1
+
+    async def _completion(
+        self, request: CompletionRequest
+    ) -> AsyncIterator[CompletionChunk | CompletionDone]:
         self.requests.append(request)
         ctl = self.launcher
+        while ctl.endless:
+            await asyncio.sleep(0.01)
+            yield CompletionChunk(content="and ")
         if ctl.refuse:
             raise RunnerError(ctl.refuse)
         text = '{"answer": 42}' if request.format else ctl.script
@@ -96,6 +110,12 @@ class FakeRunner:
         )
 
     async def embedding(self, text: str | list[int], truncate: bool = True) -> dict[str, Any]:
+        self.busy += 1
+        try:
+            while self.launcher.endless:
+                await asyncio.sleep(0.01)
+        finally:
+            self.busy -= 1
         n = len(text)
         return {"embedding": [float(n), 1.0, 2.0, 3.0], "prompt_eval_count": max(1, n // 4)}
 
@@ -104,6 +124,10 @@ class FakeRunner:
 
     async def detokenize(self, tokens: list[int]) -> str:
         return " ".join(str(t) for t in tokens)
+
+    async def health(self) -> dict[str, Any]:
+        return {"status": "ready", "progress": 1.0, "error": None, "busy_slots": self.busy,
+                "passes": len(self.requests)}  # fmt: skip
 
     async def stop(self) -> None:
         if self.alive:
@@ -122,6 +146,7 @@ class FakeLauncher:
     refuse: str | None = None  # RunnerError before the first chunk
     die_after: int | None = None  # the runner dies before this chunk
     gate: asyncio.Event | None = None  # hold every stream after its first chunk
+    endless: bool = False  # completions and embeddings that never end (until cancelled)
 
     async def __call__(self, path: str, options: RunnerOptions, timeout: float) -> FakeRunner:
         if self.fail:
@@ -154,9 +179,10 @@ class LiveServer:
 
 
 def start_server(home: Path, gemma3: Path | None, extra_env: dict[str, str] | None = None,
-                 args: tuple[str, ...] = ()) -> LiveServer:  # fmt: skip
+                 args: tuple[str, ...] = (), new_session: bool = False) -> LiveServer:  # fmt: skip
     """Start `hearth serve --port 0` with HEARTH_HOME=home (the default model's file placed
-    where first start looks for it, so nothing is assembled again)."""
+    where first start looks for it, so nothing is assembled again); `new_session`: in a
+    process group of its own (a signal to its group cannot reach the tests)."""
     if gemma3 is not None:
         builtin = home / "models" / "builtin"
         builtin.mkdir(parents=True, exist_ok=True)
@@ -180,6 +206,7 @@ def start_server(home: Path, gemma3: Path | None, extra_env: dict[str, str] | No
         text=True,
         env=env,
         cwd=REPO,
+        start_new_session=new_session,
     )
     assert proc.stdout is not None
     deadline = time.time() + 120

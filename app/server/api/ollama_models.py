@@ -19,7 +19,7 @@ from ...runner.protocol import to_wire
 from ..errors import ModelFileMissing, RequestError
 from ..prompting.prompts import FALLBACK_TEMPLATE
 from ..scheduling.layout.usage import device_usage
-from ..scheduling.scheduler import Loaded
+from ..scheduling.scheduler import Loaded, RunnerHandle
 from ..scheduling.service import GenerationSettings, Service, Target
 from ..store.model_store import ModelNotFound, ModelRecord
 from ..store.modelinfo import read_full_metadata
@@ -190,7 +190,11 @@ def _batch_invariance(svc: Service, name: str) -> dict[str, Any] | None:
     return None
 
 
-def _ps_entry(entry: Loaded) -> dict[str, Any]:
+def _ps_entry(entry: Loaded, health: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One loaded model as /api/ps shows it; from the runner's `health` report (None when not
+    asked or not answered) `busy_slots`, its own count of slots in use (a sequence generating,
+    evaluating its prompt or embedding), and `passes`, the completion passes it has run."""
+    health = health or {}
     spec, runner = entry.spec, entry.runner
     memory = to_wire(runner.info.memory)
     size = runner.info.memory.total or spec.estimate
@@ -209,6 +213,8 @@ def _ps_entry(entry: Loaded) -> dict[str, Any]:
             "parallel": spec.options.parallel,
             "parallel_reason": spec.parallel_reason,
             "active_requests": entry.refs,
+            "busy_slots": _count(health.get("busy_slots")),
+            "passes": _count(health.get("passes")),
             "loaded_at": iso(entry.loaded_at),
             "memory": memory,
             "batch_invariance": runner.info.batch_invariance,
@@ -224,7 +230,21 @@ def _ps_entry(entry: Loaded) -> dict[str, Any]:
 
 @router.get("/api/ps", summary="Models currently loaded")
 async def ps(request: Request) -> dict[str, Any]:
-    return {"models": [_ps_entry(e) for e in service_of(request).scheduler.loaded()]}
+    loaded = service_of(request).scheduler.loaded()
+    health = await asyncio.gather(*(_health(e.runner) for e in loaded))
+    return {"models": [_ps_entry(e, h) for e, h in zip(loaded, health, strict=True)]}
+
+
+async def _health(runner: RunnerHandle) -> dict[str, Any] | None:
+    """The runner's health report (None when it does not answer within a second)."""
+    try:
+        return await asyncio.wait_for(runner.health(), 1.0)
+    except TimeoutError:
+        return None
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) else None
 
 
 @router.post("/api/copy", summary="Copy a model under a new name")

@@ -1,7 +1,12 @@
 """The service's side of the runner protocol (see protocol.py): start, talk to, stop a runner.
 
 All methods are coroutines for the asyncio service. A runner that dies (crash, SIGKILL, out of
-memory) turns into a `RunnerError` for the requests that were using it; nothing else breaks.
+memory) turns into a `RunnerCrashed` for the requests that were using it; nothing else breaks.
+
+A runner runs in a session (and process group) of its own, with no stdin: a signal meant for
+its group (a crash handler's, a debugger's, a supervisor's) cannot reach the service, nor a
+terminal's Ctrl-C a runner directly (the service stops its runners; a runner whose service
+is gone ends itself, see runner/main.py).
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import json
 import os
 import re
 import secrets
+import signal
 import sys
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -34,13 +40,19 @@ from ...runner.protocol import (
     to_wire,
 )
 
-__all__ = ["RunnerError", "RunnerStartError", "RunnerOptions", "RunnerProcess"]
+__all__ = ["RunnerCrashed", "RunnerError", "RunnerStartError", "RunnerOptions", "RunnerProcess"]
 
 ProgressFn = Callable[[float], None]
 
 
 class RunnerError(RuntimeError):
     """A request failed in (or with) the runner; the message is for the user."""
+
+
+class RunnerCrashed(RunnerError):
+    """The runner broke off: its connection failed or a reply ended without its last line.
+    It has died, or is dying (a native abort may take a while to end a process: a core dump,
+    a device driver's teardown); either way it must not serve another request."""
 
 
 class RunnerStartError(RunnerError):
@@ -92,9 +104,11 @@ class RunnerProcess:
             "--model",
             str(model_path),
             *options.args(),
+            stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             env=env,
+            start_new_session=True,  # its own process group: see the module docstring
         )
         stderr: list[str] = []
         drain = asyncio.create_task(_collect(proc.stderr, stderr))
@@ -107,7 +121,7 @@ class RunnerProcess:
                     await proc.wait()
                     tail = "".join(stderr[-20:]).strip()
                     raise RunnerStartError(
-                        f"the runner exited while loading (status {proc.returncode})"
+                        f"the runner exited while loading ({exit_status(proc.returncode)})"
                         + (f": {tail.splitlines()[-1]}" if tail else "")
                     )
                 event = json.loads(line)
@@ -136,23 +150,21 @@ class RunnerProcess:
                 await runner._http.aclose()
             raise
 
-    def _died(self) -> RunnerError:
+    def _died(self) -> RunnerCrashed:
         tail = "".join(self._stderr_tail[-5:]).strip()
         last = _last_words(tail)
-        return RunnerError(
-            f"the model's runner process stopped (status {self.proc.returncode})"
+        return RunnerCrashed(
+            f"the model's runner process stopped ({exit_status(self.proc.returncode)})"
             + (f": {last}" if last else "")
         )
 
-    async def _ended_early(self) -> RunnerError:
-        """A stream that ended without its last line: the runner crashed (a native abort:
-        an RPC worker gone, a device out of memory) or closed it; the exit status, when it
-        comes within a second, says which."""
+    async def _broke_off(self, what: str) -> RunnerCrashed:
+        """The runner broke off (its connection failed, a reply ended without its last line):
+        it crashed (a native abort: an RPC worker gone, a device error or out of memory). Its
+        exit status and last words when it ends within a second, else `what` happened."""
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.proc.wait(), 1.0)
-        if not self.alive:
-            return self._died()
-        return RunnerError("the runner ended the reply without finishing it")
+        return self._died() if not self.alive else RunnerCrashed(what)
 
     async def completion(
         self, request: CompletionRequest
@@ -181,17 +193,15 @@ class RunnerProcess:
                         done = True
                         break
                 if not done:
-                    raise await self._ended_early()
+                    raise await self._broke_off("the runner ended the reply without finishing it")
         except (httpx.TransportError, httpx.StreamError):
-            await asyncio.sleep(0.05)  # let the process exit status arrive
-            raise self._died() from None
+            raise await self._broke_off("the connection to the model's runner broke") from None
 
     async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         try:
             resp = await self._http.post(path, json=body)
         except httpx.TransportError:
-            await asyncio.sleep(0.05)
-            raise self._died() from None
+            raise await self._broke_off("the connection to the model's runner broke") from None
         if resp.status_code != 200:
             raise RunnerError(_error_text(resp.content, resp.status_code))
         return dict(resp.json())
@@ -223,6 +233,17 @@ class RunnerProcess:
                 self.proc.kill()
                 await self.proc.wait()
         await self._http.aclose()
+
+
+def exit_status(code: int | None) -> str:
+    """A process's exit code in words: "status 1", "killed by SIGABRT" (a native abort)."""
+    if code is None or code >= 0:
+        return f"status {code}"
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        name = f"signal {-code}"
+    return f"killed by {name}" + (" (a native abort)" if -code == signal.SIGABRT else "")
 
 
 _NATIVE_ABORT = re.compile(r"\.(?:c|cc|cpp|cu|m):\d+: (.+)$")

@@ -112,6 +112,8 @@ class RunnerHandle(Protocol):
 
     async def detokenize(self, tokens: list[int]) -> str: ...
 
+    async def health(self) -> dict[str, Any]: ...
+
     async def stop(self) -> None: ...
 
 
@@ -306,9 +308,11 @@ class Scheduler:
             await self._stop(entry)
         return True
 
-    def runner_failed(self, entry: Loaded) -> None:
-        """A request saw its runner die: forget it so the next request loads a new one."""
-        if not entry.runner.alive:
+    def runner_failed(self, entry: Loaded, crashed: bool = False) -> None:
+        """A request saw its runner die, or break off (`crashed`: a native abort may take a
+        while to end the process): forget it, and end it, so the next request loads a new
+        one."""
+        if crashed or not entry.runner.alive:
             log.warning("runner for %s (pid %s) stopped", entry.spec.name, entry.runner.pid)
             self._drop(entry)
 

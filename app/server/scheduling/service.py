@@ -47,7 +47,7 @@ from ..store.model_store import ModelNotFound, ModelRecord, ModelStore
 from ..store.modelinfo import ModelInfo, ModelInfoCache, capabilities
 from .layout import LayoutOptions, MemoryReport
 from .layout.fit import fit_report, read_file_layers
-from .runner_process import RunnerError, RunnerOptions
+from .runner_process import RunnerCrashed, RunnerError, RunnerOptions
 from .scheduler import Lease, LoadSpec, Scheduler
 
 __all__ = [
@@ -353,8 +353,8 @@ class Service:
         """A runner's error on `lease` as the service's own: the runner is marked failed (the
         next request reloads it); a runner that died is the model failing, a live one refused
         the request."""
-        dead = not lease.runner.alive
-        self.scheduler.runner_failed(lease.entry)
+        dead = not lease.runner.alive or isinstance(error, RunnerCrashed)
+        self.scheduler.runner_failed(lease.entry, crashed=dead)
         return (ModelFailed if dead else RequestError)(str(error))
 
     async def lease(self, target: Target, settings: GenerationSettings, keep_alive: float) -> Lease:
@@ -411,8 +411,9 @@ class Generation:
         except RunnerError as e:
             raise self.service.runner_failure(self.lease, e) from None
 
-    def _failed(self) -> None:
-        self.service.scheduler.runner_failed(self.lease.entry)
+    def _failed(self, error: RunnerError) -> None:
+        crashed = isinstance(error, RunnerCrashed)
+        self.service.scheduler.runner_failed(self.lease.entry, crashed=crashed)
 
     async def events(self) -> AsyncIterator[CompletionChunk | CompletionDone]:
         assert self._iter is not None
@@ -430,8 +431,8 @@ class Generation:
                     item = await anext(self._iter)
                 except StopAsyncIteration:
                     item = None
-        except RunnerError:
-            self._failed()
+        except RunnerError as e:
+            self._failed(e)
             raise
         finally:
             await self.close()
