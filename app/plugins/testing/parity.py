@@ -192,7 +192,8 @@ def compare(
         if n_greedy:
             ours, rows = greedy_with_rows(engine, tf.last, len(ids), n_greedy)
             theirs_greedy = [int(t) for t in oracle[f"greedy_{i}"]]
-            parted_at_tie = ours != theirs_greedy and diverged_at_tie(ours, theirs_greedy, rows, tie)
+            parted = diverged_at_tie(ours, theirs_greedy, rows, tie)
+            parted_at_tie = ours != theirs_greedy and parted
             greedy_equal += int(ours == theirs_greedy or parted_at_tie)
             ties += int(parted_at_tie)
     return {
