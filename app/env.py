@@ -67,6 +67,13 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("HEARTH_MAX_IMAGE_BYTES", "20971520", "service", "largest decoded image"),
     Variable("HEARTH_MAX_IMAGE_PIXELS", "50000000", "service", "largest image, width x height"),
     Variable("HEARTH_GPU_OVERHEAD", "0", "service", "bytes kept free on every GPU"),
+    Variable(
+        "HEARTH_GPU_CONTEXT",
+        "",
+        "service",
+        "bytes a runner's GPU context and cuBLAS workspace take per GPU (unset: measured "
+        "constants, CUDA 660 MiB)",
+    ),
     Variable("HEARTH_RPC_SERVERS", "", "service, runner", "ggml RPC workers, host:port,..."),
     Variable("HEARTH_OFFLINE", "off", "service, app", "no network access (pulls refused)"),
     Variable("HEARTH_DISABLE_PLUGINS", "off", "any", "third-party plugins are not loaded"),
