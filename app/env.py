@@ -88,6 +88,12 @@ VARIABLES: tuple[Variable, ...] = (
     ),
     Variable("HEARTH_LOG_LEVEL", "WARNING", "runner", "the runner's log level"),
     Variable("HEARTH_CPU_KERNELS", "on", "runner", "Hearth's CPU kernels: on, off or avx2"),
+    Variable(
+        "HEARTH_CPU_SHARE",
+        "",
+        "runner",
+        "lock file runners take turns on around CPU compute (set by the service; off: none)",
+    ),
     Variable("HEARTH_RUNNER_TOKEN", "", "runner", "the service's secret for its runner"),
     Variable("HEARTH_SERVER", "", "app", "the service the window uses instead of its own"),
     Variable("HEARTH_LLAMACPP_CONVERT", "", "tests", "llama.cpp's convert_hf_to_gguf.py"),

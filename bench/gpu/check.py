@@ -240,10 +240,10 @@ class Check:
             return {"skipped": f"llama-cpp-python does not import: {probe.stderr.strip()[-300:]}"}
         gpu_build = probe.returncode == 0
         ids = llamacpp_tokens(self.args.model, SPEED_PROMPT.format(r=0))
-        # the threads Hearth's runner takes by default (physical cores), on both sides
-        from hearth.engine.cpu import physical_cores
+        # the threads Hearth's runner takes by default (physical performance cores), both sides
+        from hearth.engine.cpu import compute_threads
 
-        threads = physical_cores()
+        threads = compute_threads()
         result: dict[str, Any] = {"cuda_build": gpu_build, "prompt_tokens": len(ids),
                                   "threads": threads}  # fmt: skip
         layers = {"cpu": 0}
