@@ -44,6 +44,8 @@ MIN = 457 * MiB  # the minimum Ollama keeps free (here: a GPU of no named librar
 def context(library: str) -> int:
     """What the plan leaves on a GPU of `library` for a runner's backend context."""
     return Gpu(DeviceId(library, "0"), 0).minimum_memory
+
+
 # Ollama's test machine: 1 GiB RAM, 512 MiB free, 256 MiB swap free.
 OLLAMA_SYSTEM = SystemMemory(total=GiB, free=512 * MiB, free_swap=256 * MiB)
 

@@ -38,11 +38,11 @@ from typing import Any
 
 import numpy as np
 
+from ..cpu_turns import CpuTurns, turns_from_env
 from ..input import PassInput
 from ..kvcache import CacheFullError, KVCacheType, ShiftNotSupportedError
 from ..memory_use import MemoryUse
 from ..ml.api import OutOfMemoryError
-from ..cpu_turns import CpuTurns, turns_from_env
 from ..ml.placement import DevicePlacement
 from ..multimodal_store import split_placeholder
 from .buffers import device_parts, parse_buffers

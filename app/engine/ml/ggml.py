@@ -18,11 +18,11 @@ from typing import Any
 import ggml as g
 import numpy as np
 
+from ..cpu_turns import turns_from_env
 from .api import Backend, CacheConfig, Context, DType, OutOfMemoryError, RopeOptions, Tensor
 from .ggml_attention import AttentionKernel
 from .ggml_kernels import FewRowsKernel
 from .ggml_lib import address as _addr
-from ..cpu_turns import turns_from_env
 from .ggml_lib import compute_threads, layout_key, metadata_context
 from .ggml_tensor import FLOAT_TYPES as _FLOAT_TYPES
 from .ggml_tensor import GGMLTensor, host_data
