@@ -439,8 +439,10 @@ def test_a_model_too_large_for_one_gpu_is_started_across_two(small, devices):
 
     path, spec = small
     layers = sum(fit_report(read_file_layers(path), 2048).layer_sizes())
-    free = Gpu(DeviceId("CUDA", "0"), 0).minimum_memory + layers * 3 // 4
-    gpus = [Gpu(DeviceId(*device), free=free, total=8 * GiB) for device in devices]
+    def free(device: DeviceId) -> int:  # its backend's context and 3/4 of the layers
+        return Gpu(device, 0).minimum_memory + layers * 3 // 4
+
+    gpus = [Gpu(DeviceId(*d), free=free(DeviceId(*d)), total=8 * GiB) for d in devices]
 
     async def found() -> list[Gpu]:
         return gpus
