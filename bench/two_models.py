@@ -22,8 +22,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
+import signal
 import statistics
 import sys
 from pathlib import Path
@@ -69,6 +71,16 @@ async def _ask(runner: RunnerProcess, prompt: str, tokens: int) -> dict[str, flo
     }
 
 
+_STARTED: list[int] = []  # runner pids, killed if this process is told to stop
+
+
+def _stop_runners(signum: int, _frame: object) -> None:
+    for pid in _STARTED:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    raise SystemExit(128 + signum)
+
+
 async def _mode(args: argparse.Namespace, turns: bool) -> dict[str, Any]:
     """Rounds of A alone, B alone, both at once, with turns on or off."""
     if turns:
@@ -80,6 +92,7 @@ async def _mode(args: argparse.Namespace, turns: bool) -> dict[str, Any]:
         await RunnerProcess.start(args.model, options),
         await RunnerProcess.start(args.second or args.model, options),
     ]
+    _STARTED.extend(run.pid for run in runners)
     rounds: list[dict[str, Any]] = []
     try:
         for r in range(args.rounds):
@@ -149,6 +162,7 @@ def main() -> None:
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args()
     args.model = args.model or str(default_model_path())
+    signal.signal(signal.SIGTERM, _stop_runners)
     report = asyncio.run(_main(args))
     text = json.dumps(report, indent=1)
     if args.out:
