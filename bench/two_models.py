@@ -145,9 +145,9 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
         "tokens": args.tokens,
         "prompt_words": args.prompt_words,
     }
-    for name, turns in (("turns", True), ("no_turns", False)):
+    for name in args.modes.split(","):
         print(f"{name}:", flush=True)
-        report[name] = await _mode(args, turns)
+        report[name] = await _mode(args, name == "turns")
     return report
 
 
@@ -160,6 +160,7 @@ def main() -> None:
     p.add_argument("--prompt-words", type=int, default=150)
     p.add_argument("--threads", type=int, default=None, help="per runner (default: the runner's)")
     p.add_argument("--out", type=Path, default=None)
+    p.add_argument("--modes", default="turns,no_turns", help="which, in this order")
     args = p.parse_args()
     args.model = args.model or str(default_model_path())
     signal.signal(signal.SIGTERM, _stop_runners)
@@ -167,7 +168,7 @@ def main() -> None:
     text = json.dumps(report, indent=1)
     if args.out:
         args.out.write_text(text + "\n")
-    print(json.dumps({k: report[k]["medians"] for k in ("turns", "no_turns")}, indent=1))
+    print(json.dumps({k: report[k]["medians"] for k in args.modes.split(",")}, indent=1))
 
 
 if __name__ == "__main__":
