@@ -78,13 +78,22 @@ class CpuTurns:
             self._fd = -1
 
 
+_shared: dict[str, CpuTurns] = {}
+_shared_lock = threading.Lock()
+
+
 def turns_from_env(env: Mapping[str, str] | None = None) -> CpuTurns | None:
-    """The turns a runner takes (`HEARTH_CPU_SHARE`: a lock file path; unset or `off`: none).
-    A lock file that cannot be opened means no turns, not a failed runner."""
+    """The turns a runner takes (`HEARTH_CPU_SHARE`: a lock file path; unset or `off`: none),
+    one per process and path: a model and its draft model in one runner share it (two open
+    files would make the process wait on itself). Kept open for the process's life. A lock
+    file that cannot be opened means no turns, not a failed runner."""
     value = hearth_env.text(VARIABLE, env)
     if not value or value.lower() in ("0", "off", "no", "false") or fcntl is None:
         return None
-    try:
-        return CpuTurns(value)
-    except OSError:
-        return None
+    with _shared_lock:
+        if value not in _shared:
+            try:
+                _shared[value] = CpuTurns(value)
+            except OSError:
+                return None
+        return _shared[value]

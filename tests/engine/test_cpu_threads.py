@@ -118,7 +118,8 @@ def test_a_turn_is_the_kernel_s_lock_on_the_shared_file(tmp_path):
     with turns.turn():
         assert held_elsewhere(lock)
     assert not held_elsewhere(lock)
-    turns.close()
+    # one per process and path: a model and its draft model share it
+    assert cpu_turns.turns_from_env({"HEARTH_CPU_SHARE": str(lock)}) is turns
     assert cpu_turns.turns_from_env({}) is None
     assert cpu_turns.turns_from_env({"HEARTH_CPU_SHARE": "off"}) is None
 

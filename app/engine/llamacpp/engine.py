@@ -471,9 +471,7 @@ class LlamaCppEngine:
         if self.vision is not None:
             self.vision.close()
             self.vision = None
-        if self._turns is not None:
-            self._turns.close()
-            self._turns = None
+        self._turns = None  # shared by the process (cpu_turns.turns_from_env)
         if self.ctx:
             lib.llama_free(self.ctx)
             self.ctx = 0

@@ -640,9 +640,7 @@ class GGMLBackend(Backend):
 
     def close(self) -> None:
         with self._lock:
-            if self.cpu_turns is not None:
-                self.cpu_turns.close()
-                self.cpu_turns = None
+            self.cpu_turns = None  # shared by the process (cpu_turns.turns_from_env)
             if self._threadpool:
                 g.ggml_backend_cpu_set_threadpool(self._cpu, None)
                 g.ggml_threadpool_free(self._threadpool)
