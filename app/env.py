@@ -67,6 +67,13 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("HEARTH_MAX_IMAGE_BYTES", "20971520", "service", "largest decoded image"),
     Variable("HEARTH_MAX_IMAGE_PIXELS", "50000000", "service", "largest image, width x height"),
     Variable("HEARTH_GPU_OVERHEAD", "0", "service", "bytes kept free on every GPU"),
+    Variable(
+        "HEARTH_GPU_CONTEXT",
+        "",
+        "service",
+        "bytes a runner's GPU context and cuBLAS workspace take per GPU (unset: measured "
+        "constants, CUDA 660 MiB)",
+    ),
     Variable("HEARTH_RPC_SERVERS", "", "service, runner", "ggml RPC workers, host:port,..."),
     Variable("HEARTH_OFFLINE", "off", "service, app", "no network access (pulls refused)"),
     Variable("HEARTH_DISABLE_PLUGINS", "off", "any", "third-party plugins are not loaded"),
@@ -81,6 +88,12 @@ VARIABLES: tuple[Variable, ...] = (
     ),
     Variable("HEARTH_LOG_LEVEL", "WARNING", "runner", "the runner's log level"),
     Variable("HEARTH_CPU_KERNELS", "on", "runner", "Hearth's CPU kernels: on, off or avx2"),
+    Variable(
+        "HEARTH_CPU_SHARE",
+        "",
+        "runner",
+        "lock file runners take turns on around CPU compute (set by the service; off: none)",
+    ),
     Variable("HEARTH_RUNNER_TOKEN", "", "runner", "the service's secret for its runner"),
     Variable("HEARTH_SERVER", "", "app", "the service the window uses instead of its own"),
     Variable("HEARTH_LLAMACPP_CONVERT", "", "tests", "llama.cpp's convert_hf_to_gguf.py"),

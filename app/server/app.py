@@ -87,6 +87,7 @@ def create_app(
         system=lambda: system_memory(available_memory()),
         gpus=lambda: _gpus(devices),
         overhead=config.gpu_overhead,
+        context=config.gpu_context,
         forget=devices.forget,
     )
     scheduler = Scheduler(config, launcher, available_memory, placement)

@@ -96,6 +96,9 @@ class ServerConfig:
     max_image_bytes: int = 20 * 1024 * 1024  # one decoded image
     max_image_pixels: int = 50_000_000  # width x height of one image
     gpu_overhead: int = 0  # bytes kept free on every GPU (HEARTH_GPU_OVERHEAD, as Ollama's)
+    # a runner's CUDA context + cuBLAS workspace per GPU (HEARTH_GPU_CONTEXT); None: measured
+    # constants per library (scheduling.layout.BACKEND_CONTEXT)
+    gpu_context: int | None = None
 
     @property
     def loopback(self) -> bool:
@@ -128,6 +131,7 @@ class ServerConfig:
         _check_children(env)
         kv = hearth_env.choice("HEARTH_KV_CACHE_TYPE", tuple(KVCacheType), "f16", env)
         engine = hearth_env.choice("HEARTH_ENGINE", ENGINE_CHOICES, "auto", env)
+        context = hearth_env.whole("HEARTH_GPU_CONTEXT", -1, 0, env)  # -1: unset
         text = hearth_env.text
         keep_alive = parse_duration(text("HEARTH_KEEP_ALIVE", env) or "5m", "HEARTH_KEEP_ALIVE")
         load_timeout = parse_duration(
@@ -153,6 +157,7 @@ class ServerConfig:
             max_image_bytes=hearth_env.whole("HEARTH_MAX_IMAGE_BYTES", 20 * 1024 * 1024, 1024, env),
             max_image_pixels=hearth_env.whole("HEARTH_MAX_IMAGE_PIXELS", 50_000_000, 1, env),
             gpu_overhead=hearth_env.whole("HEARTH_GPU_OVERHEAD", 0, 0, env),
+            gpu_context=context if context >= 0 else None,
         )
 
     def check_exposure(self) -> None:

@@ -25,6 +25,19 @@ and logs to stdout. Steps, each independent of the others' failures:
 6. vision: a tiny random Gemma 3 with its projector (built by bench/gpu/stage.sh with
    transformers and llama.cpp's converter, carried) answers about an image on the GPU and on
    the CPU; the answers and where the projector ran are reported.
+7. correctness: teacher-forced logprobs of the same tokens, Hearth on the GPU against
+   llama.cpp CUDA, beside llama.cpp's own CPU-vs-CUDA spread (bench/gpu/teacher.py).
+8. overhead: the tiny model's time per generated token against llama.cpp's
+   (bench/token_overhead.py).
+9. shapes: the speed step at real models' shapes (`--shapes`, bench/shapes.py's files), all
+   layers and about half on the GPU, against llama.cpp CUDA.
+10. abort: a runner killed with SIGABRT mid-stream; the request gets a sentence, the service
+   keeps serving.
+(7-10: bench/gpu/steps.py.) The memory step also measures the backend context a runner holds
+on the GPU (nvidia-smi's process memory less the runner's buffers) and prints it as
+HEARTH_GPU_CONTEXT. Speed keeps every round's figures beside the medians. At the end the
+targets (bench/gpu/targets.py) are evaluated: the report's "targets" lists those met and
+missed, and on a GPU the check exits 1 naming each one missed.
 """
 
 from __future__ import annotations
@@ -56,6 +69,10 @@ PARITY_PROMPTS = [
 ]
 from prompts import LONG_PROMPT as SPEED_PROMPT  # noqa: E402  (bench/prompts.py)
 from prompts import llamacpp_tokens  # noqa: E402
+
+sys.path.insert(0, str(REPO / "bench" / "gpu"))
+import steps as more_steps  # noqa: E402  (bench/gpu/steps.py)
+import targets  # noqa: E402  (bench/gpu/targets.py)
 
 
 class Check:
@@ -167,9 +184,9 @@ class Check:
         )
         return {"hearth": report, "nvidia_smi": nvidia_smi_gpus()}
 
-    def configs(self) -> dict[str, dict[str, Any]]:
+    def configs(self, layers: int = 0) -> dict[str, dict[str, Any]]:
         """name -> options: the CPU, full offload and half the layers (with a GPU)."""
-        layers = self.layers
+        layers = layers or self.layers
         configs: dict[str, dict[str, Any]] = {"cpu": {"num_gpu": 0}}
         if self.gpu is not None:
             configs["full"] = {"num_gpu": layers}
@@ -179,10 +196,14 @@ class Check:
     def prepare(self) -> None:
         """The model under test, as `check` in the service's store; its layer count."""
         self.create("check", Path(self.args.model))
-        show = self.api("POST", "/api/show", {"model": "check"})
+        self.layers = self.layer_count("check")
+
+    def layer_count(self, model: str) -> int:
+        """The model's layers as num_gpu counts them (blocks + the output layer)."""
+        show = self.api("POST", "/api/show", {"model": model})
         info = show.get("model_info") or {}
         arch = info.get("general.architecture", "")
-        self.layers = int(info.get(f"{arch}.block_count", 0)) + 1  # the output layer counts
+        return int(info.get(f"{arch}.block_count", 0)) + 1
 
     def parity(self) -> dict[str, Any]:
         n = 8 if self.args.dry_run else 48
@@ -215,45 +236,55 @@ class Check:
         return {"runs": runs, "compare": compare_runs(runs)}
 
     def speed(self) -> dict[str, Any]:
+        return self.speed_of("check", Path(self.args.model), self.configs(), self.layers)
+
+    def speed_of(
+        self, model: str, path: Path, configs: dict[str, dict[str, Any]], layers: int
+    ) -> dict[str, Any]:
+        """Hearth's prompt and generation speed in each config, every round kept ("rounds")
+        beside the medians, and llama.cpp's on the same file."""
         rounds, n = (1, 8) if self.args.dry_run else (self.args.rounds, 128)
         out: dict[str, Any] = {"rounds": rounds, "generate": n}
-        for name, options in self.configs().items():
+        for name, options in configs.items():
             self.unload_all()
             rows = []
             for r in range(rounds + 1):  # the first round warms up (CUDA kernels, graphs)
                 # num_predict with no stop: a model may still end early, rates stay per token
-                res = self.generate(
-                    "check", SPEED_PROMPT.format(r=r), {**options, "num_predict": n}
-                )
+                res = self.generate(model, SPEED_PROMPT.format(r=r), {**options, "num_predict": n})
                 rows.append(rates(res))
-            out[name] = median_rates(rows[1:])
-            say(f"{name}: {out[name]}")
-        out["llamacpp"] = self.llamacpp_speed(rounds, n)
+            out[name] = {**median_rates(rows[1:]), "warmup": rows[0], "rounds": rows[1:]}
+            say(f"{model} {name}: {median_rates(rows[1:])}")
+        self.unload_all()
+        out["llamacpp"] = self.llamacpp_speed(rounds, n, path, layers, set(configs))
         out["ratios"] = speed_ratios(out)
         return out
 
-    def llamacpp_speed(self, rounds: int, n: int) -> dict[str, Any]:
+    def llamacpp_speed(
+        self, rounds: int, n: int, path: Path, layers: int, configs: set[str]
+    ) -> dict[str, Any]:
         """llama.cpp on the same file and prompt, in its own process (bench/workers.py)."""
         code = "import llama_cpp, sys; sys.exit(0 if llama_cpp.llama_supports_gpu_offload() else 3)"
         probe = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
         if probe.returncode not in (0, 3):
             return {"skipped": f"llama-cpp-python does not import: {probe.stderr.strip()[-300:]}"}
         gpu_build = probe.returncode == 0
-        ids = llamacpp_tokens(self.args.model, SPEED_PROMPT.format(r=0))
-        # the threads Hearth's runner takes by default (physical cores), on both sides
-        from hearth.engine.cpu import physical_cores
+        ids = llamacpp_tokens(str(path), SPEED_PROMPT.format(r=0))
+        # the threads Hearth's runner takes by default (physical performance cores), both sides
+        from hearth.engine.cpu import compute_threads
 
-        threads = physical_cores()
+        threads = compute_threads()
         result: dict[str, Any] = {"cuda_build": gpu_build, "prompt_tokens": len(ids),
                                   "threads": threads}  # fmt: skip
-        layers = {"cpu": 0}
+        offload = {"cpu": 0}
         if gpu_build and self.gpu is not None:
-            layers.update(full=self.layers, half=self.layers // 2)
-        for name, gpu_layers in layers.items():
+            offload.update(full=layers, half=layers // 2)
+        for name, gpu_layers in offload.items():
+            if name not in configs:
+                continue
             # one batch for the whole prompt (as Hearth's runner evaluates it), whatever the
             # tokenizer makes of it (the synthetic model's small vocabulary: more tokens)
             batch = max(512, len(ids))
-            req = {"model": self.args.model, "ids": ids, "n_ctx": max(2048, batch + n + 64),
+            req = {"model": str(path), "ids": ids, "n_ctx": max(2048, batch + n + 64),
                    "n_batch": batch,
                    "threads": threads, "generate": n, "reps": rounds,
                    "gpu_layers": gpu_layers}  # fmt: skip
@@ -262,6 +293,7 @@ class Check:
                 "prompt_tok_s": statistics.median(len(ids) / r["internal_prompt_s"] for r in runs),
                 "gen_tok_s": statistics.median(n / r["internal_gen_s"] for r in runs),
                 "gen_tok_s_wall": statistics.median(n / r["gen_s"] for r in runs),
+                "rounds": runs,  # every round's timings, seconds
             }
             say(f"llama.cpp {name}: {result[name]}")
         return result
@@ -303,6 +335,8 @@ class Check:
             }
             say(f"{name}: {out[name]}")
         self.unload_all()
+        self.report["gpu_context"] = backend_context(out, self.gpu)
+        say(f"measured: HEARTH_GPU_CONTEXT={self.report['gpu_context']['measured']}")
         return out
 
     def refusal(self) -> dict[str, Any]:
@@ -345,6 +379,18 @@ class Check:
         texts = {a["answer"] for a in answers.values()}
         on_gpu = [n for n, a in answers.items() if a["projector"] not in (None, "CPU")]
         return {"answers": answers, "same_answer": len(texts) == 1, "projector_on_gpu": on_gpu}
+
+    def correctness(self) -> dict[str, Any]:
+        return more_steps.correctness(self)
+
+    def overhead(self) -> dict[str, Any]:
+        return more_steps.overhead(self)
+
+    def shapes(self) -> dict[str, Any]:
+        return more_steps.shapes_speed(self)
+
+    def abort(self) -> dict[str, Any]:
+        return more_steps.abort(self)
 
 
 class ServiceError(Exception):
@@ -400,6 +446,23 @@ def compare_runs(runs: dict[str, Any]) -> dict[str, Any]:
             "within_tolerance": worst <= TOLERANCE,
         }
     return out
+
+
+def backend_context(memory: dict[str, Any], gpu: dict[str, Any] | None) -> dict[str, Any]:
+    """What a runner's process holds on the GPU beyond the buffers it reports (CUDA context,
+    cuBLAS workspace, pools): nvidia-smi's memory of the process less the runner's bytes on
+    the GPU, the largest over the configs; beside the constant the layout plan counts."""
+    from hearth.server.scheduling.layout import BACKEND_CONTEXT, DeviceId, Gpu
+
+    library = (gpu or {}).get("library") or "CUDA"
+    planned = Gpu(DeviceId(library, "0"), 0).minimum_memory
+    seen = []
+    for row in memory.values():
+        process, own = row.get("nvidia_smi_process"), row.get("runner_measured") or {}
+        if process is not None and own:
+            seen.append(process - sum(own.get(k, 0) for k in ("weights", "cache", "graph")))
+    return {"measured": max(seen) if seen else None, "each": seen, "planned": planned,
+            "library": library, "constants": BACKEND_CONTEXT}  # fmt: skip
 
 
 def rates(res: dict[str, Any]) -> dict[str, float]:
@@ -499,8 +562,19 @@ def main() -> None:
     p.add_argument("--vision", help="folder with the tiny vision model (ollama.gguf, image.png)")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--dry-run", action="store_true", help="small counts, for the CPU machine")
-    p.add_argument("--steps", default="devices,parity,speed,memory,refusal,vision")
+    p.add_argument(
+        "--steps",
+        default="devices,parity,speed,memory,refusal,vision,correctness,overhead,shapes,abort",
+    )
+    p.add_argument(
+        "--shapes",
+        default=None,
+        help="bench/shapes.py shapes for the shapes step, comma-separated (default on a GPU: "
+        f"{more_steps.DEFAULT_SHAPES}; none in a dry run)",
+    )
     args = p.parse_args()
+    if args.shapes is None:
+        args.shapes = "" if args.dry_run else more_steps.DEFAULT_SHAPES
     check = Check(args)
     try:
         check.start_service()
@@ -511,8 +585,14 @@ def main() -> None:
         check.close()
         check.save()
     errors = check.report["errors"]
+    verdict = check.report["targets"] = targets.evaluate(check.report)
+    check.save()
     say(f"report: {check.out / 'report.json'}; steps failed: {sorted(errors) or 'none'}")
-    sys.exit(1 if errors else 0)
+    for line in verdict["met"]:
+        say(f"target met: {line}")
+    for line in verdict["missed"]:
+        say(f"target {'MISSED' if verdict['enforced'] else 'not enforced (no GPU)'}: {line}")
+    sys.exit(1 if errors or (verdict["enforced"] and verdict["missed"]) else 0)
 
 
 if __name__ == "__main__":

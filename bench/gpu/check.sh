@@ -115,7 +115,9 @@ vision=()
 extra=()
 [ "$dry" = 1 ] && extra=(--dry-run)
 [ "$smoke" = 1 ] && extra=(--dry-run --steps devices,parity,speed)
-PYTHONUNBUFFERED=1 "$python" bench/gpu/check.py --model "$model" --out "$OUT" "${vision[@]}" "${extra[@]}"
+# CHECK_ARGS: more options for check.py (e.g. "--shapes llama3.2-1b" or "--steps speed")
+# shellcheck disable=SC2086
+PYTHONUNBUFFERED=1 "$python" bench/gpu/check.py --model "$model" --out "$OUT" "${vision[@]}" "${extra[@]}" ${CHECK_ARGS:-}
 status=$?
 say "done, status $status"
 exit $status

@@ -55,6 +55,14 @@ def test_environment_and_exposure():
     assert ServerConfig.from_env({}, host="0.0.0.0", port=0).port == 0
 
 
+def test_gpu_context_is_the_measured_constant_unless_set():
+    assert ServerConfig.from_env({}).gpu_context is None
+    assert ServerConfig.from_env({"HEARTH_GPU_CONTEXT": "700000000"}).gpu_context == 700_000_000
+    assert ServerConfig.from_env({"HEARTH_GPU_CONTEXT": "0"}).gpu_context == 0
+    with pytest.raises(ValueError, match="HEARTH_GPU_CONTEXT"):
+        ServerConfig.from_env({"HEARTH_GPU_CONTEXT": "lots"})
+
+
 def test_go_templates_are_refused_with_a_sentence():
     with pytest.raises(TemplateError, match="Go template"):
         check_template("{{ if .System }}{{ .System }}{{ end }}{{ .Prompt }}")

@@ -31,13 +31,21 @@ from hearth.server.scheduling.layout import (
     MiB,
     ModelTooLarge,
     SystemMemory,
+    backend_context,
     plan_from_file,
     plan_layout,
 )
 from hearth.server.scheduling.layout.fit import placed_report
 from hearth.server.scheduling.layout.usage import device_usage
 
-MIN = 457 * MiB  # the CUDA/ROCm/Vulkan minimum Ollama keeps free
+MIN = 457 * MiB  # the minimum Ollama keeps free (here: a GPU of no named library)
+
+
+def context(library: str) -> int:
+    """What the plan leaves on a GPU of `library` for a runner's backend context."""
+    return Gpu(DeviceId(library, "0"), 0).minimum_memory
+
+
 # Ollama's test machine: 1 GiB RAM, 512 MiB free, 256 MiB swap free.
 OLLAMA_SYSTEM = SystemMemory(total=GiB, free=512 * MiB, free_swap=256 * MiB)
 
@@ -214,7 +222,7 @@ def dev(name: str, library: str = "CUDA") -> DeviceId:
 
 def card(name: str, room: int, library: str = "CUDA", **kw) -> Gpu:
     """A GPU whose usable memory, once its graph is there, is `room` bytes."""
-    return Gpu(DeviceId(library, name), MIN + GRAPH + room, **kw)
+    return Gpu(DeviceId(library, name), context(library) + GRAPH + room, **kw)
 
 
 def cuda(*parts: tuple[str, Sequence[int]], projector: str | None = None) -> Layout:
@@ -237,7 +245,7 @@ def plan(
     assert done.memory == placed_report(model.report, done.layout)
     again = plan_layout(gpus, system, done.memory, options).layout
     assert again.offloaded >= done.layout.offloaded
-    free = {g.device: g.free - g.minimum_memory - options.overhead for g in gpus}
+    free = {g.device: g.free - backend_context(g, options) - options.overhead for g in gpus}
     for usage in device_usage(done.memory, done.layout)[1:]:
         assert options.num_gpu >= 0 or usage.total <= free[usage.device], usage
     return done
@@ -288,6 +296,24 @@ def test_a_tied_output_copy_counts_on_the_gpu_holding_the_output_layer():
     done = plan(tied, [card("0", 550 * MiB)])
     assert done.layout == cuda(("0", [0, 1, 2, 3, 4]))
     assert done.memory.gpus[dev("0")].size == 550 * MiB + GRAPH
+
+
+def test_each_gpu_keeps_a_runner_s_backend_context_free():
+    # A runner's CUDA context and cuBLAS workspace took 655-660 MiB of an H200 beside its
+    # buffers (nvidia-smi, bench/results/gpu-h200-2026-11-27.json): a GPU whose free memory
+    # holds the model's 450 MiB and graph but only Ollama's 457 MiB beside them has 247 MiB
+    # for layers once the context is counted: blocks 2 and 3, the rest on the CPU.
+    assert context("CUDA") == 660 * MiB and context("Metal") == 512 * MiB
+    assert context("ROCm") == context("Vulkan") == context("RPC") == MIN
+    tight = [Gpu(dev("0"), MIN + GRAPH + 450 * MiB)]
+    done = plan(TEXT, tight)
+    assert done.layout == cuda(("0", [2, 3]))
+    roomy = [Gpu(dev("0"), 660 * MiB + GRAPH + 450 * MiB)]
+    assert plan(TEXT, roomy).layout == cuda(("0", [0, 1, 2, 3, 4]))
+    # HEARTH_GPU_CONTEXT (a figure measured on this GPU) replaces the constant on every GPU
+    measured = LayoutOptions(context=MIN)
+    assert plan(TEXT, tight, measured).layout == cuda(("0", [0, 1, 2, 3, 4]))
+    assert plan(TEXT, roomy, LayoutOptions(context=GiB)).layout.offloaded < 5
 
 
 def test_no_gpu_and_num_gpu_0_say_why_the_cpu():
@@ -376,7 +402,7 @@ def test_output_layer_stays_on_the_cpu_when_not_everything_fits():
 def test_a_gpu_holding_another_models_graph_has_less_room():
     # Same cards, but another model's graph and weights hold 500 MiB of the first one: its free
     # memory says so, and the model goes to the other card.
-    full = MIN + GRAPH + 600 * MiB
+    full = context("CUDA") + GRAPH + 600 * MiB
     gpus = [Gpu(dev("0"), full - 500 * MiB), Gpu(dev("1"), full - 100 * MiB)]
     assert plan(TEXT, gpus).layout == cuda(("1", [0, 1, 2, 3, 4]))
     gpus = [Gpu(dev("0"), full - 100 * MiB), Gpu(dev("1"), full - 500 * MiB)]
@@ -471,7 +497,7 @@ def test_too_large_for_every_device_is_refused_before_loading_with_the_numbers()
     # GPU: 250 MiB usable holds blocks 2-3 (200 MiB) and its graph (200 MiB); the CPU would need
     # input 30 + graph 200 + blocks 0-1 (200) + output (50) = 480 MiB with 100 MiB free, no swap.
     tight = SystemMemory(total=GiB, free=100 * MiB, free_swap=0)
-    gpus = [Gpu(dev("0"), MIN + GRAPH + 250 * MiB, name="Fake 1")]
+    gpus = [Gpu(dev("0"), context("CUDA") + GRAPH + 250 * MiB, name="Fake 1")]
     with pytest.raises(ModelTooLarge) as caught:
         plan(TEXT, gpus, system=tight)
     assert isinstance(caught.value, ValueError)
@@ -480,7 +506,7 @@ def test_too_large_for_every_device_is_refused_before_loading_with_the_numbers()
         "2/5 layers on CUDA0; system memory needs 480.0 MiB (503316480 bytes) and has "
         "100.0 MiB (104857600 bytes) available (100.0 MiB free + 0 B swap); "
         "CUDA0 (Fake 1) takes 400.0 MiB (419430400 bytes) and has 450.0 MiB (471859200 bytes) "
-        "available (907.0 MiB free, less 457.0 MiB kept for the driver)"
+        "available (1.1 GiB free, less 660.0 MiB kept for the driver)"
     )
 
 

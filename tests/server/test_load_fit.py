@@ -12,13 +12,21 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
+import gguf
+import numpy as np
 import ollama
 import pytest
 from gguf import GGUFReader
 
 from hearth.plugins.testing import TinyTransformer, write_tiny_model
 from hearth.server.config import ServerConfig
-from hearth.server.scheduling.layout import ModelTooLarge, SystemMemory
+from hearth.server.scheduling.layout import (
+    DeviceId,
+    Gpu,
+    ModelTooLarge,
+    SystemMemory,
+    plan_from_file,
+)
 from hearth.server.scheduling.layout.fit import fit_report, read_file_layers
 from hearth.server.scheduling.load_layout import Placed, Placement, layout_json
 from hearth.server.scheduling.runner_process import RunnerOptions
@@ -78,6 +86,57 @@ def test_a_sliding_window_model_counts_its_blocks_at_most_at_the_window(tmp_path
     per_cell = spec.kv_heads * (spec.embd // spec.heads) * 2 * 2  # K and V, F16
     assert fit_report(layers, 100_000).cpu.cache == (512 * per_cell,) * 2 + (0,)
     assert fit_report(layers, 300).cpu.cache == (300 * per_cell,) * 2 + (0,)
+
+
+def write_one_file_vision(path: Path) -> Path:
+    """A GGUF in Ollama's one-file vision layout: two text blocks, a tied output (no
+    output.weight), and the image encoder and projector (`v.*`, `mm.*`) in the same file."""
+    rng = np.random.default_rng(0)
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_block_count(2)
+    w.add_embedding_length(64)
+    w.add_head_count(4)
+    w.add_head_count_kv(2)
+    shapes = {
+        "token_embd.weight": (100, 64),
+        "blk.0.attn_q.weight": (64, 64),
+        "blk.1.attn_q.weight": (64, 64),
+        "output_norm.weight": (64,),
+        "v.patch_embd.weight": (48, 96),
+        "v.blk.0.attn_q.weight": (96, 96),
+        "v.post_layernorm.weight": (96,),
+        "mm.input_projection.weight": (96, 64),
+    }
+    for name, shape in shapes.items():
+        w.add_tensor(name, rng.standard_normal(shape).astype(np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def test_a_one_file_vision_model_s_encoder_is_its_projector(tmp_path):
+    """Ollama's one-file layout keeps the image encoder beside the text model: its tensors are
+    the projector the search places on a GPU (not input weights left on the CPU), counted when
+    the model encodes images with them; the layout names that GPU for the runner."""
+    path = write_one_file_vision(tmp_path / "vision.gguf")
+    sizes = {t.name: int(t.n_bytes) for t in GGUFReader(path).tensors}
+    encoder = sum(n for name, n in sizes.items() if name.startswith(("v.", "mm.")))
+    layers = read_file_layers(path)
+    assert layers.encoder == encoder
+    assert layers.tied_output == sizes["token_embd.weight"]
+    seeing = fit_report(layers, 64, encoder=True)
+    assert seeing.vision and seeing.projector == encoder
+    assert seeing.input_weights == sizes["token_embd.weight"]
+    assert fit_report(layers, 64, projector=1000, encoder=True).projector == encoder + 1000
+    blind = fit_report(layers, 64)  # a plugin without an image encoder loads none of it
+    assert not blind.vision and blind.projector == 0
+    assert blind.input_weights == sizes["token_embd.weight"]
+    gpu = Gpu(DeviceId("CUDA", "0"), 8 * GiB)
+    done = plan_from_file([gpu], SystemMemory(total=8 * GiB, free=4 * GiB), seeing)
+    assert done.layout.projector == gpu.device and done.layout.offloaded == 3
+    assert json.loads(layout_json(done.layout) or "{}")["projector"] == "CUDA0"
 
 
 def test_fit_report_refuses_nonsense(small):
@@ -380,8 +439,10 @@ def test_a_model_too_large_for_one_gpu_is_started_across_two(small, devices):
 
     path, spec = small
     layers = sum(fit_report(read_file_layers(path), 2048).layer_sizes())
-    free = Gpu(DeviceId("CUDA", "0"), 0).minimum_memory + layers * 3 // 4
-    gpus = [Gpu(DeviceId(*device), free=free, total=8 * GiB) for device in devices]
+    def free(device: DeviceId) -> int:  # its backend's context and 3/4 of the layers
+        return Gpu(device, 0).minimum_memory + layers * 3 // 4
+
+    gpus = [Gpu(DeviceId(*d), free=free(DeviceId(*d)), total=8 * GiB) for d in devices]
 
     async def found() -> list[Gpu]:
         return gpus

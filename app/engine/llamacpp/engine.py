@@ -27,6 +27,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import threading
@@ -37,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from ..cpu_turns import CpuTurns, turns_from_env
 from ..input import PassInput
 from ..kvcache import CacheFullError, KVCacheType, ShiftNotSupportedError
 from ..memory_use import MemoryUse
@@ -220,9 +222,13 @@ class LlamaCppEngine:
         self._batch: _Batch | None = None
         self._embd_batch: _Batch | None = None
         self.vision: MtmdVision | None = None
+        self._turns: CpuTurns | None = None
         self.devices: dict[str, dict[str, int]] = {}  # bytes per device and part (_memory)
         start = log.mark()
         self.split = _split(lib, path, placement or DevicePlacement())
+        # On the CPU alone, a turn per decode beside the service's other runners (cpu_turns.py)
+        cpu_only = placement is None or placement.cpu_only
+        self._turns = turns_from_env() if cpu_only else None
         self.model = self._load_model(path, progress, log, start)
         try:
             self._init_context(flash_attention, kv_type)
@@ -414,7 +420,8 @@ class LlamaCppEngine:
         if non_causal:
             lib.llama_set_causal_attn(self.ctx, False)
         try:
-            status = int(lib.llama_decode(self.ctx, b.raw))
+            with self._turns.turn() if self._turns is not None else contextlib.nullcontext():
+                status = int(lib.llama_decode(self.ctx, b.raw))
         finally:
             if non_causal:
                 lib.llama_set_causal_attn(self.ctx, True)
@@ -464,6 +471,7 @@ class LlamaCppEngine:
         if self.vision is not None:
             self.vision.close()
             self.vision = None
+        self._turns = None  # shared by the process (cpu_turns.turns_from_env)
         if self.ctx:
             lib.llama_free(self.ctx)
             self.ctx = 0
@@ -589,10 +597,11 @@ def _load_failure(path: str, lines: list[str]) -> str:
 
 
 def _default_threads() -> int:
-    """llama.cpp's own default for CPU work: the physical cores (`cpu_get_num_math`)."""
-    from ..cpu import physical_cores
+    """llama.cpp's own default for CPU work: the physical performance cores
+    (`cpu_get_num_math`; see hearth.engine.cpu)."""
+    from ..cpu import compute_threads
 
-    return physical_cores()
+    return compute_threads()
 
 
 def _mib(n: int) -> str:

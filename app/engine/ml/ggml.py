@@ -18,11 +18,12 @@ from typing import Any
 import ggml as g
 import numpy as np
 
+from ..cpu_turns import turns_from_env
 from .api import Backend, CacheConfig, Context, DType, OutOfMemoryError, RopeOptions, Tensor
 from .ggml_attention import AttentionKernel
 from .ggml_kernels import FewRowsKernel
 from .ggml_lib import address as _addr
-from .ggml_lib import layout_key, metadata_context, physical_cores
+from .ggml_lib import compute_threads, layout_key, metadata_context
 from .ggml_tensor import FLOAT_TYPES as _FLOAT_TYPES
 from .ggml_tensor import GGMLTensor, host_data
 from .invariance import (
@@ -39,7 +40,7 @@ __all__ = [
     "GGMLTensor",
     "device_of_buffer_type",
     "metadata_context",
-    "physical_cores",
+    "compute_threads",
 ]
 
 
@@ -429,7 +430,7 @@ class GGMLBackend(Backend):
         graph_nodes: int = 8192,
         placement: DevicePlacement | None = None,
     ) -> None:
-        self.num_threads = num_threads or physical_cores()
+        self.num_threads = num_threads or compute_threads()
         self.placement = placement or DevicePlacement()
         self.blocks = 0  # the model's block count (the output layer's index); set by its weights
         self.flash_attention = flash_attention
@@ -442,6 +443,11 @@ class GGMLBackend(Backend):
         # One persistent pool of compute threads (builds without OpenMP; with OpenMP ggml
         # ignores it): starting threads for every graph would cost each token.
         params = g.ggml_threadpool_params_default(self.num_threads)
+        # Runners started by the service take turns on the CPU (engine/cpu_turns.py); a pool
+        # waiting for its turn must sleep between graphs, not spin (ggml's poll level 50).
+        self.cpu_turns = turns_from_env()
+        if self.cpu_turns is not None:
+            params.poll = 0
         self._threadpool = g.ggml_threadpool_new(ctypes.byref(params))
         if self._threadpool:
             g.ggml_backend_cpu_set_threadpool(self._cpu, self._threadpool)
@@ -564,10 +570,21 @@ class GGMLBackend(Backend):
                     g.ggml_backend_tensor_set(t.ptr, arr.ctypes.data, 0, arr.nbytes)
             if on_started is not None:
                 on_started()
-            status = g.ggml_backend_sched_graph_compute(sched, gf)
+            with self._cpu_turn():
+                status = g.ggml_backend_sched_graph_compute(sched, gf)
             if status != g.GGML_STATUS_SUCCESS:
                 self._allocated_graph = 0
                 raise RuntimeError(f"ggml graph compute failed (status {status})")
+
+    def _cpu_turn(self) -> contextlib.AbstractContextManager[None]:
+        """This runner's turn on the CPU for one graph, unless it takes no turns or every layer
+        is on a GPU (engine/cpu_turns.py)."""
+        if self.cpu_turns is None:
+            return contextlib.nullcontext()
+        on_devices = {i for layers in self.placement.layers.values() for i in layers}
+        if self.blocks and on_devices.issuperset(range(self.blocks + 1)):
+            return contextlib.nullcontext()
+        return self.cpu_turns.turn()
 
     def _reserve(self, gf: object) -> None:
         with self._lock:
@@ -659,6 +676,7 @@ class GGMLBackend(Backend):
 
     def close(self) -> None:
         with self._lock:
+            self.cpu_turns = None  # shared by the process (cpu_turns.turns_from_env)
             if self._threadpool:
                 g.ggml_backend_cpu_set_threadpool(self._cpu, None)
                 g.ggml_threadpool_free(self._threadpool)

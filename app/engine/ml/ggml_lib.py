@@ -12,10 +12,10 @@ from typing import Any
 
 import ggml as g
 
-from ..cpu import physical_cores
+from ..cpu import compute_threads
 from .api import OutOfMemoryError
 
-__all__ = ["address", "load_extension", "metadata_context", "physical_cores"]
+__all__ = ["address", "compute_threads", "load_extension", "metadata_context"]
 
 _c_void_p = ctypes.c_void_p
 

@@ -124,7 +124,7 @@ def serve(host: str, port: int, threads: int | None = None, cache_dir: str | Non
     g.ggml_backend_rpc_start_server(
         f"{host}:{port}".encode(),
         cache_dir.encode() if cache_dir else None,
-        threads or ggml_lib.physical_cores(),
+        threads or ggml_lib.compute_threads(),
         len(devices),
         arr,
     )

@@ -139,6 +139,7 @@ class Placement:
     system: Callable[[], SystemMemory | None]
     gpus: GpuSource = no_gpus
     overhead: int = 0  # HEARTH_GPU_OVERHEAD
+    context: int | None = None  # HEARTH_GPU_CONTEXT (None: each library's measured constant)
     # Called when a runner started or stopped: the GPUs' free memory changed, so a report
     # the source keeps (the device monitor's) must not serve the next plan.
     forget: Callable[[], None] = lambda: None
@@ -149,9 +150,11 @@ class Placement:
     async def _plan(
         self, report: MemoryReport, system: SystemMemory, options: LayoutOptions
     ) -> FilePlan:
-        """`plan_from_file` on the GPUs found now, with this service's HEARTH_GPU_OVERHEAD."""
+        """`plan_from_file` on the GPUs found now, with this service's HEARTH_GPU_OVERHEAD and
+        HEARTH_GPU_CONTEXT."""
         gpus = await self.gpus()
-        return plan_from_file(gpus, system, report, replace(options, overhead=self.overhead))
+        options = replace(options, overhead=self.overhead, context=self.context)
+        return plan_from_file(gpus, system, report, options)
 
     async def check(self, report: MemoryReport, reclaimable: int = 0) -> None:
         """Raise `ModelTooLarge` when `report` fits neither on the GPUs found nor in system

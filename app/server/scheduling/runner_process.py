@@ -25,6 +25,7 @@ from typing import Any
 import httpx
 
 from ... import env as hearth_env
+from ...engine.cpu_turns import runner_env
 from ...program import hearth_command
 from ...runner.protocol import (
     TOKEN_ENV,
@@ -97,7 +98,8 @@ class RunnerProcess:
         """
         options = options or RunnerOptions()
         token = secrets.token_hex(16)
-        env = dict(os.environ, **{TOKEN_ENV: token})
+        # every runner takes turns on the CPU with the others (engine/cpu_turns.py)
+        env = dict(os.environ, **runner_env(os.environ), **{TOKEN_ENV: token})
         proc = await asyncio.create_subprocess_exec(
             *hearth_command(),
             "runner",

@@ -340,6 +340,10 @@ class Service:
             kv_type=o.kv_type,
             graph=self.memory(target, settings)["graph"],
             projector=projector,
+            # a one-file vision model's own encoder (Hearth's engine loads it from the file)
+            encoder=target.info.sees_images
+            and o.projector is None
+            and o.engine == EngineKind.HEARTH,
         )
 
     def images(self, images: list[str] | None) -> list[str]:

@@ -5,7 +5,8 @@ The layout is planned, not negotiated with the runner:
 1. The service knows the GPUs (`Gpu`: device id, library, free memory) and system memory
    (`SystemMemory`) from discovery, and the placement options (`LayoutOptions`: `num_gpu`,
    `main_gpu` from the request, `tensor_split`, `spread`, HEARTH_GPU_OVERHEAD, whether other
-   models are loaded).
+   models are loaded, HEARTH_GPU_CONTEXT: what a runner's CUDA context and cuBLAS workspace take
+   on each GPU it uses, else `BACKEND_CONTEXT`'s measured constant per library).
 2. It computes from the model file what the model takes (`fit`: weights per layer from the
    GGUF's tensors, KV cache from the cache settings and head sizes, the graph from the
    service's estimate or the last runner's measurement; `placed_report` moves each layer's
@@ -28,6 +29,7 @@ The layout is planned, not negotiated with the runner:
 """
 
 from .memory import (
+    BACKEND_CONTEXT,
     CPU,
     DeviceId,
     DeviceMemory,
@@ -47,11 +49,13 @@ from .search import (
     LoadRequiresEviction,
     ModelTooLarge,
     Plan,
+    backend_context,
     explain,
     plan_layout,
 )
 
 __all__ = [
+    "BACKEND_CONTEXT",
     "CPU",
     "DeviceId",
     "DeviceMemory",
@@ -68,6 +72,7 @@ __all__ = [
     "ModelTooLarge",
     "Plan",
     "SystemMemory",
+    "backend_context",
     "explain",
     "human_bytes",
     "plan_from_file",

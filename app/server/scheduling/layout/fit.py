@@ -20,11 +20,18 @@ arithmetic on the GGUF, which the service reads anyway:
 * the graph (compute buffer): the service's estimate, or what the last runner of the file
   measured when larger (measuring needs the model built, i.e. loaded);
 * a vision projector: its file's weights; its encoder's compute buffer is not estimated (0).
+  A one-file model (Ollama's layout: the image encoder and projector, `v.*`/`mm.*`, in the
+  model's own file) has the same part: those tensors are its projector (`FileLayers.encoder`),
+  not input weights, so the search places them on a GPU like a projector file's (the engine
+  puts every `v.*`/`mm.*` tensor on the layout's projector device: `engine.ml.placement`);
+  counted only for a model whose plugin encodes images (`fit_report(encoder=...)`), since
+  otherwise nothing loads them.
 
 A model whose output layer reads the token embedding (tied: no `output.weight`) gets a copy of
 that embedding on the device holding the output layer (178 MB for Gemma 3 270M, first measured
 on an H200: bench/results/gpu-h200-2026-11-27.json); `placed_report` adds it there
-(`MemoryReport.output_copy`). The layout search's layer sizes leave it out.
+(`MemoryReport.output_copy`), so the search's layer sizes hold it once a plan puts the output
+layer on a GPU (`planning.plan_from_file` re-plans from the placed report).
 
 `placed_report` moves that all-CPU report onto a layout: each layer's weights and cache go to
 the device holding the layer, and every GPU given layers gets a graph buffer of the same
@@ -44,6 +51,7 @@ from pathlib import Path
 
 from ....engine.gguf import GGUFFile
 from ....engine.kvcache.types import KVCacheType
+from ....engine.ml.placement import layer_of_tensor
 from ...store.modelinfo import _per_layer
 from .memory import DeviceId, DeviceMemory, Layout, MemoryReport
 
@@ -67,6 +75,7 @@ class FileLayers:
     kv_elements: tuple[int, ...]  # per block: K + V elements per cache cell
     window: int = 0  # the sliding window (cells counted per block at most), 0: none
     tied_output: int = 0  # no output.weight: the token embedding's bytes the output reads
+    encoder: int = 0  # the file's own image encoder and projector (v.*, mm.*): one-file vision
 
 
 def _block_index(name: str, blocks: int) -> int | None:
@@ -85,7 +94,7 @@ def _read(path: Path) -> FileLayers:
         if blocks <= 0:
             raise ValueError(f"{path.name} has no {meta.architecture}.block_count")
         weights = [0] * blocks
-        output = inputs = 0
+        output = inputs = encoder = 0
         embedding = f.tensors.get("token_embd.weight")
         tied = embedding.nbytes if embedding is not None and "output.weight" not in f.tensors else 0
         for name, tensor in f.tensors.items():
@@ -94,6 +103,8 @@ def _read(path: Path) -> FileLayers:
                 weights[index] += tensor.nbytes
             elif name.startswith(_OUTPUT_PREFIXES):
                 output += tensor.nbytes
+            elif layer_of_tensor(name, blocks) == "projector":
+                encoder += tensor.nbytes
             else:
                 inputs += tensor.nbytes
         heads = _per_layer(meta, "attention.head_count", blocks, 1)
@@ -104,7 +115,7 @@ def _read(path: Path) -> FileLayers:
         v_len = meta.uint("attention.value_length", head_dim)
         kv = tuple(h * (k_len + v_len) for h in kv_heads)
         window = meta.uint("attention.sliding_window", 0)
-    return FileLayers(tuple(weights), output, inputs, kv, window, tied)
+    return FileLayers(tuple(weights), output, inputs, kv, window, tied, encoder)
 
 
 _cache: OrderedDict[tuple[str, int, int], FileLayers] = OrderedDict()
@@ -136,9 +147,12 @@ def fit_report(
     graph: int = 0,
     projector: int | None = None,
     projector_graph: int = 0,
+    encoder: bool = False,
 ) -> MemoryReport:
     """The memory report of the all-CPU layout: `cells` KV cells (num_ctx x parallel) of
-    `kv_type`, a `graph` buffer, and a vision projector of `projector` bytes (None: none)."""
+    `kv_type`, a `graph` buffer, and a vision projector of `projector` bytes (None: none).
+    `encoder`: the model encodes images with the file's own encoder (one-file vision), whose
+    bytes then join the projector's; else they count nowhere (nothing loads them)."""
     if kv_type not in tuple(KVCacheType):
         known = ", ".join(KVCacheType)
         raise ValueError(f"unknown K/V cache type {kv_type!r} (one of {known})")
@@ -148,6 +162,8 @@ def fit_report(
     block_cells = min(cells, layers.window) if layers.window > 0 else cells
     cache = tuple(int(n * block_cells * per) for n in layers.kv_elements) + (0,)
     cpu = DeviceMemory(weights=(*layers.blocks, layers.output), cache=cache, graph=graph)
+    if encoder and layers.encoder:
+        projector = (projector or 0) + layers.encoder
     return MemoryReport(
         cpu=cpu,
         input_weights=layers.inputs,

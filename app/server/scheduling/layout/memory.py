@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 __all__ = [
+    "BACKEND_CONTEXT",
+    "DEFAULT_BACKEND_CONTEXT",
     "MiB",
     "GiB",
     "DeviceId",
@@ -29,6 +31,18 @@ __all__ = [
 
 MiB = 1 << 20
 GiB = 1 << 30
+
+# What a runner's GPU backend takes on each GPU it uses before any model buffer: the CUDA
+# context, cuBLAS's workspace and the backend's pools. Discovery's free memory is read before
+# the runner starts, so the plan must leave this much on every GPU it uses (one runner, one
+# context per device). CUDA: measured on an H200 (driver 580, CUDA 13) as nvidia-smi's memory
+# of the runner's process less the buffers the runner reported, 655 and 660 MiB in two loads
+# (bench/results/gpu-h200-2026-11-27.json, "memory"; bench/gpu/check.py measures it again
+# and prints it); Ollama's 457 MiB left ~200 MiB of it uncounted. Metal: Ollama's 512 MiB. The
+# other libraries (ROCm, Vulkan, RPC workers, whose server holds its own context): Ollama's
+# 457 MiB, not measured here. HEARTH_GPU_CONTEXT replaces them all with one measured figure.
+BACKEND_CONTEXT: dict[str, int] = {"CUDA": 660 * MiB, "Metal": 512 * MiB}
+DEFAULT_BACKEND_CONTEXT = 457 * MiB
 
 
 class DeviceId(NamedTuple):
@@ -58,8 +72,9 @@ class Gpu:
 
     @property
     def minimum_memory(self) -> int:
-        """Memory to leave alone for the backend's own context (Ollama's measured figures)."""
-        return 512 * MiB if self.device.library == "Metal" else 457 * MiB
+        """Memory to leave alone for a runner's backend context on this GPU (`BACKEND_CONTEXT`
+        for its library; the search uses HEARTH_GPU_CONTEXT instead when it is set)."""
+        return BACKEND_CONTEXT.get(self.device.library, DEFAULT_BACKEND_CONTEXT)
 
     @property
     def label(self) -> str:

@@ -14,7 +14,8 @@ greedyFit, verifyLayout):
   name the same card twice): each library's GPUs are planned alone and the one that offloads
   the most layers wins. RPC workers (other machines' devices, through ggml's RPC backend beside
   the local one; Ollama has none) join every library's GPUs, or are planned alone without any.
-* Usable memory on a GPU = free - the backend's minimum - the per-GPU overhead
+* Usable memory on a GPU = free - the runner's backend context there (CUDA context, cuBLAS
+  workspace: `memory.BACKEND_CONTEXT` per library, or HEARTH_GPU_CONTEXT) - the per-GPU overhead
   (HEARTH_GPU_OVERHEAD) - its graph buffer in the report. A GPU absent from the report is given
   nothing.
 * A vision projector/encoder (weights + compute buffer) goes on the first GPU in that order with
@@ -54,6 +55,7 @@ __all__ = [
     "LoadRequiresEviction",
     "ModelTooLarge",
     "Plan",
+    "backend_context",
     "explain",
     "plan_layout",
 ]
@@ -88,6 +90,8 @@ class LayoutOptions:
     # main_gpu does not reorder the GPUs.
     tensor_split: tuple[float, ...] = ()
     overhead: int = 0  # bytes kept free on every GPU (HEARTH_GPU_OVERHEAD)
+    # A runner's backend context per GPU (HEARTH_GPU_CONTEXT); None: each library's constant
+    context: int | None = None
     spread: bool = False  # use every GPU instead of as few as possible
     require_full: bool = False  # other models are loaded: a partial fit means evict one first
 
@@ -203,10 +207,16 @@ def _by_library(ordered: list[tuple[int, Gpu]]) -> list[list[tuple[int, Gpu]]]:
     return [[(i, g) for i, g in ordered if g.device.library in (lib, _RPC)] for lib in libraries]
 
 
+def backend_context(gpu: Gpu, options: LayoutOptions) -> int:
+    """What a runner's backend takes on `gpu` before any buffer of the model (its CUDA context
+    and cuBLAS workspace): HEARTH_GPU_CONTEXT when set, else its library's constant."""
+    return options.context if options.context is not None else gpu.minimum_memory
+
+
 def _room(gpu: Gpu, options: LayoutOptions) -> int:
-    """What the model may take on `gpu`: its free memory less the backend's minimum and the
+    """What the model may take on `gpu`: its free memory less the backend's context and the
     per-GPU overhead (its graph buffer comes out of this)."""
-    return max(0, gpu.free - gpu.minimum_memory - options.overhead)
+    return max(0, gpu.free - backend_context(gpu, options) - options.overhead)
 
 
 def _usable(gpu: Gpu, report: MemoryReport, options: LayoutOptions) -> int:
