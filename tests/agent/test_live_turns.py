@@ -53,8 +53,7 @@ def fenced_template(tool: str) -> str:
     """Five earlier answers that were a fenced call of `tool`, then the conversation."""
     block = '```json\n{"name": "' + tool + '", "arguments": {"text": "red"}}\n```'
     shots = "".join(
-        f"<start_of_turn>user\nEcho red.<end_of_turn>\n<start_of_turn>model\n{block}"
-        "<end_of_turn>\n"
+        f"<start_of_turn>user\nEcho red.<end_of_turn>\n<start_of_turn>model\n{block}<end_of_turn>\n"
         for _ in range(5)
     )
     return (
@@ -87,8 +86,14 @@ def _calls(path: Path) -> list[dict[str, object]]:
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_a_turn_that_repeats_its_call_ends_at_the_repeat(service, stream):
-    body = {"model": TOOLS_MODEL, "messages": [{"role": "user", "content": "Echo red."}],
-            "tools": [ECHO], "format": RUNAWAY, "options": {"temperature": 0}, "stream": stream}
+    body = {
+        "model": TOOLS_MODEL,
+        "messages": [{"role": "user", "content": "Echo red."}],
+        "tools": [ECHO],
+        "format": RUNAWAY,
+        "options": {"temperature": 0},
+        "stream": stream,
+    }
     started = time.monotonic()
     with httpx.stream("POST", service.url + "/api/chat", json=body, timeout=LIMIT) as r:
         lines = [json.loads(x) for x in r.iter_lines() if x]

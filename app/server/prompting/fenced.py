@@ -8,11 +8,12 @@ Some models answer with a Markdown block where their template shows tags::
 
 Such a block is a call when its one JSON object names an offered tool (in one of
 `toolformats.as_call`'s shapes) and its arguments validate against that tool's JSON schema
-(`jsonschema`, the schema's own draft, 2020-12 when it names none). Anything else stays text:
-a block in another language, one that is no object, an object naming no offered tool, or
-arguments the schema refuses. `scan_fence` reads a block as it streams, so a block that cannot
-be a call is let go as soon as that is certain (the first character after the fence's
-language, at the latest the block's end) and a call is known as soon as its object is whole.
+(`jsonschema`, the schema's own draft, 2020-12 when it names none); a list of such objects is
+as many calls. Anything else stays text: a block in another language, one that is no object,
+an object naming no offered tool, or arguments the schema refuses. `scan_fence` reads a
+block as it streams, so a block that cannot be a call is let go as soon as that is certain
+(the first character after the fence's language, at the latest the block's end) and a call
+is known as soon as its value is whole.
 """
 
 from __future__ import annotations
@@ -62,13 +63,13 @@ def valid_arguments(arguments: dict[str, Any], schema: Any) -> bool:
 
 @dataclass(frozen=True)
 class FenceScan:
-    """What a block (from its opening fence on) is so far: `wait` (undecided; `call` is set
-    once its object is a whole call and only the closing fence is missing), `text` (no call:
-    all of it is content) or `call` (a call; `used` characters, through the closing fence,
+    """What a block (from its opening fence on) is so far: `wait` (undecided; `calls` are set
+    once its value is whole calls and only the closing fence is missing), `text` (no call:
+    all of it is content) or `call` (`calls`; `used` characters, through the closing fence,
     are the block)."""
 
     kind: Literal["wait", "text", "call"]
-    call: ParsedCall | None = None
+    calls: tuple[ParsedCall, ...] = ()
     used: int = 0
 
 
@@ -87,18 +88,21 @@ def scan_fence(
     start = head.end()
     if start == len(text):  # the language or the space after it may go on
         return _TEXT if final or len(text) > _MAX_HEAD else _WAIT
-    if head.group(1).lower() not in ("", "json") or text[start] != "{":
+    if head.group(1).lower() not in ("", "json") or text[start] not in "{[":
         return _TEXT
     found = json_at(text, start)
     if found is None:  # not whole yet; once the block has closed it never will be
         return _TEXT if final or _CLOSING_LINE.search(text, start) else _WAIT
     value, end = found
-    call = as_call(value, names)
-    if call is None or not valid_arguments(call.arguments, schemas.get(call.name)):
+    items = value if isinstance(value, list) else [value]
+    calls = tuple(c for c in (as_call(item, names) for item in items) if c is not None)
+    if not calls or len(calls) < len(items):
+        return _TEXT
+    if not all(valid_arguments(c.arguments, schemas.get(c.name)) for c in calls):
         return _TEXT
     tail = text[end:].lstrip()
     if tail.startswith(FENCE):
-        return FenceScan("call", call, len(text) - len(tail) + len(FENCE))
+        return FenceScan("call", calls, len(text) - len(tail) + len(FENCE))
     if FENCE.startswith(tail):  # nothing or part of the closing fence so far
-        return FenceScan("call", call, len(text)) if final else FenceScan("wait", call)
-    return _TEXT  # more than the object inside the block
+        return FenceScan("call", calls, len(text)) if final else FenceScan("wait", calls)
+    return _TEXT  # more than the calls inside the block

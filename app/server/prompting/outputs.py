@@ -17,7 +17,7 @@ otherwise run to the token limit). The route then stops the generation (`pieces`
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,7 +72,7 @@ class OutputParser:
     _at_start: bool = True  # no content yet: `format.at_start` openers still count
     _schemas: dict[str, Any] = field(default_factory=dict)
     _fence: str | None = None  # a fenced block that may still be a call (from its fence on)
-    _fence_call: ParsedCall | None = None  # its object, whole and a call; the fence not closed
+    _fence_calls: tuple[ParsedCall, ...] = ()  # its value, whole calls; the fence not closed
     _fenced: list[ParsedCall] = field(default_factory=list)  # fenced calls, in order
     _checked: int = 0  # the held text's length when `_check_turn` last parsed it
     _ended: tuple[str, list[ParsedCall]] | None = None  # the turn is over: its content, calls
@@ -171,13 +171,13 @@ class OutputParser:
         block = self._fence or ""
         body = block.lstrip()  # at the reply's start the fence may follow blank space
         scan = scan_fence(body, self.tools, self._schemas, final)
-        self._fence_call = scan.call if scan.kind == "wait" else None
+        self._fence_calls = scan.calls if scan.kind == "wait" else ()
         if scan.kind == "wait":
             return None
         self._fence, self._at_start = None, False
-        if scan.kind == "text" or scan.call is None:
+        if scan.kind == "text":
             return block
-        self._fenced.append(scan.call)
+        self._fenced.extend(scan.calls)
         self._pending = body[scan.used :] + self._pending
         return ""
 
@@ -187,19 +187,19 @@ class OutputParser:
         each time it has doubled, so a long text costs linear time)."""
         if not self.tools or self._ended is not None:
             return
-        calls = [*self._fenced, *([self._fence_call] if self._fence_call else [])]
+        calls = [*self._fenced, *self._fence_calls]
         rest, parsed = "", False
         n = len(self._held)
-        if self._state == "holding" and any(c in piece for c in "}>]"):
-            if n <= 4096 or n >= 2 * self._checked:
-                self._checked = n
-                try:
-                    found, rest = self.format.parse(self._held, self.tools)
-                except (ValueError, TypeError, RecursionError):
-                    found, rest = [], ""
-                # an unclosed object around them: the calls may be values inside it
-                parsed = "{" not in rest
-                calls += found if parsed else []
+        closed = self._state == "holding" and any(c in piece for c in "}>]")
+        if closed and (n <= 4096 or n >= 2 * self._checked):
+            self._checked = n
+            try:
+                found, rest = self.format.parse(self._held, self.tools)
+            except (ValueError, TypeError, RecursionError):
+                found, rest = [], ""
+            # an unclosed object around them: the calls may be values inside it
+            parsed = "{" not in rest
+            calls += found if parsed else []
         kept = _until_repeat(calls, self.one_call)
         if (self.one_call and calls) or len(kept) < len(calls):
             content = rest if parsed and re.sub(r"[\s\[\],;`]|json", "", rest) else ""
@@ -209,10 +209,21 @@ class OutputParser:
         """The calls begun so far, each with its arguments' JSON text so far (see
         `toolformats.partial_calls`): for routes that stream arguments as they are written
         (a call's text only grows). `finish()` gives the calls that count: one that does not
-        parse after all comes back there as content."""
+        parse after all comes back there as content. A call whose text so far begins an
+        earlier call's (the same tool) may still repeat it: it and those after it are given
+        once they differ (a repeat ends the turn and never counts)."""
         if self._state != "holding" or not self.tools:
             return []
-        return partial_calls(self.format, self._held, self.tools)
+        out: list[PartialCall] = []
+        for call in partial_calls(self.format, self._held, self.tools):
+            text = re.sub(r"\s+", "", call.arguments)
+            if any(
+                e.name == call.name and re.sub(r"\s+", "", e.arguments).startswith(text)
+                for e in out
+            ):
+                break
+            out.append(call)
+        return out
 
     def finish(self) -> tuple[str, str, list[ParsedCall]]:
         """Flush: (thinking, content, tool calls)."""
