@@ -269,8 +269,8 @@ def run_agent(
             spec = offered.get(call.name)
             halted = stopped()
             again = (call.name, call.arguments) in answered
-            ask = spec is not None and not halted and not again
-            decision = approve(call, spec) if ask else None
+            ask = not halted and not again
+            decision = approve(call, spec) if spec is not None and ask else None
             emit(AgentEvent("call", turn, call=call, spec=spec, decision=decision))
             answered.append((call.name, call.arguments))
             if again:

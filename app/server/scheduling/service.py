@@ -10,7 +10,7 @@ import contextlib
 import json
 import os
 import time
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -473,7 +473,7 @@ async def pieces(gen: Generation, parser: OutputParser) -> AsyncIterator[Piece]:
     """The generation's events run through `parser`. A turn that is over before the model
     ends it (`OutputParser.turn_over`: its one call written, or a call repeated) stops the
     generation there and ends with done_reason "stop" (`_cut_short`)."""
-    events = gen.events()
+    events = aiter(gen.events())
     tokens, first = 0, 0
     try:
         async for event in events:
@@ -498,7 +498,8 @@ async def pieces(gen: Generation, parser: OutputParser) -> AsyncIterator[Piece]:
                 yield Piece("", content, None, calls, final)
                 return
     finally:
-        await events.aclose()
+        if isinstance(events, AsyncGenerator):
+            await events.aclose()
 
 
 async def _cut_short(gen: Generation, tokens: int, first: int) -> dict[str, Any]:

@@ -219,7 +219,8 @@ class AgentReply(QObject):
     # -- the worker thread ---------------------------------------------------------------------
 
     def _work(self) -> None:
-        state, info, err = DONE, {}, None
+        info: dict[str, Any] = {}
+        state, err = DONE, None
         try:
             specs = self._hub.tools(self._servers)
             status = self._hub.status()
