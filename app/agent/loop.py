@@ -1,6 +1,6 @@
 """The agent loop: a model turn, the tool calls it made (each approved or denied), their
-results back to the model, the next turn; until a turn calls no tool, the step limit, or
-cancel.
+results back to the model, the next turn; until a turn calls no tool, the step limit, a
+call the model repeats, or cancel.
 
 The loop knows neither HTTP nor a screen: the caller gives it `step` (one model turn over the
 service's /api/chat, streaming the text wherever it shows it), `approve` (asks the user, or
@@ -9,12 +9,19 @@ are Ollama's /api/chat shape; a result is appended as
 `{"role": "tool", "content": text, "tool_name": qualified name, "tool_call_id": id,
 "images": [base64, ...]}`, which Hearth's service renders through the model's chat template
 with the images as images (a vision model sees them).
+
+Every turn ends: the callers' steps cap its length (`turn_options`: `TURN_TOKENS` when the
+request sets no `num_predict`), and a model that makes again the very call (the same tool, the
+same arguments) whose result it already has in this run is not run again: the loop stops
+("repeated"), since a greedy model that wrote the same call after its result would only write
+it again.
 """
 
 from __future__ import annotations
 
 import enum
 import itertools
+import json
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -27,6 +34,7 @@ _log = logging.getLogger(__name__)
 
 __all__ = [
     "DEFAULT_MAX_STEPS",
+    "TURN_TOKENS",
     "AgentEvent",
     "AgentOutcome",
     "Approve",
@@ -37,8 +45,21 @@ __all__ = [
     "ToolCaller",
     "no_tools_sentence",
     "offers_tools",
+    "repeated_sentence",
     "run_agent",
+    "turn_options",
 ]
+
+TURN_TOKENS = 4096  # an agent turn's num_predict when the request sets none
+
+
+def turn_options(options: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A model turn's options: `options` with num_predict TURN_TOKENS when they set none (a
+    turn never runs without end: unset, the service would allow 10 x num_ctx tokens)."""
+    out = dict(options or {})
+    if out.get("num_predict") is None:
+        out["num_predict"] = TURN_TOKENS
+    return out
 
 
 @dataclass(frozen=True)
@@ -152,19 +173,30 @@ class AgentEvent:
     result: ToolResult | None = None
 
 
-StopReason = Literal["answered", "step_limit", "cancelled"]
+StopReason = Literal["answered", "step_limit", "repeated", "cancelled"]
 
 
 @dataclass
 class AgentOutcome:
     """How the run ended: `reason`, the model turns taken (`steps`), the last turn's text
-    (`content`), the whole conversation (`messages`: the caller's, then `added`)."""
+    (`content`), the whole conversation (`messages`: the caller's, then `added`); with
+    "repeated", the call the model made again (`repeated`)."""
 
     reason: StopReason
     steps: int
     content: str
     messages: list[dict[str, Any]]
     added: list[dict[str, Any]]
+    repeated: ToolCall | None = None
+
+
+def repeated_sentence(call: ToolCall) -> str:
+    """What the CLI and the app say when the loop stopped at a repeated call."""
+    args = json.dumps(call.arguments, ensure_ascii=False)
+    return (
+        f"Stopped: the model called {call.name} again with the same arguments ({args}) after "
+        "it already had that call's result."
+    )
 
 
 def _assistant_message(reply: StepReply) -> dict[str, Any]:
@@ -211,7 +243,10 @@ def run_agent(
     ("answered"). Otherwise each call is approved (`approve`; a call to a tool not in `tools`
     is refused without asking), run on `hub` (a denial is an error result saying so) and its
     result appended; then the next turn. After `max_steps` turns that called tools, the run
-    ends ("step_limit") with every call answered, so the conversation can go on. `cancel`
+    ends ("step_limit") with every call answered, so the conversation can go on. A call the
+    same as one already run in this run (tool and arguments) is not run again: it is
+    answered with a sentence saying so, the turn's other calls run, and the run ends
+    ("repeated", the call in `repeated`). `cancel`
     (checked between turns and calls, and passed to the running call) ends it ("cancelled");
     calls not run get a result saying so. `images=False` (a model without vision) turns a
     result's images into a note in its text."""
@@ -229,10 +264,14 @@ def run_agent(
     def stopped() -> bool:
         return cancel is not None and cancel.is_set()
 
-    def outcome(reason: StopReason, steps: int, content: str) -> AgentOutcome:
-        return AgentOutcome(reason, steps, content, convo, convo[start:])
+    def outcome(
+        reason: StopReason, steps: int, content: str, repeat: ToolCall | None = None
+    ) -> AgentOutcome:
+        return AgentOutcome(reason, steps, content, convo, convo[start:], repeat)
 
     content = ""
+    answered: list[tuple[str, dict[str, Any]]] = []  # the calls answered in this run
+    repeat: ToolCall | None = None
     for turn in range(1, max_steps + 1):
         if stopped():
             return outcome("cancelled", turn - 1, content)
@@ -246,9 +285,18 @@ def run_agent(
         for call in reply.tool_calls:
             spec = offered.get(call.name)
             halted = stopped()
-            decision = _ask(approve, call, spec) if spec is not None and not halted else None
+            again = (call.name, call.arguments) in answered
+            ask = not halted and not again
+            decision = _ask(approve, call, spec) if spec is not None and ask else None
             emit(AgentEvent("call", turn, call=call, spec=spec, decision=decision))
-            if halted:
+            answered.append((call.name, call.arguments))
+            if again:
+                repeat = repeat or call
+                result = error_result(
+                    "the call was not run again: the same call with the same arguments was "
+                    "already made, and its result is above"
+                )
+            elif halted:
                 result = error_result("the call was not run: the user stopped the chat")
             elif spec is None:
                 names = ", ".join(offered) or "none"
@@ -272,6 +320,8 @@ def run_agent(
             )
         if stopped():
             return outcome("cancelled", turn, content)
+        if repeat is not None:
+            return outcome("repeated", turn, content, repeat)
     return outcome("step_limit", max_steps, content)
 
 

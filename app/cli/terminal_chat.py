@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from ..agent.loop import StepReply
+from ..agent.loop import StepReply, turn_options
 from ..default_model import DEFAULT_MODEL
 from .attachments import TerminalAttachments, format_sources
 from .connection import Connection, connect
@@ -187,10 +187,17 @@ class _Chat:
         return items
 
     def _step(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> StepReply:
-        """One model turn offering `tools` (the agent loop's `ChatStep`)."""
-        return StepReply.from_chunks(
-            self._stream("/api/chat", {"messages": messages, "tools": tools})
-        )
+        """One model turn offering `tools` (the agent loop's `ChatStep`), its length capped
+        (`turn_options`); a turn cut at the cap is said on stderr."""
+        options = turn_options(self.base["options"])
+        body = {"messages": messages, "tools": tools, "options": options}
+        reply = StepReply.from_chunks(self._stream("/api/chat", body))
+        if reply.stats.get("done_reason") == "length":
+            self.err.write(
+                f"\n(the model's turn was cut at {options['num_predict']} tokens; "
+                "--num-predict changes the limit)\n"
+            )
+        return reply
 
     def _done(self, final: dict[str, Any]) -> None:
         extra = final.get("hearth", {})

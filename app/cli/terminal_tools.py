@@ -4,7 +4,8 @@ The servers in CONFIG.json (Claude Desktop's `{"mcpServers": ...}` shape, `heart
 config`) are started when the chat starts and stopped when it ends. Each turn runs
 `hearth.agent.loop.run_agent`: before every call the terminal asks "Allow once / always /
 deny" (a line on stdin: o, a or d; end of input denies), or `--yes` allows all. Calls and
-results are reported on stderr, so stdout is the conversation only.
+results are reported on stderr, so stdout is the conversation only; so is why a run stopped
+early (the step limit, a call the model repeated, a turn cut at its token cap).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from ..agent.loop import (
     ToolCall,
     no_tools_sentence,
     offers_tools,
+    repeated_sentence,
     run_agent,
 )
 from .http_client import HearthClient, ServiceError
@@ -127,6 +129,8 @@ class ToolSession:
                 f"\n(stopped after {outcome.steps} steps with tool calls: the step limit; "
                 "--max-steps changes it)\n"
             )
+        elif outcome.reason == "repeated" and outcome.repeated is not None:
+            self.err.write(f"\n({repeated_sentence(outcome.repeated)})\n")
         return outcome
 
     def close(self) -> None:

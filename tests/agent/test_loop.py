@@ -14,13 +14,16 @@ import pytest
 from hearth.agent.config import parse_config
 from hearth.agent.hub import ToolHub, ToolSpec
 from hearth.agent.loop import (
+    TURN_TOKENS,
     AgentEvent,
     Decision,
     StepReply,
     ToolCall,
     no_tools_sentence,
     offers_tools,
+    repeated_sentence,
     run_agent,
+    turn_options,
 )
 
 from .helpers import stdio_entry
@@ -122,11 +125,11 @@ def test_a_tool_not_offered_is_refused_without_asking(hub, tools):
 
 
 def test_the_loop_stops_at_the_step_limit_with_every_call_answered(hub, tools):
-    script = Script([("t__echo", {"text": "again"})])  # calls forever
+    script = Script(*[[("t__echo", {"text": f"again {n}"})] for n in range(5)])  # calls on
     out = run_agent(script, hub, USER, tools, allow, max_steps=3)
     assert (out.reason, out.steps) == ("step_limit", 3) and len(script.seen) == 3
     assert [m["role"] for m in out.added] == ["assistant", "tool"] * 3
-    assert out.added[-1]["content"] == "echo: again"
+    assert out.added[-1]["content"] == "echo: again 2"
 
 
 def test_cancel_stops_the_loop_and_the_running_call(hub, tools):
@@ -191,3 +194,28 @@ def test_whether_a_model_offers_tools():
     assert not offers_tools({"capabilities": ["completion", "vision"]})
     assert offers_tools({"template": "{% if tools %}...{% endif %}"})
     assert "gemma3:270m cannot use tools" in no_tools_sentence("gemma3:270m")
+
+
+def test_a_call_repeated_with_the_same_arguments_stops_the_loop(hub, tools):
+    """The model calls echo("x") again after it has its result: not run again, answered with a
+    sentence (the conversation can go on), the run ends "repeated" well before the step limit;
+    a call with other arguments runs."""
+    same = [("t__echo", {"text": "x"})]
+    script = Script(same, [("t__echo", {"text": "y"})], same, "never reached")
+    events: list[AgentEvent] = []
+    out = run_agent(script, hub, USER, tools, allow, max_steps=10, on_event=events.append)
+    assert (out.reason, out.steps) == ("repeated", 3)
+    assert out.repeated is not None and out.repeated.arguments == {"text": "x"}
+    results = [e.result for e in events if e.kind == "result"]
+    assert [r.text for r in results[:2]] == ["echo: x", "echo: y"]
+    assert results[2].is_error and "not run again" in results[2].text
+    calls = [e for e in events if e.kind == "call"]
+    assert calls[2].decision is None  # the user is not asked for a call that is not run
+    assert out.added[-1]["role"] == "tool" and out.added[-1]["tool_call_id"] == "c3_0"
+    assert "called t__echo again with the same arguments" in repeated_sentence(out.repeated)
+
+
+def test_every_turn_is_capped_unless_the_request_sets_its_length():
+    assert turn_options(None) == {"num_predict": TURN_TOKENS}
+    assert turn_options({"temperature": 0}) == {"temperature": 0, "num_predict": TURN_TOKENS}
+    assert turn_options({"num_predict": 12}) == {"num_predict": 12}

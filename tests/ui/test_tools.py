@@ -353,6 +353,27 @@ def test_the_step_limit_stops_the_loop(make_app, tool_stub, qtbot):
     assert "step limit" in app.window.toast.label.text()
 
 
+def test_a_repeated_call_stops_the_loop_with_a_notice(make_app, tool_stub, qtbot):
+    """The model calls forecast(Lisbon) again after it has the result (as a greedy model
+    does): the call is not run again, the reply ends with a notice saying why, and every
+    turn was sent with a token cap."""
+    from hearth.agent.loop import TURN_TOKENS
+
+    app = tool_app(make_app, tool_stub, qtbot)
+    name = qualified(app, "forecast")
+    app.tools.allow_always(name)
+    tool_stub.script = [{"tool_calls": [call(name, city="Lisbon")]} for _ in range(5)]
+    send_and_wait(qtbot, app, "Weather in Lisbon?")
+    chats = [r for r in tool_stub.requests if r["path"] == "/api/chat"]
+    assert len(chats) == 2  # not the step limit (10)
+    assert [r["options"]["num_predict"] for r in chats] == [TURN_TOKENS] * 2
+    text = app.window.toast.label.text()
+    assert f"the model called {name} again with the same arguments" in text
+    path = app.store.path(app.chat.chat.id)
+    assert [m.role for m in path] == ["user", "assistant", "tool", "assistant", "tool"]
+    assert "sunny" in path[2].content and "not run again" in path[4].content
+
+
 def test_a_damaged_mcp_json_is_said_and_kept(make_app, stub, qtbot):
     from hearth.agent.config import default_config_path
 

@@ -53,7 +53,7 @@ class _Prepared:
     target: Target
     prompt: str
     images: list[str]
-    tool_names: set[str]
+    tools: list[dict[str, Any]]
     forced: dict[str, Any] | None
     one_call: bool
     think: bool | None
@@ -67,8 +67,7 @@ async def _prepare(svc: Service, body: PromptedRequest) -> _Prepared:
         target.require("tools", "tools")
     think = think_flag(target, convert.think(body.thinking))
     prompt, images = chat_prompt(svc, target, convert.messages(body), tools, think)
-    names = {t["function"]["name"] for t in tools}
-    return _Prepared(target, prompt, images, names, forced, one_call, think)
+    return _Prepared(target, prompt, images, tools, forced, one_call, think)
 
 
 @router.post("/v1/messages", summary="Anthropic Messages")
@@ -80,7 +79,8 @@ async def messages(body: MessagesRequest, request: Request) -> Response:
         svc, target, convert.options(body), ready.prompt, ready.images, ready.forced,
         body.keep_alive,
     )  # fmt: skip
-    items = pieces(gen, target.output_parser(ready.think, ready.tool_names, ready.prompt))
+    parser = target.output_parser(ready.think, ready.tools, ready.prompt, one_call)
+    items = pieces(gen, parser)
     head = {
         "id": convert.message_id(),
         "type": "message",

@@ -275,7 +275,7 @@ async def chat(body: ChatRequest, request: Request) -> Response:
     prompt, images = chat_prompt(svc, target, body.messages, tools, think, level)
     settings = svc.settings(target, body.options)
     gen = await svc.generate(target, settings, _request(settings, body, prompt, images), keep_alive)
-    parser = target.output_parser(think, (t["function"]["name"] for t in tools), prompt)
+    parser = target.output_parser(think, tools, prompt)  # Ollama's API: parallel calls allowed
     items = _items(gen, parser, target, bool(body.logprobs), _chat_fields)
     if body.stream:
         return ndjson(items, gen.close)

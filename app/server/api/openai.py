@@ -123,8 +123,9 @@ async def chat_completions(body: OAChatRequest, request: Request) -> Response:
     top = (body.top_logprobs or 0) if body.logprobs else None
     opts = convert.options(body, body.max_completion_tokens or body.max_tokens)
     gen = await _start(svc, target, body, opts, prompt, images, fmt, top)
-    parser = target.output_parser(think, (t["function"]["name"] for t in tools), prompt)
-    items = _parsed(gen, parser, body.parallel_tool_calls is False)
+    one_call = body.parallel_tool_calls is False
+    parser = target.output_parser(think, tools, prompt, one_call)
+    items = _parsed(gen, parser, one_call)
     head = _head("chatcmpl-", "chat.completion.chunk", target)
     if body.stream:
         usage = bool(body.stream_options and body.stream_options.include_usage)

@@ -329,7 +329,7 @@ async def create_response(body: ResponsesRequest, request: Request) -> Response:
         body.options, body.temperature, body.top_p, body.max_output_tokens
     )
     gen = await generate(svc, target, opts, prompt, images, fmt, body.keep_alive)
-    parser = target.output_parser(think, (t["function"]["name"] for t in tools), prompt)
+    parser = target.output_parser(think, tools, prompt, body.parallel_tool_calls is False)
     reply = ReplyAssembler(_base(body, target.name), one_call=body.parallel_tool_calls is False)
 
     def keep(response: dict[str, Any]) -> None:

@@ -38,6 +38,8 @@ __all__ = [
     "ThinkingMarkers",
     "ToolCallFormat",
     "FORMATS",
+    "as_call",
+    "json_at",
     "GENERIC",
     "NO_TOOLS",
     "THINK_TAGS",
@@ -94,7 +96,7 @@ def partial_calls(fmt: ToolCallFormat, held: str, names: Collection[str]) -> lis
         if name not in names or held[m.end() : m.end() + 1] not in ("{", ""):
             continue
         stop = heads[k + 1].start() if k + 1 < len(heads) else len(held)
-        found = _json_at(held, m.end())
+        found = json_at(held, m.end())
         end = found[1] if found is not None and found[1] <= stop else stop
         out.append(PartialCall(name, held[m.end() : end]))
     return out
@@ -112,14 +114,14 @@ MISTRAL_THINK = ThinkingMarkers("[THINK]", "[/THINK]")
 _DECODER = json.JSONDecoder()
 
 
-def _json_at(text: str, i: int) -> tuple[Any, int] | None:
+def json_at(text: str, i: int) -> tuple[Any, int] | None:
     try:
         return _DECODER.raw_decode(text, i)
     except (ValueError, RecursionError):  # RecursionError: nested thousands deep
         return None
 
 
-def _as_call(value: Any, names: Collection[str]) -> ParsedCall | None:
+def as_call(value: Any, names: Collection[str]) -> ParsedCall | None:
     """`value` as a call to an offered tool: {"name", "arguments"|"parameters"}, or OpenAI's
     {"function": {...}}, arguments as an object or a JSON string of one."""
     if not isinstance(value, dict):
@@ -148,13 +150,13 @@ def _json_calls(text: str, names: Collection[str]) -> tuple[list[ParsedCall], st
         if text[i] not in "{[":
             i += 1
             continue
-        found = _json_at(text, i)
+        found = json_at(text, i)
         if found is None:
             i += 1
             continue
         value, end = found
         items = value if isinstance(value, list) else [value]
-        parsed = [_as_call(item, names) for item in items]
+        parsed = [as_call(item, names) for item in items]
         if items and all(p is not None for p in parsed):
             rest.append(text[last:i])
             calls.extend(p for p in parsed if p is not None)
@@ -192,10 +194,10 @@ def _hermes(text: str, names: Collection[str]) -> tuple[list[ParsedCall], str]:
         return _generic(text, names)
     for m in _HERMES_BLOCK.finditer(text):
         inner = m.group(1).strip()
-        found = _json_at(inner, 0)
+        found = json_at(inner, 0)
         if found is None or inner[found[1] :].strip():
             continue  # no call: the block stays text
-        call = _as_call(found[0], names)
+        call = as_call(found[0], names)
         if call is None:
             continue
         rest.append(text[last : m.start()])
@@ -224,18 +226,18 @@ def _mistral(text: str, names: Collection[str]) -> tuple[list[ParsedCall], str]:
         while i < len(part):
             m = _MISTRAL_CALL.match(part, i)
             if m is not None:  # v11+: name[ARGS]{...}
-                found = _json_at(part, m.end())
+                found = json_at(part, m.end())
                 if found is None or not isinstance(found[0], dict) or m.group(1) not in names:
                     break
                 calls.append(ParsedCall(m.group(1), found[0]))
                 i = found[1]
                 continue
             j = len(part) - len(part[i:].lstrip())
-            found = _json_at(part, j) if part[j:j + 1] in ("[", "{") else None  # fmt: skip
+            found = json_at(part, j) if part[j:j + 1] in ("[", "{") else None  # fmt: skip
             if found is None:
                 break
             items = found[0] if isinstance(found[0], list) else [found[0]]
-            parsed = [_as_call(item, names) for item in items]
+            parsed = [as_call(item, names) for item in items]
             if not items or any(p is None for p in parsed):
                 break
             calls.extend(p for p in parsed if p is not None)
@@ -260,7 +262,7 @@ def _deepseek(text: str, names: Collection[str]) -> tuple[list[ParsedCall], str]
     last = 0
     for m in _DEEPSEEK_CALL.finditer(text):
         name = (m.group(1) or m.group(3) or "").strip()
-        found = _json_at((m.group(2) or m.group(4) or "").strip(), 0)
+        found = json_at((m.group(2) or m.group(4) or "").strip(), 0)
         if name not in names or found is None or not isinstance(found[0], dict):
             continue
         rest.append(text[last : m.start()])

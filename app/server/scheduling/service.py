@@ -10,7 +10,7 @@ import contextlib
 import json
 import os
 import time
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,7 @@ from ...runner.protocol import (
 )
 from ..config import ConfigError, ServerConfig, parse_duration
 from ..errors import ModelFailed, ModelFileMissing, RequestError
+from ..prompting.fenced import tool_schemas
 from ..prompting.harmony import HarmonyParser, is_harmony
 from ..prompting.images import check_image
 from ..prompting.outputs import OutputParser, ParsedCall, PartialCall
@@ -99,25 +100,33 @@ class Target:
         return detect_thinking_markers(self.template, self.info.marker_tokens)
 
     def output_parser(
-        self, think: bool | None, tools: Iterable[str] = (), prompt: str = ""
+        self,
+        think: bool | None,
+        tools: Iterable[Mapping[str, Any]] = (),
+        prompt: str = "",
+        one_call: bool = False,
     ) -> OutputParser:
         """The parser for a reply to `prompt` in this model's formats. `think` as
         `api.common.think_flag` gives it: True splits the thinking off; None (not asked) splits
         it off too when the model declares thinking markers (a model that thinks by default
         keeps its thinking out of the content); False drops what the model thinks anyway.
-        A prompt that ends with the opening marker starts the reply inside the thinking."""
+        A prompt that ends with the opening marker starts the reply inside the thinking.
+        `tools`: the offered function tools (the templates' shape; their schemas check fenced
+        calls); `one_call`: the request allows one call (the turn ends after it)."""
+        schemas = tool_schemas(tools)
         if is_harmony(self.template, self.info.marker_tokens):  # gpt-oss: channels
-            return HarmonyParser(think=True, tools=set(tools), hide_thinking=think is False)
+            return HarmonyParser(think=True, tools=set(schemas), hide_thinking=think is False)
         markers = self.thinking_markers
         split = bool(think) or markers is not None
         markers = markers or THINK_TAGS
         return OutputParser(
             think=split,
-            tools=set(tools),
+            tools=schemas,
             format=self.tool_format,
             markers=markers,
             thinking_started=split and prompt.rstrip().endswith(markers.open),
             hide_thinking=think is False,
+            one_call=one_call,
         )
 
     def require(self, capability: str, what: str) -> None:
@@ -470,21 +479,62 @@ class Piece:
 
 
 async def pieces(gen: Generation, parser: OutputParser) -> AsyncIterator[Piece]:
-    """The generation's events run through `parser`."""
-    async for event in gen.events():
-        if isinstance(event, CompletionDone):
-            thinking, content = parser.feed("")  # the parser may settle its state first
-            more_thinking, more_content, calls = parser.finish()
-            final = {
-                **to_wire(event),
-                "total_duration": gen.total_duration,
-                "load_duration": gen.lease.load_duration,
-            }
-            yield Piece(thinking + more_thinking, content + more_content, None, calls, final)
-        else:
+    """The generation's events run through `parser`. A turn that is over before the model
+    ends it (`OutputParser.turn_over`: its one call written, or a call repeated) stops the
+    generation there and ends with done_reason "stop" (`_cut_short`)."""
+    events = aiter(gen.events())
+    tokens, first = 0, 0
+    try:
+        async for event in events:
+            if isinstance(event, CompletionDone):
+                thinking, content = parser.feed("")  # the parser may settle its state first
+                more_thinking, more_content, calls = parser.finish()
+                final = {
+                    **to_wire(event),
+                    "total_duration": gen.total_duration,
+                    "load_duration": gen.lease.load_duration,
+                }
+                yield Piece(thinking + more_thinking, content + more_content, None, calls, final)
+                return
+            first = first or time.perf_counter_ns()
+            tokens += len(event.logprobs) if event.logprobs else 1
             thinking, content = parser.feed(event.content)
             logprobs = _logprobs_json(event.logprobs)
             yield Piece(thinking, content, logprobs, partial_calls=parser.partial_calls())
+            if parser.turn_over:
+                final = await _cut_short(gen, tokens, first)
+                _, content, calls = parser.finish()
+                yield Piece("", content, None, calls, final)
+                return
+    finally:
+        if isinstance(events, AsyncGenerator):
+            await events.aclose()
+
+
+async def _cut_short(gen: Generation, tokens: int, first: int) -> dict[str, Any]:
+    """Stop `gen` (its runner stops generating) and make its final record: done_reason
+    "stop", the tokens generated as counted from the chunks received, the prompt's tokens as
+    the runner tokenizes its text (no cache is counted: the runner's own record is lost)."""
+    request = gen.request
+    prompt_tokens = len(request.tokens or [])
+    if request.prompt:
+        with contextlib.suppress(RunnerError, AttributeError):
+            prompt_tokens = len(await gen.lease.runner.tokenize(request.prompt))
+    await gen.close()  # cancels the runner's generation, releases the lease
+    now = time.perf_counter_ns()
+    gen.total_duration = now - gen.started
+    done = CompletionDone(
+        done_reason="stop",
+        prompt_eval_count=prompt_tokens,
+        prompt_eval_duration=max(0, first - gen.started),
+        eval_count=tokens,
+        eval_duration=now - first,
+    )
+    return {
+        **to_wire(done),
+        "total_duration": gen.total_duration,
+        "load_duration": gen.lease.load_duration,
+    }
 
 
 def _logprobs_json(logprobs: list[TokenLogprob] | None) -> list[dict[str, Any]] | None:

@@ -21,7 +21,7 @@ from typing import Any
 from PySide6.QtCore import QObject, Signal
 
 from ...agent.hub import ToolHub, ToolSpec
-from ...agent.loop import AgentEvent, Decision, StepReply, ToolCall, run_agent
+from ...agent.loop import AgentEvent, Decision, StepReply, ToolCall, run_agent, turn_options
 from ...history import ChatStore
 from ...history.records import DONE, ERROR, STOPPED, STREAMING
 from ..api_client import ApiError
@@ -47,7 +47,9 @@ class AgentReply(QObject):
     `message_id` = the assistant message being written) plus `changed` (a message was added),
     `approval_needed` (a PendingCall; answer with `answer(ONCE|ALWAYS|DENY)`) and `steps`
     (model turns taken). `ended` carries `"max_steps": True` in its stats when the loop
-    stopped at the step limit."""
+    stopped at the step limit, `"repeated": name` when it stopped because the model called
+    the tool `name` again with the same arguments. Each model turn's length is capped
+    (`turn_options`) unless the chat's options set num_predict."""
 
     grew = Signal()
     changed = Signal()
@@ -217,7 +219,8 @@ class AgentReply(QObject):
     # -- the worker thread ---------------------------------------------------------------------
 
     def _work(self) -> None:
-        state, info, err = DONE, {}, None
+        info: dict[str, Any] = {}
+        state, err = DONE, None
         try:
             specs = self._hub.tools(self._servers)
             status = self._hub.status()
@@ -240,6 +243,8 @@ class AgentReply(QObject):
                 state = STOPPED
             elif outcome.reason == "step_limit":
                 info = {"max_steps": True}
+            elif outcome.reason == "repeated" and outcome.repeated is not None:
+                info = {"repeated": outcome.repeated.name}
         except ApiError as e:
             if e.kind == "cancelled" or self._cancel.is_set():
                 state = STOPPED
@@ -253,7 +258,9 @@ class AgentReply(QObject):
         if self._cancel.is_set():
             raise ApiError("cancelled", kind="cancelled")
         self._w_turn.emit()
+        options = turn_options(self._body.get("options"))
         body = {**self._body, "messages": messages, "tools": tools, "stream": True}
+        body["options"] = options
         chunks = self._turn.run(body, lambda p, t: self._w_piece.emit(p, t))
         reply = StepReply.from_chunks(chunks)
         calls = [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in reply.tool_calls]

@@ -505,6 +505,14 @@ class ChatController(QObject):
                     "tool results were not sent back to the model."
                 ).replace("%1", str(self._settings().tool_max_steps)),
             )
+        if stats.get("repeated"):
+            self.notice.emit(
+                "info",
+                self.tr(
+                    "Stopped: the model called %1 again with the same arguments after it "
+                    "already had that call's result."
+                ).replace("%1", str(stats["repeated"])),
+            )
         self.busy_changed.emit(False)
         self.chat_meta_changed.emit()
         self.reply_finished.emit(rid, state)
