@@ -439,6 +439,7 @@ def test_a_model_too_large_for_one_gpu_is_started_across_two(small, devices):
 
     path, spec = small
     layers = sum(fit_report(read_file_layers(path), 2048).layer_sizes())
+
     def free(device: DeviceId) -> int:  # its backend's context and 3/4 of the layers
         return Gpu(device, 0).minimum_memory + layers * 3 // 4
 

@@ -10,9 +10,9 @@ cache and takes both products with broadcasts into vector lanes.
 Used where the extension is built, the CPU has AVX-512 (F, DQ) and FMA, the operands are F32
 and the value head size is a multiple of 16 up to 128; `HEARTH_CPU_KERNELS=0` turns it off
 (as it does the quantized kernel), and so does `HEARTH_CPU_KERNELS=avx2` (an AVX2-only CPU's
-code paths, for testing an AVX-512 machine as one). Elsewhere `full_attention` keeps ggml's nodes. The result
-is F32 throughout; it differs from ggml's nodes by float rounding only (another summation
-order), which the op tests bound.
+code paths, for testing an AVX-512 machine as one). Elsewhere `full_attention` keeps ggml's
+nodes. The result is F32 throughout; it differs from ggml's nodes by float rounding only
+(another summation order), which the op tests bound.
 """
 
 from __future__ import annotations
