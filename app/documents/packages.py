@@ -46,19 +46,40 @@ def _size(n: int) -> str:
     return f"{n / 2**20:,.0f} MiB" if n >= 2**20 else f"{max(n, 1) / 2**10:,.0f} KiB"
 
 
+def _directory_size(path: Path) -> int:
+    """The size of the zip's list of parts (its central directory) as its end record declares
+    it, read before `zipfile` reads the list; 0 when no end record is found (then `zipfile`
+    refuses the file). The end record is the last `PK\\5\\6` in the file's final 64 KiB + 22
+    bytes (its comment is at most 64 KiB); the size is its 4 bytes at offset 12 (0xFFFFFFFF:
+    ZIP64, whose record gives 8 bytes at offset 40, from the locator 20 bytes before)."""
+    with open(path, "rb") as f:
+        f.seek(0, 2)
+        length = f.tell()
+        start = max(0, length - (65535 + 22))
+        f.seek(start)
+        tail = f.read()
+        at = tail.rfind(b"PK\x05\x06")
+        if at < 0 or len(tail) - at < 22:
+            return 0
+        size = int.from_bytes(tail[at + 12 : at + 16], "little")
+        if size != 0xFFFFFFFF or at < 20 or tail[at - 20 : at - 16] != b"PK\x06\x07":
+            return size
+        f.seek(int.from_bytes(tail[at - 12 : at - 4], "little"))
+        record = f.read(56)
+        if record[:4] != b"PK\x06\x06":
+            return size
+        return int.from_bytes(record[40:48], "little")
+
+
 def check_package(path: Path, kind: str) -> None:
     """Raise `DocumentError` with a sentence when the zip at `path` (a `kind`, e.g. "Word
     document") would unpack past the bounds (module docstring). A file that is not a zip, or
     whose data is corrupt, raises what `zipfile` raises (`BadZipFile`, `zlib.error`, ...)."""
-    with open(path, "rb") as f:
-        # zipfile's own reading of the end record, so that the size checked is the size the
-        # parser will read (a private function, stable since Python 2; without it, the
-        # directory is bounded by the file's size only)
-        end_record = getattr(zipfile, "_EndRecData", lambda _f: None)(f)
-    if end_record is not None and end_record[zipfile._ECD_SIZE] > MAX_DIRECTORY_BYTES:
+    directory = _directory_size(path)
+    if directory > MAX_DIRECTORY_BYTES:
         raise DocumentError(
             f"{path.name} lists too many parts (its list of parts is "
-            f"{_size(end_record[zipfile._ECD_SIZE])}); Hearth reads {kind}s whose list is at "
+            f"{_size(directory)}); Hearth reads {kind}s whose list is at "
             f"most {_size(MAX_DIRECTORY_BYTES)}."
         )
     with zipfile.ZipFile(path) as zf:
