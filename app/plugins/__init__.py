@@ -14,7 +14,9 @@ The guide is docs/plugins.md.
   declarations (`weight`, `bind`) and the shared ops (`linear`, `rms_norm`, `layer_norm`,
   `gelu_tanh`, `attention`, `full_attention`).
 * Transformer building blocks (`hearth.plugins.transformer`): `TransformerConfig` with
-  `ConfigDefaults`, `Attention`, `GatedMLP`, `Block`, `layers`/`Layer`, `Transformer`
+  `ConfigDefaults`, `Attention` (`NormedAttention`: per-head q/k norms; `FusedAttention`:
+  one q/k/v matrix; `Attend`: what they share), `GatedMLP` (`FusedMLP`: one gate/up
+  matrix), `Block` (`PreNormBlock`: what the pre-norm layer reads), `layers`/`Layer`, `Transformer`
   (`block_for` for layers of several kinds), `StandardTransformer`, `part`/`bind_parts`,
   `read_rope`, `with_multimodal`.
 * Images: `images` (decoding and pixel normalisation: `images.decode_rgb`, ...), and for
@@ -73,11 +75,16 @@ from .conversion import (
 )
 from .hookspecs import Register, hookimpl
 from .transformer import (
+    Attend,
     Attention,
     Block,
     ConfigDefaults,
+    FusedAttention,
+    FusedMLP,
     GatedMLP,
     Layer,
+    NormedAttention,
+    PreNormBlock,
     StandardTransformer,
     Transformer,
     TransformerConfig,
@@ -93,6 +100,7 @@ __all__ = [
     "MAX_POS",
     "Architecture",
     "ArchitectureSpec",
+    "Attend",
     "Attention",
     "Batch",
     "Block",
@@ -107,12 +115,16 @@ __all__ = [
     "Encoder",
     "EncoderAttention",
     "EncoderConfig",
+    "FusedAttention",
+    "FusedMLP",
     "GatedMLP",
     "Input",
     "Layer",
     "Metadata",
     "Multimodal",
     "MultimodalNotSupportedError",
+    "NormedAttention",
+    "PreNormBlock",
     "Register",
     "RegisterConverter",
     "RopeOptions",

@@ -14,7 +14,14 @@ __all__ = ["BUILTIN_PLUGINS", "ENTRY_POINT_GROUP", "create_plugin_manager"]
 
 ENTRY_POINT_GROUP = "hearth.plugins"
 # Registered by module name (not entry points) so that frozen builds find them.
-BUILTIN_PLUGINS = ("hearth_llama", "hearth_gemma3", "hearth_mllama")
+BUILTIN_PLUGINS = (
+    "hearth_llama",
+    "hearth_gemma3",
+    "hearth_mllama",
+    "hearth_qwen2",
+    "hearth_qwen3",
+    "hearth_phi3",
+)
 
 
 def create_plugin_manager(

@@ -29,7 +29,7 @@ import dataclasses
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, Literal, Self, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, Self, TypeVar, cast
 
 from ..engine.architecture import Architecture, Metadata, Weights
 from ..engine.input import Batch
@@ -50,11 +50,16 @@ if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
 __all__ = [
+    "Attend",
     "Attention",
     "Block",
     "ConfigDefaults",
+    "FusedAttention",
+    "FusedMLP",
     "GatedMLP",
     "Layer",
+    "NormedAttention",
+    "PreNormBlock",
     "StandardTransformer",
     "Transformer",
     "TransformerConfig",
@@ -169,31 +174,18 @@ class TransformerConfig:
         )
 
 
-@dataclass
-class Attention:
-    """Self-attention weights of one layer (`blk.N.attn_*`); biases bind when present."""
+class Attend:
+    """What every self-attention weight group does once it has per-head q, k and v: RoPE,
+    attention through the KV cache, the output projection. A group subclasses it, binds
+    `attn_output` (and `attn_output_bias`) and writes `qkv`."""
 
-    attn_q: Tensor = weight()
-    attn_k: Tensor = weight()
-    attn_v: Tensor = weight()
-    attn_output: Tensor = weight()
-    attn_q_bias: Tensor | None = weight("attn_q.bias", optional=True)
-    attn_k_bias: Tensor | None = weight("attn_k.bias", optional=True)
-    attn_v_bias: Tensor | None = weight("attn_v.bias", optional=True)
-    attn_output_bias: Tensor | None = weight("attn_output.bias", optional=True)
+    attn_output: Tensor
+    attn_output_bias: Tensor | None
 
     def qkv(self, ctx: Context, x: Tensor, cfg: TransformerConfig) -> tuple[Tensor, Tensor, Tensor]:
         """x `[embd, n]` -> q `[key_length, heads, n]`, k `[key_length, kv_heads, n]`,
-        v `[value_length, kv_heads, n]` (biases added before the reshape)."""
-        n = x.dim(1)
-        q = linear(ctx, x, self.attn_q, self.attn_q_bias)
-        k = linear(ctx, x, self.attn_k, self.attn_k_bias)
-        v = linear(ctx, x, self.attn_v, self.attn_v_bias)
-        return (
-            ctx.reshape(q, cfg.key_length, cfg.head_count, n),
-            ctx.reshape(k, cfg.key_length, cfg.head_count_kv, n),
-            ctx.reshape(v, cfg.value_length, cfg.head_count_kv, n),
-        )
+        v `[value_length, kv_heads, n]`."""
+        raise NotImplementedError
 
     def forward(
         self,
@@ -217,6 +209,72 @@ class Attention:
     def output(self, ctx: Context, a: Tensor) -> Tensor:
         """The output projection: `[value_length*heads, n]` -> `[embd, n]`."""
         return linear(ctx, a, self.attn_output, self.attn_output_bias)
+
+
+@dataclass
+class Attention(Attend):
+    """Self-attention weights of one layer (`blk.N.attn_*`); biases bind when present."""
+
+    attn_q: Tensor = weight()
+    attn_k: Tensor = weight()
+    attn_v: Tensor = weight()
+    attn_output: Tensor = weight()
+    attn_q_bias: Tensor | None = weight("attn_q.bias", optional=True)
+    attn_k_bias: Tensor | None = weight("attn_k.bias", optional=True)
+    attn_v_bias: Tensor | None = weight("attn_v.bias", optional=True)
+    attn_output_bias: Tensor | None = weight("attn_output.bias", optional=True)
+
+    def qkv(self, ctx: Context, x: Tensor, cfg: TransformerConfig) -> tuple[Tensor, Tensor, Tensor]:
+        """Three projections (biases added before the reshape)."""
+        n = x.dim(1)
+        q = linear(ctx, x, self.attn_q, self.attn_q_bias)
+        k = linear(ctx, x, self.attn_k, self.attn_k_bias)
+        v = linear(ctx, x, self.attn_v, self.attn_v_bias)
+        return (
+            ctx.reshape(q, cfg.key_length, cfg.head_count, n),
+            ctx.reshape(k, cfg.key_length, cfg.head_count_kv, n),
+            ctx.reshape(v, cfg.value_length, cfg.head_count_kv, n),
+        )
+
+
+@dataclass
+class NormedAttention(Attention):
+    """`Attention` with RMS-normed queries and keys, per head (`attn_q_norm`, `attn_k_norm`
+    `[key_length]`), before RoPE: Qwen3."""
+
+    attn_q_norm: Tensor = weight()
+    attn_k_norm: Tensor = weight()
+
+    def qkv(self, ctx: Context, x: Tensor, cfg: TransformerConfig) -> tuple[Tensor, Tensor, Tensor]:
+        q, k, v = super().qkv(ctx, x, cfg)
+        q = rms_norm(ctx, q, self.attn_q_norm, cfg.rms_eps)
+        return q, rms_norm(ctx, k, self.attn_k_norm, cfg.rms_eps), v
+
+
+@dataclass
+class FusedAttention(Attend):
+    """Self-attention with one projection for q, k and v (`blk.N.attn_qkv`: Phi-3): its rows
+    are the queries, then the keys, then the values."""
+
+    attn_qkv: Tensor = weight()
+    attn_output: Tensor = weight()
+    attn_qkv_bias: Tensor | None = weight("attn_qkv.bias", optional=True)
+    attn_output_bias: Tensor | None = weight("attn_output.bias", optional=True)
+
+    def qkv(self, ctx: Context, x: Tensor, cfg: TransformerConfig) -> tuple[Tensor, Tensor, Tensor]:
+        """Views of the one product (v made contiguous for the cache), as llama.cpp's."""
+        qkv = linear(ctx, x, self.attn_qkv, self.attn_qkv_bias)  # [q + 2 kv, n]
+        n, f32 = x.dim(1), qkv.strides[0]
+        q_size = cfg.key_length * cfg.head_count
+        k_size = cfg.key_length * cfg.head_count_kv
+
+        def heads(size: int, count: int, offset: int) -> Tensor:  # [size, count, n]
+            return ctx.view(qkv, (size, count, n), (size * f32, qkv.strides[1]), offset * f32)
+
+        q = heads(cfg.key_length, cfg.head_count, 0)
+        k = heads(cfg.key_length, cfg.head_count_kv, q_size)
+        v = heads(cfg.value_length, cfg.head_count_kv, q_size + k_size)
+        return q, k, ctx.cont(v)
 
 
 @dataclass
@@ -248,6 +306,23 @@ class GatedMLP:
 
 
 @dataclass
+class FusedMLP:
+    """A gated feed-forward network whose gate and up projections are one matrix
+    (`blk.N.ffn_up` `[embd, 2 ffn]`: Phi-3): the first half of its rows is the gate."""
+
+    ffn_up: Tensor = weight()
+    ffn_down: Tensor = weight()
+
+    def forward(self, ctx: Context, x: Tensor) -> Tensor:
+        """down(silu(gate·x) * up·x): `[embd, n]` -> `[embd, n]` (SwiGLU over the halves)."""
+        both = ctx.mul_mat(self.ffn_up, x)  # [2 ffn, n]
+        ffn, n, f32 = both.dim(0) // 2, x.dim(1), both.strides[0]
+        gate = ctx.view(both, (ffn, n), (both.strides[1],))
+        up = ctx.view(both, (ffn, n), (both.strides[1],), ffn * f32)
+        return ctx.mul_mat(self.ffn_down, ctx.swiglu(gate, up))
+
+
+@dataclass
 class Block:
     """A pre-norm layer's weights: `attn_norm`, `attn`, `ffn_norm`, `mlp`. Subclass it to add
     tensors (and redeclare `attn`/`mlp` with a subclass of theirs)."""
@@ -256,6 +331,24 @@ class Block:
     attn: Attention = part(Attention)
     ffn_norm: Tensor = weight()
     mlp: GatedMLP = part(GatedMLP)
+
+
+class PreNormBlock(Protocol):
+    """What `pre_norm_layer` reads: a `Block`, or a group of other weights with these parts
+    (Phi-3's fused projections)."""
+
+    @property
+    def attn_norm(self) -> Tensor: ...
+    @property
+    def attn(self) -> Attend: ...
+    @property
+    def ffn_norm(self) -> Tensor: ...
+    @property
+    def mlp(self) -> _FeedForward: ...
+
+
+class _FeedForward(Protocol):
+    def forward(self, ctx: Context, x: Tensor) -> Tensor: ...
 
 
 @dataclass(frozen=True)
@@ -341,7 +434,7 @@ class Transformer(Architecture[C], Generic[C, B]):
         the last layer: see `Layer.output_rows`). The cache is already at this layer."""
 
     def pre_norm_layer(
-        self, ctx: Context, at: Layer, block: Block, h: Tensor, cache: Cache
+        self, ctx: Context, at: Layer, block: PreNormBlock, h: Tensor, cache: Cache
     ) -> Tensor:
         """The pre-norm layer of Llama, Qwen2, Mistral and kin: `h += attn(rms_norm(h))`,
         then `h += mlp(rms_norm(h))`, SwiGLU, RoPE from `rope(layer)` and `rope_factors`."""
@@ -369,10 +462,12 @@ class Transformer(Architecture[C], Generic[C, B]):
 
 
 class StandardTransformer(Transformer[C, Block]):
-    """`pre_norm_layer` in every layer: Llama, Qwen2, Mistral and kin."""
+    """`pre_norm_layer` in every layer: Llama, Qwen2, Mistral and kin. `block`: the layers'
+    weights class, a `Block` subclass where the layer has more weights (Qwen3's
+    `NormedAttention`)."""
 
-    def __init__(self, config: C, weights: Weights) -> None:
-        super().__init__(config, weights, Block)
+    def __init__(self, config: C, weights: Weights, block: type[Block] = Block) -> None:
+        super().__init__(config, weights, block)
 
     def layer(self, ctx: Context, at: Layer, block: Block, h: Tensor, cache: Cache) -> Tensor:
         return self.pre_norm_layer(ctx, at, block, h, cache)
