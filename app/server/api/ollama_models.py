@@ -206,6 +206,7 @@ def _ps_entry(entry: Loaded) -> dict[str, Any]:
         "context_length": spec.options.num_ctx,
         "hearth": {
             "pid": runner.pid,
+            "engine": spec.options.engine,
             "parallel": spec.options.parallel,
             "parallel_reason": spec.parallel_reason,
             "active_requests": entry.refs,
