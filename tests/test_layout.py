@@ -80,7 +80,10 @@ STRICT = {
     "hearth_llama": "plugins/llama",
     "hearth_gemma3": "plugins/gemma3",
     "hearth_mllama": "plugins/mllama",
-    "hearth_qwen2": "examples/hearth-qwen2/hearth_qwen2",
+    "hearth_qwen2": "plugins/qwen2",
+    "hearth_qwen3": "plugins/qwen3",
+    "hearth_phi3": "plugins/phi3",
+    "hearth_granite": "examples/hearth-granite/hearth_granite",
 }
 
 

@@ -1,4 +1,4 @@
-"""Any GGUF runs (issue 14): a tiny random Granite (no Hearth plugin), converted by llama.cpp's
+"""Any GGUF runs (issue 14): a tiny random ERNIE 4.5 (no Hearth plugin), converted by llama.cpp's
 converter, served by a live `hearth serve` on the llama.cpp engine and driven with the real
 `ollama` and `openai` clients; the answers are checked against llama-cpp-python run directly
 (in its own process) on the same file and prompt tokens. And the tiny llama file, forced to
@@ -50,8 +50,8 @@ def _show(server: LiveServer, name: str) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def qwen2(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A ChatML model of an architecture no Hearth plugin registers (granite)."""
-    return tiny_chat_gguf(tmp_path_factory.mktemp("granite"), "granite")
+    """A ChatML model of an architecture no Hearth plugin registers (ernie4_5)."""
+    return tiny_chat_gguf(tmp_path_factory.mktemp("ernie"), "ernie4_5")
 
 
 @pytest.fixture(scope="module")
@@ -78,8 +78,8 @@ def test_show_says_llamacpp_and_why(server: LiveServer) -> None:
     shown = ollama.Client(host=server.url).show("qwen-tiny").model_dump()
     hearth = _show(server, "qwen-tiny")
     assert hearth["engine"] == "llamacpp"
-    assert hearth["engine_reason"] == "no Hearth plugin for architecture 'granite'"
-    assert shown["details"]["family"] == "granite"
+    assert hearth["engine_reason"] == "no Hearth plugin for architecture 'ernie4_5'"
+    assert shown["details"]["family"] == "ernie4_5"
     assert "completion" in (shown["capabilities"] or [])
     forced = _show(server, "llama-cpp")
     assert forced["engine"] == "llamacpp"

@@ -6,8 +6,9 @@ independent tool.
 
 `tiny_chat_gguf(work, "qwen3")` is the F32 GGUF; `build_tiny_chat(folder, "qwen3")` the
 Hugging Face folder. Architectures: qwen2 (q/k/v biases), qwen3 (per-head q/k norms, head
-size of its own), phi3 (fused projections; `long_rope=True`: longrope factors), olmo2 (post
-norms, q/k norms over the whole projection), granite (multipliers)."""
+size of its own), phi3 (fused projections; `long_rope`: longrope factors), granite
+(multipliers; the example third-party plugin's), ernie4_5 (an architecture Hearth has no
+plugin for: the llama.cpp engine's)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ CHATML = (
     "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 SPECIALS = ("<|im_start|>", "<|im_end|>")
+# llama.cpp sets attributes of these by name in a file named like the architecture (phi3).
+MORE_SPECIALS = {"phi3": ("<|endoftext|>",)}
 
 _COMMON: dict[str, Any] = {
     "vocab_size": 404,
@@ -40,7 +43,7 @@ ARCHITECTURES: dict[str, tuple[str, str, dict[str, Any]]] = {
     "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", {"rope_theta": 10000.0}),
     "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", {"head_dim": 32, "rope_theta": 1e6}),
     "phi3": ("Phi3Config", "Phi3ForCausalLM", {"rms_norm_eps": 1e-5, "pad_token_id": 0}),
-    "olmo2": ("Olmo2Config", "Olmo2ForCausalLM", {"pad_token_id": 0}),
+    "ernie4_5": ("Ernie4_5Config", "Ernie4_5ForCausalLM", {"pad_token_id": 0}),
     "granite": (
         "GraniteConfig",
         "GraniteForCausalLM",
@@ -101,10 +104,11 @@ def build_tiny_chat(
 
     config_name, model_name, own = ARCHITECTURES[architecture]
     folder.mkdir(parents=True, exist_ok=True)
-    model_bytes = train_spm(400, user_defined=SPECIALS)
+    specials = SPECIALS + MORE_SPECIALS.get(architecture, ())
+    model_bytes = train_spm(400, user_defined=specials)
     (folder / "tokenizer.model").write_bytes(model_bytes)
     sp = spm.SentencePieceProcessor(model_proto=model_bytes)
-    ids = {t: sp.piece_to_id(t) for t in SPECIALS}
+    ids = {t: sp.piece_to_id(t) for t in specials}
     (folder / "tokenizer_config.json").write_text(json.dumps(tokenizer_config(CHATML, ids)))
     values = {**_COMMON, **own, "eos_token_id": ids["<|im_end|>"], **settings}
     if long_rope:

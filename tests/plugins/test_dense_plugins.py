@@ -109,7 +109,7 @@ def test_reads_qwen3_and_phi3_metadata() -> None:
         )
     )
     assert (qwen3.key_length, qwen3.rope.dims, qwen3.rope.neox) == (128, 128, True)
-    assert qwen3.rope.base == 1e6 and qwen3.attention_scale == 128**-0.5
+    assert qwen3.rope.base == 1e6 and qwen3.attention_scale == pytest.approx(128**-0.5)
     phi3 = Phi3Config.from_gguf(
         Metadata(
             {
