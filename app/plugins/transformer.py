@@ -422,7 +422,12 @@ class Transformer(Architecture[C], Generic[C, B]):
         return self.config.rope
 
     def shift(self, ctx: Context, layer: int, key: Tensor, delta: Tensor) -> Tensor:
-        return ctx.rope(key, delta, self.rope(layer), self.rope_factors)
+        """Rotate cached keys by `delta`: the layer's RoPE without its `attn_factor`, which
+        scaled the keys once when they were stored (Phi-3's long-context files)."""
+        opts = self.rope(layer)
+        if opts.attn_factor != 1.0:
+            opts = dataclasses.replace(opts, attn_factor=1.0)
+        return ctx.rope(key, delta, opts, self.rope_factors)
 
     def embed(self, ctx: Context, batch: Batch) -> Tensor:
         """The input hidden states `[embd, n]`: token embeddings."""
