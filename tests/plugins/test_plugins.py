@@ -286,3 +286,15 @@ def test_the_purity_check_catches_imports_beside_the_kit(tmp_path):
     tests.mkdir()
     (tests / "test_x.py").write_text("from hearth.plugins.testing import run_conformance\n")
     assert _forbidden([tests / "test_x.py"]) == []
+
+
+def test_the_installer_bundles_every_builtin_plugin():
+    """installer/hearth.spec's PLUGINS (collected into the frozen app) is BUILTIN_PLUGINS."""
+    spec = ast.parse((REPO / "installer" / "hearth.spec").read_text())
+    (listed,) = [
+        ast.literal_eval(node.value)
+        for node in spec.body
+        if isinstance(node, ast.Assign)
+        and any(isinstance(t, ast.Name) and t.id == "PLUGINS" for t in node.targets)
+    ]
+    assert tuple(listed) == BUILTIN_PLUGINS
