@@ -7,8 +7,9 @@ From the bottom up (shapes in ggml order; `n` is the number of tokens in the bat
   architecture's values for keys a file leaves out.
 * `Attention`: one layer's `attn_q/k/v/output` weights (biases when the file has them);
   `qkv()` projects `[embd, n]` to per-head queries, keys and values, `forward()` adds RoPE
-  and attention through the KV cache (grouped-query heads included).
-* `GatedMLP`: `ffn_gate/up/down` with SiLU (SwiGLU) or GELU (GeGLU).
+  and attention through the KV cache (grouped-query heads included); `NormedAttention` and
+  `FusedAttention` are its Qwen3 and Phi-3 kin (module `parts.py`, re-exported here).
+* `GatedMLP`: `ffn_gate/up/down` with SiLU (SwiGLU) or GELU (GeGLU); `FusedMLP` (Phi-3).
 * `Block`: a pre-norm layer's weights (`attn_norm`, `Attention`, `ffn_norm`, `GatedMLP`).
 * `layers(cache, batch, blocks)`: the layer loop; points the cache at each layer, and
   `Layer.output_rows` drops the rows nobody wants logits for in the last layer.
@@ -29,7 +30,7 @@ import dataclasses
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, Self, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Generic, Protocol, Self, TypeVar, cast
 
 from ..engine.architecture import Architecture, Metadata, Weights
 from ..engine.input import Batch
@@ -38,13 +39,12 @@ from ..engine.ml import (
     Context,
     RopeOptions,
     Tensor,
-    attention,
     bind,
-    gelu_tanh,
     linear,
     rms_norm,
     weight,
 )
+from .parts import Attend, Attention, FusedAttention, FusedMLP, GatedMLP, NormedAttention
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -172,154 +172,6 @@ class TransformerConfig:
             context_length=meta.uint("context_length", defaults.context_length),
             **extra,
         )
-
-
-class Attend:
-    """What every self-attention weight group does once it has per-head q, k and v: RoPE,
-    attention through the KV cache, the output projection. A group subclasses it, binds
-    `attn_output` (and `attn_output_bias`) and writes `qkv`."""
-
-    attn_output: Tensor
-    attn_output_bias: Tensor | None
-
-    def qkv(self, ctx: Context, x: Tensor, cfg: TransformerConfig) -> tuple[Tensor, Tensor, Tensor]:
-        """x `[embd, n]` -> q `[key_length, heads, n]`, k `[key_length, kv_heads, n]`,
-        v `[value_length, kv_heads, n]`."""
-        raise NotImplementedError
-
-    def forward(
-        self,
-        ctx: Context,
-        x: Tensor,
-        positions: Tensor,
-        cache: Cache,
-        cfg: TransformerConfig,
-        rope: RopeOptions,
-        factors: Tensor | None = None,
-    ) -> Tensor:
-        """Project, RoPE q and k at `positions` (I32 `[n]`; `factors`: per-frequency
-        divisors such as Llama 3.1's `rope_freqs`), store k and v in the cache's current
-        layer and attend, scaled by `cfg.attention_scale`. Returns `[value_length*heads, n]`
-        (before the output projection: prune rows first, then call `output`)."""
-        q, k, v = self.qkv(ctx, x, cfg)
-        q = ctx.rope(q, positions, rope, factors)
-        k = ctx.rope(k, positions, rope, factors)
-        return attention(ctx, q, k, v, cfg.attention_scale, cache)
-
-    def output(self, ctx: Context, a: Tensor) -> Tensor:
-        """The output projection: `[value_length*heads, n]` -> `[embd, n]`."""
-        return linear(ctx, a, self.attn_output, self.attn_output_bias)
-
-
-@dataclass
-class Attention(Attend):
-    """Self-attention weights of one layer (`blk.N.attn_*`); biases bind when present."""
-
-    attn_q: Tensor = weight()
-    attn_k: Tensor = weight()
-    attn_v: Tensor = weight()
-    attn_output: Tensor = weight()
-    attn_q_bias: Tensor | None = weight("attn_q.bias", optional=True)
-    attn_k_bias: Tensor | None = weight("attn_k.bias", optional=True)
-    attn_v_bias: Tensor | None = weight("attn_v.bias", optional=True)
-    attn_output_bias: Tensor | None = weight("attn_output.bias", optional=True)
-
-    def qkv(self, ctx: Context, x: Tensor, cfg: TransformerConfig) -> tuple[Tensor, Tensor, Tensor]:
-        """Three projections (biases added before the reshape)."""
-        n = x.dim(1)
-        q = linear(ctx, x, self.attn_q, self.attn_q_bias)
-        k = linear(ctx, x, self.attn_k, self.attn_k_bias)
-        v = linear(ctx, x, self.attn_v, self.attn_v_bias)
-        return (
-            ctx.reshape(q, cfg.key_length, cfg.head_count, n),
-            ctx.reshape(k, cfg.key_length, cfg.head_count_kv, n),
-            ctx.reshape(v, cfg.value_length, cfg.head_count_kv, n),
-        )
-
-
-@dataclass
-class NormedAttention(Attention):
-    """`Attention` with RMS-normed queries and keys, per head (`attn_q_norm`, `attn_k_norm`
-    `[key_length]`), before RoPE: Qwen3."""
-
-    attn_q_norm: Tensor = weight()
-    attn_k_norm: Tensor = weight()
-
-    def qkv(self, ctx: Context, x: Tensor, cfg: TransformerConfig) -> tuple[Tensor, Tensor, Tensor]:
-        q, k, v = super().qkv(ctx, x, cfg)
-        q = rms_norm(ctx, q, self.attn_q_norm, cfg.rms_eps)
-        return q, rms_norm(ctx, k, self.attn_k_norm, cfg.rms_eps), v
-
-
-@dataclass
-class FusedAttention(Attend):
-    """Self-attention with one projection for q, k and v (`blk.N.attn_qkv`: Phi-3): its rows
-    are the queries, then the keys, then the values."""
-
-    attn_qkv: Tensor = weight()
-    attn_output: Tensor = weight()
-    attn_qkv_bias: Tensor | None = weight("attn_qkv.bias", optional=True)
-    attn_output_bias: Tensor | None = weight("attn_output.bias", optional=True)
-
-    def qkv(self, ctx: Context, x: Tensor, cfg: TransformerConfig) -> tuple[Tensor, Tensor, Tensor]:
-        """Views of the one product (v made contiguous for the cache), as llama.cpp's."""
-        qkv = linear(ctx, x, self.attn_qkv, self.attn_qkv_bias)  # [q + 2 kv, n]
-        n, f32 = x.dim(1), qkv.strides[0]
-        q_size = cfg.key_length * cfg.head_count
-        k_size = cfg.key_length * cfg.head_count_kv
-
-        def heads(size: int, count: int, offset: int) -> Tensor:  # [size, count, n]
-            return ctx.view(qkv, (size, count, n), (size * f32, qkv.strides[1]), offset * f32)
-
-        q = heads(cfg.key_length, cfg.head_count, 0)
-        k = heads(cfg.key_length, cfg.head_count_kv, q_size)
-        v = heads(cfg.value_length, cfg.head_count_kv, q_size + k_size)
-        return q, k, ctx.cont(v)
-
-
-@dataclass
-class GatedMLP:
-    """The gated feed-forward network of one layer (`blk.N.ffn_gate/up/down`)."""
-
-    ffn_gate: Tensor = weight()
-    ffn_up: Tensor = weight()
-    ffn_down: Tensor = weight()
-
-    def forward(
-        self,
-        ctx: Context,
-        x: Tensor,
-        activation: Literal["silu", "gelu", "gelu_f32"] = "silu",
-    ) -> Tensor:
-        """down(act(gate·x) * up·x): `[embd, n]` -> `[embd, n]`; SiLU is SwiGLU (Llama,
-        Qwen), GELU is GeGLU (Gemma), fused in one op either way, as llama.cpp computes them
-        (ggml's GELU reads a table of F16 values, up to 2e-3 off). "gelu_f32" is the tanh
-        GELU in F32 throughout (`nn.gelu_tanh`, eight ops): as close as PyTorch's."""
-        gate, up = ctx.mul_mat(self.ffn_gate, x), ctx.mul_mat(self.ffn_up, x)
-        if activation == "silu":
-            h = ctx.swiglu(gate, up)
-        elif activation == "gelu":
-            h = ctx.geglu(gate, up)
-        else:
-            h = ctx.mul(gelu_tanh(ctx, gate), up)
-        return ctx.mul_mat(self.ffn_down, h)  # [embd, n]
-
-
-@dataclass
-class FusedMLP:
-    """A gated feed-forward network whose gate and up projections are one matrix
-    (`blk.N.ffn_up` `[embd, 2 ffn]`: Phi-3): the first half of its rows is the gate."""
-
-    ffn_up: Tensor = weight()
-    ffn_down: Tensor = weight()
-
-    def forward(self, ctx: Context, x: Tensor) -> Tensor:
-        """down(silu(gate·x) * up·x): `[embd, n]` -> `[embd, n]` (SwiGLU over the halves)."""
-        both = ctx.mul_mat(self.ffn_up, x)  # [2 ffn, n]
-        ffn, n, f32 = both.dim(0) // 2, x.dim(1), both.strides[0]
-        gate = ctx.view(both, (ffn, n), (both.strides[1],))
-        up = ctx.view(both, (ffn, n), (both.strides[1],), ffn * f32)
-        return ctx.mul_mat(self.ffn_down, ctx.swiglu(gate, up))
 
 
 @dataclass
