@@ -9,15 +9,29 @@ Re-exported by `hearth.plugins.transformer` and `hearth.plugins`."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import Literal, Protocol
 
 from ..engine.kvcache import Cache
 from ..engine.ml import Context, RopeOptions, Tensor, attention, gelu_tanh, linear, rms_norm, weight
 
-if TYPE_CHECKING:
-    from .transformer import TransformerConfig
-
 __all__ = ["Attend", "Attention", "FusedAttention", "FusedMLP", "GatedMLP", "NormedAttention"]
+
+
+class TransformerConfig(Protocol):
+    """The sizes attention reads (`hearth.plugins.TransformerConfig` has them)."""
+
+    @property
+    def head_count(self) -> int: ...
+    @property
+    def head_count_kv(self) -> int: ...
+    @property
+    def key_length(self) -> int: ...
+    @property
+    def value_length(self) -> int: ...
+    @property
+    def rms_eps(self) -> float: ...
+    @property
+    def attention_scale(self) -> float: ...
 
 
 class Attend:
