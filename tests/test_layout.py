@@ -80,9 +80,12 @@ STRICT = {
     "hearth_llama": "plugins/llama",
     "hearth_gemma3": "plugins/gemma3",
     "hearth_mllama": "plugins/mllama",
+    "hearth_qwen2": "plugins/qwen2",
+    "hearth_qwen3": "plugins/qwen3",
+    "hearth_phi3": "plugins/phi3",
+    "hearth_granite": "examples/hearth-granite/hearth_granite",
     "hearth_qwen3moe": "plugins/qwen3moe",
     "hearth_gpt_oss": "plugins/gpt_oss",
-    "hearth_qwen2": "examples/hearth-qwen2/hearth_qwen2",
 }
 
 

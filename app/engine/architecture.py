@@ -119,6 +119,11 @@ class Architecture(abc.ABC, Generic[C]):
         the weights are bound and before they are loaded: raise ValueError with a sentence
         for the user. The default accepts everything."""
 
+    def set_context(self, per_sequence: int) -> None:
+        """The engine's context per sequence (`num_ctx`), told before it sizes the cache and
+        builds any graph: for settings that depend on it, as Phi-3's long-context RoPE
+        factors do in llama.cpp. The default ignores it."""
+
     def make_cache(self) -> Cache:
         """A new, uninitialised KV cache for this model; the engine sizes it (`init`).
 

@@ -68,6 +68,7 @@ class ForwardEngine:
         self.vocab_size = loaded.tokenizer.vocab_size
         pooling = loaded.file.metadata.uint("pooling_type", 0)
         self.pooling = {1: "mean", 2: "first"}.get(pooling, "last")  # embeddings
+        self.model.set_context(num_ctx)
         cache = self.model.make_cache()
         if cache is None:
             raise ValueError("models without a KV cache are not supported yet")

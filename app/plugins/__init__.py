@@ -14,10 +14,12 @@ The guide is docs/plugins.md.
   declarations (`weight`, `bind`) and the shared ops (`linear`, `rms_norm`, `layer_norm`,
   `gelu_tanh`, `attention`, `full_attention`).
 * Transformer building blocks (`hearth.plugins.transformer`): `TransformerConfig` with
-  `ConfigDefaults`, `Attention`, `GatedMLP`, `Block`, `layers`/`Layer`, `Transformer`
-  (`block_for` for layers of several kinds), `StandardTransformer`, `QKNormAttention` (per-head
-  q/k norms: Qwen3), `part`/`bind_parts`, `with_multimodal`; settings read as llama.cpp reads
-  them (`hearth.plugins.settings`): `read_rope` (linear and YaRN scaling), `sliding_layers`.
+  `ConfigDefaults`, `Attention` (`NormedAttention`: per-head q/k norms; `FusedAttention`:
+  one q/k/v matrix; `Attend`: what they share), `GatedMLP` (`FusedMLP`: one gate/up
+  matrix), `Block` (`PreNormBlock`: what the pre-norm layer reads), `layers`/`Layer`, `Transformer`
+  (`block_for` for layers of several kinds), `StandardTransformer`, `part`/`bind_parts`,
+  `with_multimodal`; settings read as llama.cpp reads them
+  (`hearth.plugins.settings`): `read_rope` (linear and YaRN scaling), `sliding_layers`.
 * Routed experts (`hearth.plugins.moe`): `Routing` (expert count, k, gating, renormalisation,
   read from the file) and `Experts` (a layer's router and stacked experts through
   `mul_mat_id`).
@@ -79,12 +81,16 @@ from .hookspecs import Register, hookimpl
 from .moe import Experts, Routing
 from .settings import read_rope, sliding_layers
 from .transformer import (
+    Attend,
     Attention,
     Block,
     ConfigDefaults,
+    FusedAttention,
+    FusedMLP,
     GatedMLP,
     Layer,
-    QKNormAttention,
+    NormedAttention,
+    PreNormBlock,
     StandardTransformer,
     Transformer,
     TransformerConfig,
@@ -100,6 +106,7 @@ __all__ = [
     "MAX_POS",
     "Architecture",
     "ArchitectureSpec",
+    "Attend",
     "Attention",
     "Batch",
     "Block",
@@ -115,13 +122,16 @@ __all__ = [
     "EncoderAttention",
     "EncoderConfig",
     "Experts",
+    "FusedAttention",
+    "FusedMLP",
     "GatedMLP",
     "Input",
     "Layer",
     "Metadata",
     "Multimodal",
     "MultimodalNotSupportedError",
-    "QKNormAttention",
+    "NormedAttention",
+    "PreNormBlock",
     "Register",
     "RegisterConverter",
     "RopeOptions",

@@ -18,6 +18,9 @@ BUILTIN_PLUGINS = (
     "hearth_llama",
     "hearth_gemma3",
     "hearth_mllama",
+    "hearth_qwen2",
+    "hearth_qwen3",
+    "hearth_phi3",
     "hearth_qwen3moe",
     "hearth_gpt_oss",
 )

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any
 
@@ -11,7 +12,7 @@ import pluggy
 from ..engine.architecture import Architecture, ArchitectureSpec
 from ..engine.model import LoadedModel, load_model
 from .conversion import Converter, ConverterRegistry
-from .manager import create_plugin_manager
+from .manager import BUILTIN_PLUGINS, create_plugin_manager
 
 __all__ = [
     "ArchitectureRegistry",
@@ -25,6 +26,9 @@ __all__ = [
 ]
 
 
+log = logging.getLogger("hearth.plugins")
+
+
 class DuplicateArchitectureError(ValueError):
     pass
 
@@ -35,12 +39,18 @@ class UnknownArchitectureError(LookupError):
 
 class ArchitectureRegistry:
     """Name -> ArchitectureSpec, plus which plugin registered each name. The engine looks
-    architectures up through it (it satisfies `hearth.engine.architecture.Architectures`)."""
+    architectures up through it (it satisfies `hearth.engine.architecture.Architectures`).
 
-    def __init__(self) -> None:
+    One name, two plugins: a third-party plugin overrides a built-in one (logged, at
+    warning level, naming both); two third-party plugins, or two built-in ones, are an error
+    naming both (`DuplicateArchitectureError`)."""
+
+    def __init__(self, builtins: tuple[str, ...] = BUILTIN_PLUGINS) -> None:
         self._specs: dict[str, ArchitectureSpec[Any]] = {}
         self._owners: dict[str, str] = {}
+        self._builtins = frozenset(builtins)
         self.plugins: list[str] = []
+        self.overridden: dict[str, str] = {}  # architecture -> the built-in plugin overridden
 
     def register(self, spec: ArchitectureSpec[Any], plugin: str = "?") -> None:
         if not isinstance(spec, ArchitectureSpec):
@@ -51,10 +61,23 @@ class ArchitectureRegistry:
                 f"{spec.model!r}, which is not a subclass of hearth.plugins.Architecture"
             )
         if spec.name in self._specs:
-            raise DuplicateArchitectureError(
-                f"architecture '{spec.name}' is registered twice: by plugin "
-                f"'{self._owners[spec.name]}' and by plugin '{plugin}'"
+            other = self._owners[spec.name]
+            builtin, other_builtin = plugin in self._builtins, other in self._builtins
+            if builtin == other_builtin:
+                raise DuplicateArchitectureError(
+                    f"architecture '{spec.name}' is registered twice: by plugin "
+                    f"'{other}' and by plugin '{plugin}'"
+                )
+            third, built = (other, plugin) if builtin else (plugin, other)
+            self.overridden[spec.name] = built
+            log.warning(
+                "plugin '%s' overrides the built-in plugin '%s' for architecture '%s'",
+                third,
+                built,
+                spec.name,
             )
+            if builtin:  # the third-party plugin registered first: it keeps the name
+                return
         self._specs[spec.name] = spec
         self._owners[spec.name] = plugin
 

@@ -48,13 +48,14 @@ def read_rope(meta: Metadata, *, base: float, neox: bool, dims: int) -> RopeOpti
 
 
 def shift_rope(opts: RopeOptions) -> RopeOptions:
-    """The options that move RoPE'd keys to other positions: the same rotation without YaRN's
-    magnitude factor, which the keys already carry. ggml multiplies the attention factor by
-    (1 + 0.1 ln(1/scale)) whenever ext_factor is set, so the factor here is its inverse (in
-    F32, as ggml computes it), as llama.cpp shifts DeepSeek 2 (its shift of other YaRN models
-    scales the keys a second time)."""
+    """The options that move RoPE'd keys to other positions: the same rotation without the
+    magnitude the keys already carry from when they were stored. That is the file's attention
+    factor (Phi-3's long-context files) and, with YaRN, ggml's own (1 + 0.1 ln(1/scale)),
+    which it multiplies in whenever ext_factor is set: the factor here is then its inverse (in
+    F32, as ggml computes it), as llama.cpp shifts DeepSeek 2 (its shift of other YaRN models,
+    and of Phi-3's, scales the keys a second time)."""
     if opts.ext_factor == 0.0:
-        return opts
+        return opts if opts.attn_factor == 1.0 else dataclasses.replace(opts, attn_factor=1.0)
     f = np.float32(1.0) / (np.float32(1.0) + np.float32(0.1) * np.log(1 / np.float32(opts.scale)))
     return dataclasses.replace(opts, attn_factor=float(f))
 

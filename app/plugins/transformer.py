@@ -7,8 +7,9 @@ From the bottom up (shapes in ggml order; `n` is the number of tokens in the bat
   architecture's values for keys a file leaves out.
 * `Attention`: one layer's `attn_q/k/v/output` weights (biases when the file has them);
   `qkv()` projects `[embd, n]` to per-head queries, keys and values, `forward()` adds RoPE
-  and attention through the KV cache (grouped-query heads included).
-* `GatedMLP`: `ffn_gate/up/down` with SiLU (SwiGLU) or GELU (GeGLU).
+  and attention through the KV cache (grouped-query heads included); `NormedAttention` and
+  `FusedAttention` are its Qwen3 and Phi-3 kin (module `parts.py`, re-exported here).
+* `GatedMLP`: `ffn_gate/up/down` with SiLU (SwiGLU) or GELU (GeGLU); `FusedMLP` (Phi-3).
 * `Block`: a pre-norm layer's weights (`attn_norm`, `Attention`, `ffn_norm`, `GatedMLP`).
 * `layers(cache, batch, blocks)`: the layer loop; points the cache at each layer, and
   `Layer.output_rows` drops the rows nobody wants logits for in the last layer.
@@ -29,7 +30,7 @@ import dataclasses
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, Self, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Generic, Protocol, Self, TypeVar, cast
 
 from ..engine.architecture import Architecture, Metadata, Weights
 from ..engine.input import Batch
@@ -38,25 +39,28 @@ from ..engine.ml import (
     Context,
     RopeOptions,
     Tensor,
-    attention,
     bind,
-    gelu_tanh,
     linear,
     rms_norm,
     weight,
 )
+from .parts import Attend, Attention, FusedAttention, FusedMLP, GatedMLP, NormedAttention
 from .settings import read_rope, shift_rope
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
 __all__ = [
+    "Attend",
     "Attention",
     "Block",
     "ConfigDefaults",
+    "FusedAttention",
+    "FusedMLP",
     "GatedMLP",
     "Layer",
-    "QKNormAttention",
+    "NormedAttention",
+    "PreNormBlock",
     "StandardTransformer",
     "Transformer",
     "TransformerConfig",
@@ -157,110 +161,6 @@ class TransformerConfig:
 
 
 @dataclass
-class Attention:
-    """Self-attention weights of one layer (`blk.N.attn_*`); biases bind when present."""
-
-    attn_q: Tensor = weight()
-    attn_k: Tensor = weight()
-    attn_v: Tensor = weight()
-    attn_output: Tensor = weight()
-    attn_q_bias: Tensor | None = weight("attn_q.bias", optional=True)
-    attn_k_bias: Tensor | None = weight("attn_k.bias", optional=True)
-    attn_v_bias: Tensor | None = weight("attn_v.bias", optional=True)
-    attn_output_bias: Tensor | None = weight("attn_output.bias", optional=True)
-    # gpt-oss: a logit per head in every softmax's normaliser, without a value
-    attn_sinks: Tensor | None = weight("attn_sinks.weight", optional=True, matmul=False)
-
-    def qkv(self, ctx: Context, x: Tensor, cfg: TransformerConfig) -> tuple[Tensor, Tensor, Tensor]:
-        """x `[embd, n]` -> q `[key_length, heads, n]`, k `[key_length, kv_heads, n]`,
-        v `[value_length, kv_heads, n]` (biases added before the reshape)."""
-        n = x.dim(1)
-        q = linear(ctx, x, self.attn_q, self.attn_q_bias)
-        k = linear(ctx, x, self.attn_k, self.attn_k_bias)
-        v = linear(ctx, x, self.attn_v, self.attn_v_bias)
-        return (
-            ctx.reshape(q, cfg.key_length, cfg.head_count, n),
-            ctx.reshape(k, cfg.key_length, cfg.head_count_kv, n),
-            ctx.reshape(v, cfg.value_length, cfg.head_count_kv, n),
-        )
-
-    def forward(
-        self,
-        ctx: Context,
-        x: Tensor,
-        positions: Tensor,
-        cache: Cache,
-        cfg: TransformerConfig,
-        rope: RopeOptions,
-        factors: Tensor | None = None,
-    ) -> Tensor:
-        """Project, RoPE q and k at `positions` (I32 `[n]`; `factors`: per-frequency
-        divisors such as Llama 3.1's `rope_freqs`), store k and v in the cache's current
-        layer and attend, scaled by `cfg.attention_scale` (with the sinks when the file has
-        them). Returns `[value_length*heads, n]` (before the output projection: prune rows
-        first, then call `output`)."""
-        q, k, v = self.qkv(ctx, x, cfg)
-        q, k = self.norm_qk(ctx, q, k, cfg)
-        q = ctx.rope(q, positions, rope, factors)
-        k = ctx.rope(k, positions, rope, factors)
-        return attention(ctx, q, k, v, cfg.attention_scale, cache, sinks=self.attn_sinks)
-
-    def norm_qk(
-        self, ctx: Context, q: Tensor, k: Tensor, cfg: TransformerConfig
-    ) -> tuple[Tensor, Tensor]:
-        """Per-head queries and keys before RoPE: unchanged here (see `QKNormAttention`)."""
-        return q, k
-
-    def output(self, ctx: Context, a: Tensor) -> Tensor:
-        """The output projection: `[value_length*heads, n]` -> `[embd, n]`."""
-        return linear(ctx, a, self.attn_output, self.attn_output_bias)
-
-
-@dataclass
-class QKNormAttention(Attention):
-    """Self-attention with per-head RMS norms of queries and keys before RoPE
-    (`attn_q_norm`/`attn_k_norm`, `[head_dim]`): Qwen3, Qwen3-MoE."""
-
-    attn_q_norm: Tensor = weight()
-    attn_k_norm: Tensor = weight()
-
-    def norm_qk(
-        self, ctx: Context, q: Tensor, k: Tensor, cfg: TransformerConfig
-    ) -> tuple[Tensor, Tensor]:
-        """q and k RMS-normed per head (`cfg.rms_eps`), as `forward` applies before RoPE."""
-        q = rms_norm(ctx, q, self.attn_q_norm, cfg.rms_eps)
-        return q, rms_norm(ctx, k, self.attn_k_norm, cfg.rms_eps)
-
-
-@dataclass
-class GatedMLP:
-    """The gated feed-forward network of one layer (`blk.N.ffn_gate/up/down`)."""
-
-    ffn_gate: Tensor = weight()
-    ffn_up: Tensor = weight()
-    ffn_down: Tensor = weight()
-
-    def forward(
-        self,
-        ctx: Context,
-        x: Tensor,
-        activation: Literal["silu", "gelu", "gelu_f32"] = "silu",
-    ) -> Tensor:
-        """down(act(gate·x) * up·x): `[embd, n]` -> `[embd, n]`; SiLU is SwiGLU (Llama,
-        Qwen), GELU is GeGLU (Gemma), fused in one op either way, as llama.cpp computes them
-        (ggml's GELU reads a table of F16 values, up to 2e-3 off). "gelu_f32" is the tanh
-        GELU in F32 throughout (`nn.gelu_tanh`, eight ops): as close as PyTorch's."""
-        gate, up = ctx.mul_mat(self.ffn_gate, x), ctx.mul_mat(self.ffn_up, x)
-        if activation == "silu":
-            h = ctx.swiglu(gate, up)
-        elif activation == "gelu":
-            h = ctx.geglu(gate, up)
-        else:
-            h = ctx.mul(gelu_tanh(ctx, gate), up)
-        return ctx.mul_mat(self.ffn_down, h)  # [embd, n]
-
-
-@dataclass
 class Block:
     """A pre-norm layer's weights: `attn_norm`, `attn`, `ffn_norm`, `mlp`. Subclass it to add
     tensors (and redeclare `attn`/`mlp` with a subclass of theirs)."""
@@ -271,12 +171,21 @@ class Block:
     mlp: GatedMLP = part(GatedMLP)
 
 
-class _PreNorm(Protocol):
-    """What `Transformer.pre_norm_layer` reads of a block."""
+class PreNormBlock(Protocol):
+    """What `pre_norm_layer` reads: a `Block`, or a group of other weights with these parts
+    (Phi-3's fused projections; a mixture of experts' block, whose `feed_forward` the
+    architecture overrides, needs no `mlp`)."""
 
-    attn_norm: Tensor
-    attn: Attention
-    ffn_norm: Tensor
+    @property
+    def attn_norm(self) -> Tensor: ...
+    @property
+    def attn(self) -> Attend: ...
+    @property
+    def ffn_norm(self) -> Tensor: ...
+
+
+class _FeedForward(Protocol):
+    def forward(self, ctx: Context, x: Tensor) -> Tensor: ...
 
 
 @dataclass(frozen=True)
@@ -359,6 +268,8 @@ class Transformer(Architecture[C], Generic[C, B]):
         return self.config.rope
 
     def shift(self, ctx: Context, layer: int, key: Tensor, delta: Tensor) -> Tensor:
+        """Rotate cached keys by `delta`: the layer's RoPE without the magnitude factor the
+        keys already carry (`shift_rope`)."""
         return ctx.rope(key, delta, shift_rope(self.rope(layer)), self.rope_factors)
 
     def embed(self, ctx: Context, batch: Batch) -> Tensor:
@@ -370,23 +281,25 @@ class Transformer(Architecture[C], Generic[C, B]):
         """One layer: hidden states `[embd, n]` in, `[embd, n]` out (`[embd, n_outputs]` from
         the last layer: see `Layer.output_rows`). The cache is already at this layer."""
 
-    def pre_norm_layer(self, ctx: Context, at: Layer, block: B, h: Tensor, cache: Cache) -> Tensor:
+    def pre_norm_layer(
+        self, ctx: Context, at: Layer, block: PreNormBlock, h: Tensor, cache: Cache
+    ) -> Tensor:
         """The pre-norm layer of Llama, Qwen2, Mistral and kin: `h += attn(rms_norm(h))`,
         then `h += feed_forward(rms_norm(h))`, RoPE from `rope(layer)` and `rope_factors`.
         `block` has `attn_norm`, `attn` (an `Attention`) and `ffn_norm`."""
         cfg, rope = self.config, self.rope(at.index)
-        pre = cast(_PreNorm, block)
-        x = rms_norm(ctx, h, pre.attn_norm, cfg.rms_eps)
-        a = pre.attn.forward(ctx, x, at.batch.positions, cache, cfg, rope, self.rope_factors)
+        x = rms_norm(ctx, h, block.attn_norm, cfg.rms_eps)
+        a = block.attn.forward(ctx, x, at.batch.positions, cache, cfg, rope, self.rope_factors)
         a, h = at.output_rows(ctx, a, h)
-        h = ctx.add(pre.attn.output(ctx, a), h)
-        x = rms_norm(ctx, h, pre.ffn_norm, cfg.rms_eps)
+        h = ctx.add(block.attn.output(ctx, a), h)
+        x = rms_norm(ctx, h, block.ffn_norm, cfg.rms_eps)
         return ctx.add(self.feed_forward(ctx, block, x), h)
 
-    def feed_forward(self, ctx: Context, block: B, x: Tensor) -> Tensor:
-        """The feed-forward of `pre_norm_layer`, `[embd, n]` -> `[embd, n]`: the block's
-        SwiGLU `mlp` by default; a mixture of experts routes instead (`Experts.forward`)."""
-        return cast(Block, block).mlp.forward(ctx, x)
+    def feed_forward(self, ctx: Context, block: Any, x: Tensor) -> Tensor:
+        """The feed-forward of `pre_norm_layer`, `[embd, n]` -> `[embd, n]`: the block's `mlp`
+        (gated or fused) by default; a mixture of experts routes instead (`Experts.forward`)."""
+        mlp: _FeedForward = block.mlp
+        return mlp.forward(ctx, x)
 
     def logits(self, ctx: Context, batch: Batch, h: Tensor) -> Tensor:
         """The final norm, then the output matrix: `[embd, n_outputs]` -> `[vocab, n_outputs]`
@@ -404,10 +317,12 @@ class Transformer(Architecture[C], Generic[C, B]):
 
 
 class StandardTransformer(Transformer[C, Block]):
-    """`pre_norm_layer` in every layer: Llama, Qwen2, Mistral and kin."""
+    """`pre_norm_layer` in every layer: Llama, Qwen2, Mistral and kin. `block`: the layers'
+    weights class, a `Block` subclass where the layer has more weights (Qwen3's
+    `NormedAttention`)."""
 
-    def __init__(self, config: C, weights: Weights) -> None:
-        super().__init__(config, weights, Block)
+    def __init__(self, config: C, weights: Weights, block: type[Block] = Block) -> None:
+        super().__init__(config, weights, block)
 
     def layer(self, ctx: Context, at: Layer, block: Block, h: Tensor, cache: Cache) -> Tensor:
         return self.pre_norm_layer(ctx, at, block, h, cache)

@@ -115,7 +115,10 @@ def main(args: Any) -> int:
         runner = Runner(config, progress)
     except errors as e:
         state.status, state.error = "error", str(e)
-        _emit({"event": "error", "message": str(e)})
+        # `refused`: the engine cannot run this file (a plugin's missing tensor or settings),
+        # not a lack of memory or a system error: the service may try the other engine.
+        refused = not isinstance(e, OutOfMemoryError | OSError)
+        _emit({"event": "error", "message": str(e), "refused": refused})
         server.shutdown()
         return 1
     state.runner = runner

@@ -15,7 +15,7 @@ from hearth.plugins import (
     Experts,
     Layer,
     Metadata,
-    QKNormAttention,
+    NormedAttention,
     Routing,
     Tensor,
     Transformer,
@@ -53,7 +53,7 @@ class Config(TransformerConfig):
 @dataclass
 class Block:
     attn_norm: Tensor = weight()
-    attn: QKNormAttention = part(QKNormAttention)
+    attn: NormedAttention = part(NormedAttention)
     ffn_norm: Tensor = weight()
     moe: Experts = part(Experts)
 

@@ -10,15 +10,15 @@ What is built, in `folder`:
 
 * `hf/`: a `Qwen2VLForConditionalGeneration` (Qwen2-VL, not 2.5: its tower has no window
   attention and no `fullatt_block_indexes`, so any depth converts) with random weights
-  (fixed seed), a SentencePiece tokenizer (`tokenizer.model`, as `qwen2_gguf`'s) whose
+  (fixed seed), a SentencePiece tokenizer (`tokenizer.model`, as `convert.chat_models`'s) whose
   user-defined pieces are ChatML's markers and Qwen2-VL's vision tokens (single tokens, ids
   in `config.json`: `vision_start_token_id`, `vision_end_token_id`, `image_token_id`,
   `video_token_id`), `tokenizer_config.json` with a ChatML template that writes an image as
   Qwen2-VL's does, and `preprocessor_config.json` (the converter takes the mean and std).
 * `text.gguf` and `mmproj.gguf`: the converter's two files.
 
-Sizes: the text model is `qwen2_gguf`'s (2 layers, 64 wide, 4 heads and 2 KV heads of 16,
-q/k/v biases) with M-RoPE sections [2, 3, 3] (temporal, height, width: 8 = head_dim / 2
+Sizes: the text model is `convert.chat_models`' qwen2 (2 layers, 64 wide, 4 heads and 2 KV
+heads of 16, q/k/v biases) with M-RoPE sections [2, 3, 3] (temporal, height, width: 8 = head_dim / 2
 rotary pairs, Qwen2-VL's 16:24:24 scaled down). The tower: 3 blocks (the fewest the converter
 takes: it maps the merger's `mlp.2` through its block-numbered names), 32 wide, 2 heads of 16
 (libmtmd's vision M-RoPE takes head_dim / 4 per section), MLP 64, 14-pixel patches taken two
@@ -41,9 +41,8 @@ import io
 import json
 from pathlib import Path
 
+from convert.chat_models import tokenizer_config
 from convert.hf_models import randomize, train_spm
-
-from compat.qwen2_gguf import tokenizer_config
 
 __all__ = ["IMAGE_SIZE", "SPECIALS", "build_tiny_qwen2vl", "sample_png"]
 

@@ -316,6 +316,35 @@ def test_a_draft_model_drafts_exactly_one_sequence_and_four_at_once(llama_drafte
         assert done.accepted > 0.8 * done.drafted
 
 
+@pytest.fixture(scope="module")
+def qwen2_pair(tmp_path_factory):
+    """A tiny Qwen2 (2 layers) and a smaller sibling (1 layer, other weights) with one
+    vocabulary, made by transformers and converted by llama.cpp, as Qwen2.5 7B and 0.5B."""
+    from convert.chat_models import tiny_chat_gguf
+
+    work = tmp_path_factory.mktemp("qwen2-pair")
+    target = tiny_chat_gguf(work, "qwen2", seed=3)
+    draft = tiny_chat_gguf(work, "qwen2", seed=11, num_hidden_layers=1)
+    runner = _runner(target, draft_model=str(draft))
+    yield runner
+    runner.close()
+
+
+@pytest.mark.slow
+def test_a_qwen2_draft_model_is_exact_on_and_off(qwen2_pair):
+    runner = qwen2_pair
+    assert runner.info().engine == "hearth"
+    assert runner.speculation() == {"enabled": True, "drafts": "draft model"}
+    reqs = requests_for(runner, num_predict=32)
+    found, drafted, accepted = compare(runner, reqs)
+    assert not found, "\n".join(found)
+    assert drafted > 0
+    names = ["greedy", "warm", "json-schema"]
+    found, drafted_3, _ = compare(runner, {n: reqs[n] for n in names}, together=True)
+    assert not found, "\n".join(found)
+    assert drafted_3 > 0
+
+
 @pytest.mark.slow
 def test_a_draft_model_of_another_vocabulary_is_refused(tiny_llama_path, gemma3_path):
     with pytest.raises(ValueError, match="a draft model needs the same vocabulary"):

@@ -1,4 +1,4 @@
-"""The example third-party plugin (examples/hearth-qwen2) as its users get it: installed with
+"""The example third-party plugin (examples/hearth-granite) as its users get it: installed with
 pip into a folder of its own (the project's environment is left as it was), found through its
 entry point, passing its own tests (the conformance suite, with parity against llama.cpp),
 and used by `hearth run`."""
@@ -18,7 +18,9 @@ from hearth.plugins.testing import LLAMACPP_LOGITS, TinyTransformer, run_oracle,
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
-EXAMPLE = REPO / "examples" / "hearth-qwen2"
+EXAMPLE = REPO / "examples" / "hearth-granite"
+TINY = TinyTransformer("granite", metadata={"embedding_scale": 12.0, "residual_scale": 0.22,
+                       "logit_scale": 8.0}, embedding_scale=0.05)  # fmt: skip
 
 
 def _env(site: Path | None, **extra: str) -> dict[str, str]:
@@ -33,7 +35,7 @@ def _env(site: Path | None, **extra: str) -> dict[str, str]:
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """`pip install --target`: a wheel built from a copy of the example (so no build files
     land in the repository) and installed into a temporary folder."""
-    tmp = tmp_path_factory.mktemp("qwen2-plugin")
+    tmp = tmp_path_factory.mktemp("granite-plugin")
     source = shutil.copytree(EXAMPLE, tmp / "src", ignore=shutil.ignore_patterns("tests"))
     target = tmp / "site"
     pip = [sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation"]
@@ -44,7 +46,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
         timeout=600,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    entry_points = next(target.glob("hearth_qwen2-*.dist-info")) / "entry_points.txt"
+    entry_points = next(target.glob("hearth_granite-*.dist-info")) / "entry_points.txt"
     assert "[hearth.plugins]" in entry_points.read_text()
     return target
 
@@ -60,7 +62,8 @@ def test_the_plugin_passes_its_own_tests_with_the_conformance_suite(site):
     )
     print(proc.stdout[-3000:])
     assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-3000:]
-    assert proc.stdout.count("passed  parity: top-1") == 2  # untied and tied output
+    # Hearth's writer's file and a transformers checkpoint converted by llama.cpp
+    assert proc.stdout.count("passed  parity: top-1") == 2
     assert "4 passed" in proc.stdout
 
 
@@ -80,8 +83,7 @@ def _hearth_run(
 
 
 def test_hearth_run_uses_the_installed_plugin(site, tmp_path):
-    spec = TinyTransformer("qwen2", rope_base=1_000_000.0, rms_eps=1e-6, qkv_bias=True)
-    model = write_tiny_model(tmp_path / "tiny-qwen2.gguf", spec)
+    model = write_tiny_model(tmp_path / "tiny-granite.gguf", TINY)
     prompt = "once upon a time"
     request = {"model": str(model), "n_ctx": 256, "prompts": [{"text": prompt}], "greedy": 24}
     oracle = run_oracle(LLAMACPP_LOGITS, dict(request, stop_at_eog=True), tmp_path)
@@ -90,7 +92,7 @@ def test_hearth_run_uses_the_installed_plugin(site, tmp_path):
 
     # Without the plugin, Hearth's own engine cannot run it (a sentence naming the architecture)...
     without = _hearth_run(None, model, prompt, tmp_path / "home-without", engine="hearth")
-    assert without.returncode == 1 and "'qwen2'" in without.stderr, without.stderr
+    assert without.returncode == 1 and "'granite'" in without.stderr, without.stderr
     # ... and `auto` runs it on the llama.cpp compatibility engine instead.
     fallback = _hearth_run(None, model, prompt, tmp_path / "home-fallback")
     assert fallback.returncode == 0, fallback.stderr

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import logging
 import textwrap
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from hearth.plugins.registry import (
 from hearth.plugins.testing import add_spm_vocab
 from hearth_llama.model import Config as LlamaConfig
 from hearth_llama.model import Model as LlamaModel
+from hearth_qwen2.model import Model as Qwen2Model
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -100,15 +102,41 @@ def test_registry_refuses_a_model_that_is_not_an_architecture():
         ArchitectureRegistry().register(ArchitectureSpec("duck", LlamaConfig, Duck), "quack")
 
 
-def test_duplicate_across_plugins_fails_the_registry_build():
-    class Clash:
-        @hookimpl
-        def register_architectures(self, register):
-            register(ArchitectureSpec("llama", LlamaConfig, LlamaModel))
+class Clash:
+    """A third-party plugin that registers a built-in architecture's name."""
 
+    def __init__(self, name: str = "llama") -> None:
+        self.name = name
+
+    @hookimpl
+    def register_architectures(self, register):
+        register(ArchitectureSpec(self.name, LlamaConfig, Qwen2Model))
+
+
+def test_a_third_party_plugin_overrides_a_builtin_one_with_a_log_line(caplog):
     pm = create_plugin_manager(autoload=False)
     pm.register(Clash(), name="clash")
-    with pytest.raises(DuplicateArchitectureError, match="hearth_llama.*clash"):
+    with caplog.at_level(logging.WARNING, logger="hearth.plugins"):
+        registry = build_registry(pm)
+    assert registry.get("llama").model is Qwen2Model and registry.owner("llama") == "clash"
+    assert registry.overridden == {"llama": "hearth_llama"}
+    assert "plugin 'clash' overrides the built-in plugin 'hearth_llama' for architecture " \
+        "'llama'" in caplog.text  # fmt: skip
+
+
+def test_the_override_holds_whichever_registers_first(caplog):
+    registry = ArchitectureRegistry(builtins=("builtin",))
+    registry.register(ArchitectureSpec("x", LlamaConfig, Qwen2Model), "third")
+    registry.register(ArchitectureSpec("x", LlamaConfig, LlamaModel), "builtin")
+    assert registry.get("x").model is Qwen2Model and registry.owner("x") == "third"
+    assert "plugin 'third' overrides the built-in plugin 'builtin'" in caplog.text
+
+
+def test_two_third_party_plugins_for_one_name_fail_naming_both():
+    pm = create_plugin_manager(autoload=False)
+    pm.register(Clash("x"), name="first")
+    pm.register(Clash("x"), name="second")
+    with pytest.raises(DuplicateArchitectureError, match="'first'.*'second'|'second'.*'first'"):
         build_registry(pm)
 
 
@@ -222,12 +250,15 @@ def _forbidden(paths) -> list[str]:
 
 def test_plugins_import_only_the_public_api():
     files = sorted((REPO / "plugins").rglob("*.py")) + sorted((REPO / "examples").rglob("*.py"))
-    assert any("hearth_qwen2" in f.parts for f in files), "no plugin sources found"
+    assert any("hearth_granite" in f.parts for f in files), "no plugin sources found"
     assert _forbidden(files) == []
     assert {Path(m).name for m in BUILTIN_PLUGINS} == {
         "hearth_llama",
         "hearth_gemma3",
         "hearth_mllama",
+        "hearth_qwen2",
+        "hearth_qwen3",
+        "hearth_phi3",
         "hearth_qwen3moe",
         "hearth_gpt_oss",
     }
@@ -257,3 +288,15 @@ def test_the_purity_check_catches_imports_beside_the_kit(tmp_path):
     tests.mkdir()
     (tests / "test_x.py").write_text("from hearth.plugins.testing import run_conformance\n")
     assert _forbidden([tests / "test_x.py"]) == []
+
+
+def test_the_installer_bundles_every_builtin_plugin():
+    """installer/hearth.spec's PLUGINS (collected into the frozen app) is BUILTIN_PLUGINS."""
+    spec = ast.parse((REPO / "installer" / "hearth.spec").read_text())
+    (listed,) = [
+        ast.literal_eval(node.value)
+        for node in spec.body
+        if isinstance(node, ast.Assign)
+        and any(isinstance(t, ast.Name) and t.id == "PLUGINS" for t in node.targets)
+    ]
+    assert tuple(listed) == BUILTIN_PLUGINS

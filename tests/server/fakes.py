@@ -143,6 +143,7 @@ class FakeLauncher:
     started: list[FakeRunner] = field(default_factory=list)
     stopped: list[FakeRunner] = field(default_factory=list)
     fail: str | None = None  # RunnerStartError message for the next start
+    refused: bool = False  # that error says the engine cannot run the file
     refuse: str | None = None  # RunnerError before the first chunk
     die_after: int | None = None  # the runner dies before this chunk
     gate: asyncio.Event | None = None  # hold every stream after its first chunk
@@ -151,7 +152,7 @@ class FakeLauncher:
     async def __call__(self, path: str, options: RunnerOptions, timeout: float) -> FakeRunner:
         if self.fail:
             message, self.fail = self.fail, None
-            raise RunnerStartError(message)
+            raise RunnerStartError(message, self.refused)
         runner = FakeRunner(self, path, options)
         self.started.append(runner)
         return runner

@@ -40,6 +40,7 @@ QWEN3 = "Qwen-Qwen3-0.6B"
 QWEN3_CODER = "Qwen3-Coder"
 MISTRAL_SMALL32 = "Mistral-Small-3.2-24B-Instruct-2506"
 GEMMA2 = "google-gemma-2-2b-it"
+PHI35 = "microsoft-Phi-3.5-mini-instruct"
 
 SPECIAL = {"type": "object", "properties": {"arg1": {"type": "integer"}}, "required": ["arg1"]}
 TOOLS = [
@@ -105,6 +106,7 @@ def parser_for(name: str, **kw) -> OutputParser:
         (MISTRAL_V13, "mistral"),
         (DEEPSEEK_R1, "deepseek"),
         (GEMMA2, "none"),  # Gemma's stock template renders no tools
+        (PHI35, "none"),  # nor does Phi-3.5's (the phi3 plugin's family)
         (QWEN3, "hermes"),
         (QWEN3_CODER, "qwen_xml"),
         (MISTRAL_SMALL32, "mistral"),
@@ -127,6 +129,8 @@ def test_tokens_decide_where_the_template_names_no_marker():
 def test_thinking_markers_come_from_the_template_or_the_vocabulary():
     assert detect_thinking_markers(template(DEEPSEEK_R1)) == THINK_TAGS
     assert detect_thinking_markers(template(QWEN25)) is None
+    assert detect_thinking_markers(template(PHI35)) is None
+    assert detect_thinking_markers(template(QWEN3)) == THINK_TAGS
     assert detect_thinking_markers("x", {"[THINK]", "[/THINK]"}) == MISTRAL_THINK
 
 

@@ -24,6 +24,8 @@ class StubModel:
     size: int = 253_000_000
     context_length: int = 32768
     memory: int = 520_000_000
+    engine: str = "hearth"  # /api/show's hearth.engine and engine_reason
+    engine_reason: str = "a Hearth plugin runs architecture 'gemma3'"
 
 
 @dataclass
@@ -256,8 +258,9 @@ class StubServer:
                 f"{m.family}.context_length": m.context_length,
             },
             "capabilities": m.capabilities,
-            "hearth": {"estimated_memory": m.memory, "memory": {"total": m.memory}},
-        }
+            "hearth": {"estimated_memory": m.memory, "memory": {"total": m.memory},
+                       "engine": m.engine, "engine_reason": m.engine_reason},
+        }  # fmt: skip
 
 
 def _vector(text: str) -> list[float]:

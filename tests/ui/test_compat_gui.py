@@ -1,5 +1,5 @@
 """Issue 14 as a new user tries it: a GGUF of an architecture no Hearth plugin registers (a
-tiny random Qwen2, built with transformers and converted by llama.cpp's converter) dragged
+tiny random ERNIE 4.5, built with transformers and converted by llama.cpp's converter) dragged
 onto the window of the desktop app (offscreen) against a real `hearth serve`. It imports,
 the Models page says it runs on llama.cpp and why, and a chat message gets a reply (the
 service's own greedy answer to the same chat)."""
@@ -12,7 +12,7 @@ import pytest
 from PySide6.QtCore import Qt
 
 from hearth.history.records import DONE
-from tests.compat.qwen2_gguf import tiny_qwen2_gguf
+from tests.convert.chat_models import tiny_chat_gguf
 
 from conftest import drop_file, service_api
 
@@ -20,12 +20,12 @@ pytestmark = pytest.mark.slow
 
 OPTIONS = {"num_predict": 8, "temperature": 0.0, "repeat_penalty": 1.0}
 QUESTION = "Hello world"
-WHY = "llama.cpp (no Hearth plugin for architecture 'qwen2')"
+WHY = "llama.cpp (no Hearth plugin for architecture 'ernie4_5')"
 
 
 @pytest.fixture(scope="module")
-def qwen2(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tiny_qwen2_gguf(tmp_path_factory.mktemp("qwen2-gui"))
+def ernie(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tiny_chat_gguf(tmp_path_factory.mktemp("ernie-gui"), "ernie4_5")
 
 
 def _drop_onto_window(qtbot, app, path: Path) -> str:
@@ -37,19 +37,19 @@ def _drop_onto_window(qtbot, app, path: Path) -> str:
     return str(name)
 
 
-def test_a_dropped_qwen2_runs_on_llamacpp_and_chats(qtbot, make_app, real_service, qwen2):
+def test_a_dropped_ernie_runs_on_llamacpp_and_chats(qtbot, make_app, real_service, ernie):
     app = make_app(real_service["url"], real_service["token"])
-    name = _drop_onto_window(qtbot, app, qwen2)
+    name = _drop_onto_window(qtbot, app, ernie)
     try:
         qtbot.waitUntil(
             lambda: bool(app.models.info(name) and app.models.info(name).details_loaded)
         )
         info = app.models.info(name)
-        assert info.architecture == "qwen2" and info.engine == WHY
+        assert info.architecture == "ernie4_5" and info.engine == WHY
         assert "completion" in info.capabilities
         app.window.models_page.select_name(name)
         arch_row = app.window.models_page.d_fields["arch"].text()
-        assert arch_row == f"qwen2 — {WHY}"
+        assert arch_row == f"ernie4_5 — {WHY}"
 
         app.chat.new_chat(name)
         app.chat.update_chat_settings("", dict(OPTIONS))

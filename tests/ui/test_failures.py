@@ -144,3 +144,24 @@ def test_work_offline_starts_the_private_service_offline(qtbot, make_app, monkey
     with qtbot.waitSignal(app.service.failed, timeout=30_000) as blocker:
         pass
     assert "HEARTH_OFFLINE=1" in blocker.args[0]
+
+
+def test_the_models_page_says_which_engine_runs_a_model_and_why(qtbot, stub, make_app):
+    """A plugin that could not load the file: the service runs it on llama.cpp and says why
+    (/api/show's engine_reason), and the Models page shows that sentence."""
+    why = (
+        "Hearth's plugin for architecture 'qwen2' could not load the file (q.gguf lacks "
+        "tensor 'blk.0.attn_q.weight'); the llama.cpp engine runs it"
+    )
+    stub.models = [
+        StubModel("gemma3:270m"),
+        StubModel("qwen:tiny", family="qwen2", engine="llamacpp", engine_reason=why),
+    ]
+    app = make_app(stub.url)
+    page = app.window.models_page
+    for name, row in (
+        ("gemma3:270m", "gemma3 — Hearth (a Hearth plugin runs architecture 'gemma3')"),
+        ("qwen:tiny", f"qwen2 — llama.cpp ({why})"),
+    ):
+        page.select_name(name)
+        qtbot.waitUntil(lambda row=row: page.d_fields["arch"].text() == row, timeout=10_000)

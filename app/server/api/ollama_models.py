@@ -210,6 +210,7 @@ def _ps_entry(entry: Loaded, health: dict[str, Any] | None = None) -> dict[str, 
         "context_length": spec.options.num_ctx,
         "hearth": {
             "pid": runner.pid,
+            "engine": spec.options.engine,
             "parallel": spec.options.parallel,
             "parallel_reason": spec.parallel_reason,
             "active_requests": entry.refs,

@@ -57,7 +57,12 @@ class RunnerCrashed(RunnerError):
 
 
 class RunnerStartError(RunnerError):
-    """The model could not be loaded; the message says why (e.g. the memory it needs)."""
+    """The model could not be loaded; the message says why (e.g. the memory it needs).
+    `refused`: the engine cannot run the file (not memory, not the system)."""
+
+    def __init__(self, message: str, refused: bool = False) -> None:
+        super().__init__(message)
+        self.refused = refused
 
 
 class RunnerProcess:
@@ -134,7 +139,8 @@ class RunnerProcess:
                 elif kind == "progress" and progress is not None:
                     progress(float(event.get("fraction", 0.0)))
                 elif kind == "error":
-                    raise RunnerStartError(str(event.get("message", "the model failed to load")))
+                    message = str(event.get("message", "the model failed to load"))
+                    raise RunnerStartError(message, bool(event.get("refused")))
                 elif kind == "ready":
                     assert runner is not None
                     try:

@@ -59,6 +59,7 @@ from ...runner.protocol import (
     CompletionChunk,
     CompletionDone,
     CompletionRequest,
+    EngineKind,
     RunnerInfo,
     to_wire,
 )
@@ -157,6 +158,9 @@ class LoadSpec:
     fit: Callable[[RunnerOptions], MemoryReport] | None = field(default=None, compare=False)
     # The request's placement (num_gpu, main_gpu); the planning adds the service's part.
     layout_options: LayoutOptions = LayoutOptions()
+    # Hearth's engine was chosen automatically (a plugin registers the architecture): when
+    # the plugin refuses the file, the runner starts on the llama.cpp engine instead.
+    engine_fallback: bool = False
 
 
 @dataclass(eq=False)
@@ -197,6 +201,18 @@ class Loaded:
         if "main_gpu" in spec.explicit and want_layout.main_gpu != have_layout.main_gpu:
             return False
         return not ("num_thread" in spec.explicit and want.threads != have.threads)
+
+
+@overload
+def _on_llamacpp(spec: LoadSpec) -> LoadSpec: ...
+@overload
+def _on_llamacpp(spec: None) -> None: ...
+def _on_llamacpp(spec: LoadSpec | None) -> LoadSpec | None:
+    """`spec` on the llama.cpp engine (which drafts with no draft model)."""
+    if spec is None:
+        return None
+    options = replace(spec.options, engine=EngineKind.LLAMACPP, draft_model=None)
+    return replace(spec, options=options, engine_fallback=False)
 
 
 @overload
@@ -253,6 +269,8 @@ class Scheduler:
         # The memory report of the last runner per model file and projector (None: without
         # one; the projector's weights count): better than an estimate.
         self.measured: dict[tuple[str, str | None], dict[str, int]] = {}
+        # Model file -> why Hearth's plugin refused it (the llama.cpp engine runs it since).
+        self.plugin_refusals: dict[str, str] = {}
 
     # -- public ----------------------------------------------------------------------------
 
@@ -510,6 +528,16 @@ class Scheduler:
                     )
                     reason = f"automatic: {spec.options.parallel} slots failed to start"
                     spec, fallback = replace(fallback, parallel_reason=reason), None
+                    continue
+                if e.refused and spec.engine_fallback and spec.options.engine == EngineKind.HEARTH:
+                    log.warning(
+                        "Hearth's plugin could not load %s (%s); running it on the llama.cpp "
+                        "engine",
+                        spec.name,
+                        e,
+                    )
+                    self.plugin_refusals[spec.path] = str(e)
+                    spec = _on_llamacpp(spec)
                     continue
                 # Out of memory with other models loaded: unload one and try again.
                 if self._entries and "memory" in str(e).lower():

@@ -146,6 +146,7 @@ class GenerationSettings:
     explicit: frozenset[str]
     sampling: CompletionOptions
     layout: LayoutOptions = LayoutOptions()  # the request's num_gpu and main_gpu
+    engine_fallback: bool = False  # Hearth's engine chosen by `auto`: llama.cpp if refused
 
 
 def completion_options(merged: dict[str, Any], num_ctx: int) -> CompletionOptions:
@@ -235,7 +236,7 @@ class Service:
         for cannot run it."""
         given = options.engine if options is not None else None
         try:
-            return choose_engine(
+            choice = choose_engine(
                 target.info.architecture,
                 target.info.has_plugin,
                 given or target.params.get("engine"),
@@ -243,11 +244,14 @@ class Service:
             )
         except EngineUnavailableError as e:
             raise RequestError(f"{target.name}: {e}") from None
+        refused = self.scheduler.plugin_refusals.get(str(target.path))
+        return choice.refused(target.info.architecture, refused) if refused else choice
 
     def settings(self, target: Target, options: Options | None) -> GenerationSettings:
         given = options.model_dump(exclude_none=True) if options is not None else {}
         merged = {**target.params, **given}
-        engine = self.engine(target, options).engine if target.info.supported else EngineKind.HEARTH
+        choice = self.engine(target, options) if target.info.supported else None
+        engine = choice.engine if choice is not None else EngineKind.HEARTH
         trained = target.info.context_length or 1 << 24
         num_ctx = max(4, min(int(merged.get("num_ctx") or self.config.context_length), trained))
         flash = bool(merged.get("flash_attention", self.config.flash_attention))
@@ -271,6 +275,7 @@ class Service:
             frozenset(k for k in given if k in RUNTIME_OPTIONS),
             sampling,
             layout=LayoutOptions.from_request(merged),
+            engine_fallback=choice is not None and choice.falls_back,
         )
 
     def _draft_model(self, name: str | None, engine: EngineKind) -> str | None:
@@ -334,6 +339,7 @@ class Service:
             parallel_reason=reason,
             fit=lambda options: self.fit(target, replace(settings, runner=options)),
             layout_options=settings.layout,
+            engine_fallback=settings.engine_fallback,
         )
 
     def fit(self, target: Target, settings: GenerationSettings) -> MemoryReport:

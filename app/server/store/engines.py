@@ -3,13 +3,16 @@
 `auto` (the default): Hearth's engine when an installed plugin registers the file's
 architecture, llama.cpp's (through llama-cpp-python) otherwise. A model's own parameter
 `engine` (`/api/create` parameters, a Modelfile's `PARAMETER engine llamacpp`) overrides the
-global `HEARTH_ENGINE`, which overrides `auto`.
+global `HEARTH_ENGINE`, which overrides `auto`. When `auto` chose Hearth's engine and the
+plugin refuses the file (a tensor missing, settings it cannot read), the scheduler starts the
+runner on the llama.cpp engine instead, logs why, and `EngineChoice.refused` says so from
+then on (in `/api/show`, the Models page, `/api/ps`): a fallback, never a failed request.
 """
 
 from __future__ import annotations
 
 import importlib.util
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 
 from ...runner.protocol import EngineKind
@@ -27,6 +30,24 @@ class EngineUnavailableError(ValueError):
 class EngineChoice:
     engine: EngineKind  # the runner's --engine
     reason: str  # a sentence for /api/show and the GUI
+    automatic: bool = field(default=False, compare=False)  # `auto` chose it (see `refused`)
+
+    @property
+    def falls_back(self) -> bool:
+        """Whether the llama.cpp engine takes over when Hearth's plugin refuses the file: an
+        automatic choice of Hearth's engine, with llama-cpp-python installed."""
+        return self.automatic and self.engine == EngineKind.HEARTH and llamacpp_installed()
+
+    def refused(self, architecture: str, why: str) -> EngineChoice:
+        """The choice once Hearth's plugin refused the file: the llama.cpp engine, saying
+        why (when it `falls_back`; any other choice is kept)."""
+        if not self.falls_back:
+            return self
+        return EngineChoice(
+            EngineKind.LLAMACPP,
+            f"Hearth's plugin for architecture '{architecture}' could not load the file "
+            f"({why}); the llama.cpp engine runs it",
+        )
 
 
 @cache
@@ -54,7 +75,7 @@ def choose_engine(
     if wanted == "auto":
         if has_plugin:
             return EngineChoice(
-                EngineKind.HEARTH, f"a Hearth plugin runs architecture '{architecture}'"
+                EngineKind.HEARTH, f"a Hearth plugin runs architecture '{architecture}'", True
             )
         wanted, source = EngineKind.LLAMACPP, f"no Hearth plugin for architecture '{architecture}'"
     if wanted == EngineKind.HEARTH and not has_plugin:

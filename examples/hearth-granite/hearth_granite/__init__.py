@@ -1,4 +1,4 @@
-"""Hearth plugin: the Qwen2 architecture (Qwen2, Qwen2.5 text models)."""
+"""Hearth plugin: the Granite architecture (IBM Granite 3.x dense text models)."""
 
 from hearth.plugins import ArchitectureSpec, Register, hookimpl
 
@@ -10,4 +10,4 @@ __all__ = ["Config", "Model", "register_architectures"]
 @hookimpl
 def register_architectures(register: Register) -> None:
     """Called by Hearth when it builds its registry of architectures."""
-    register(ArchitectureSpec(name="qwen2", config=Config, model=Model, description="Qwen2"))
+    register(ArchitectureSpec(name="granite", config=Config, model=Model, description="Granite"))
