@@ -8,7 +8,7 @@ chat is reopened) and cited "read from an image of page N".
 Without a vision model (or when the service fails) the pages stay empty and the document's
 notes say so and name the remedy. Bounded: at most MAX_TRANSCRIBED_PAGES pages a document, a
 render at RENDER_DPI with its longer side at most MAX_RENDER_SIDE pixels, at most PAGE_TOKENS
-tokens of transcription a page.
+tokens of transcription a page (and at most half the vision model's context).
 """
 
 from __future__ import annotations
@@ -108,13 +108,27 @@ class Transcriber:
     ) -> None:
         self.base_url, self.token, self.prefer = base_url, token, prefer
         self._model = model
+        self._sized = False  # num_predict fitted to the model's context yet
         self.progress = progress
         self.num_predict, self.timeout = num_predict, timeout
 
     def vision_model(self) -> str:
-        """The model that reads the pages ('' when the service has none that can see)."""
+        """The model that reads the pages ('' when the service has none that can see). Its
+        context (/api/show's hearth.num_ctx) caps a page's transcription at half of it, so the
+        image, the prompt and the text fit without the service cutting them."""
         if self._model is None:
             self._model = find_model(self.base_url, "vision", self.token, self.prefer)
+        if self._model and not self._sized:
+            self._sized = True
+            try:
+                show = post_json(
+                    self.base_url, "/api/show", {"model": self._model}, self.token, 30.0
+                )
+                num_ctx = int((show.get("hearth") or {}).get("num_ctx") or 0)
+            except (ServiceCallError, AttributeError, TypeError, ValueError):
+                num_ctx = 0
+            if num_ctx:
+                self.num_predict = min(self.num_predict, max(64, num_ctx // 2))
         return self._model
 
     def request(self, png: bytes) -> dict[str, object]:
