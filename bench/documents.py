@@ -115,6 +115,7 @@ def _scanned(rounds: int, host: str, model: str) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         for n in range(rounds):
+            print(f"round {n + 1} of {rounds}", file=sys.stderr)
             pdf = scanned_text_pdf(
                 folder / f"scan{n}.pdf", [text_picture(["INVOICE 4471", "Total due: 312 euros"])]
             )
@@ -124,8 +125,12 @@ def _scanned(rounds: int, host: str, model: str) -> dict[str, float]:
             note("render_ms", 1000 * (time.perf_counter() - start))
             reader.vision_model()
             start = time.perf_counter()
-            reader.transcribe(png)
+            reply = scanned.post_json(host, "/api/chat", reader.request(png), "", 3600.0)
             note("first_transcribe_s" if n == 0 else "transcribe_s", time.perf_counter() - start)
+            for key in ("load_duration", "prompt_eval_duration", "eval_duration"):
+                note(key.replace("duration", "s"), reply.get(key, 0) / 1e9)
+            note("tokens", float(reply.get("eval_count", 0)))
+            note("prompt_tokens", float(reply.get("prompt_eval_count", 0)))
             start = time.perf_counter()
             prepared = prepare_document(pdf, transcriber=reader)
             note("prepare_s", time.perf_counter() - start)
@@ -197,6 +202,10 @@ def _scanned_main(args: argparse.Namespace) -> int:
         f"  render (PDFium)        {figures['render_ms']:.0f} ms\n"
         f"  transcribe (/api/chat) {figures.get('transcribe_s', 0):.2f} s warm, "
         f"{figures['first_transcribe_s']:.2f} s the first time (model load)\n"
+        f"    of which (warm): load {figures['load_s']:.2f} s, prompt "
+        f"{figures['prompt_eval_s']:.2f} s ({figures['prompt_tokens']:.0f} tokens evaluated,"
+        " the rest from the prompt cache), "
+        f"{figures['tokens']:.0f} tokens written {figures['eval_s']:.2f} s\n"
         f"  prepare_document       {figures['prepare_s']:.2f} s "
         f"({figures['chars']:.0f} characters transcribed)\n"
         f"  reopen                 {figures['reopen_ms']:.1f} ms, "
