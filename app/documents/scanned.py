@@ -66,7 +66,10 @@ def render_page(
 ) -> bytes:
     """Page `page` (1-based) of the PDF at `path` as a PNG, at `dpi` but never more than
     `max_side` pixels on its longer side. Raises ValueError for a page PDFium cannot render."""
-    import pypdfium2 as pdfium
+    try:
+        import pypdfium2 as pdfium
+    except ImportError as e:  # a dependency; an environment installed before it lacks it
+        raise ValueError("pypdfium2 (PDFium), which renders pages, is not installed") from e
 
     with _PDFIUM:
         try:

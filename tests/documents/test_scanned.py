@@ -76,7 +76,9 @@ def test_a_scanned_page_renders_as_the_picture_on_it_within_the_size_bound(invoi
     below = np.asarray(page.crop((0, box[3] + 10, page.size[0], page.size[1])), np.float32)
     assert below.min() > 240
     small = Image.open(io.BytesIO(render_page(invoice_pdf, 2, dpi=36)))
-    assert all(abs(got - 36 * pt / 72) <= 1 for got, pt in zip(small.size, (595.28, 841.89)))
+    assert all(
+        abs(got - 36 * pt / 72) <= 1 for got, pt in zip(small.size, (595.28, 841.89), strict=True)
+    )
     with pytest.raises(ValueError, match="no page 3"):
         render_page(invoice_pdf, 3)
 
