@@ -2,11 +2,10 @@
 progress line), the ones waiting to go with the next message, and what each message says to
 the model and cites, through hearth.documents (the same code as `hearth run --attach`).
 
-Reading, chunking and embedding a document run on a worker thread (and so does reading a PDF's
-scanned pages with a vision model: the chat's model when it can see, else the first installed
-one; the progress line names the page), and so does embedding a
-question for the hybrid search when a message is sent; the history database is written only on
-the GUI thread (it owns the connection), when the message is sent and its question's vector
+Reading, chunking and embedding a document run on a worker thread, and so do reading a PDF's
+scanned pages with a vision model (the chat's model when it can see, else the first installed
+one; the progress line names the page) and embedding a question for the hybrid search when a
+message is sent; the history database is written only on the GUI thread (it owns the connection), when the message is sent and its question's vector
 (if any) has arrived.
 """
 
