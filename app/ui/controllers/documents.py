@@ -5,8 +5,8 @@ the model and cites, through hearth.documents (the same code as `hearth run --at
 Reading, chunking and embedding a document run on a worker thread, and so do reading a PDF's
 scanned pages with a vision model (the chat's model when it can see, else the first installed
 one; the progress line names the page) and embedding a question for the hybrid search when a
-message is sent; the history database is written only on the GUI thread (it owns the connection), when the message is sent and its question's vector
-(if any) has arrived.
+message is sent; the history database is written only on the GUI thread (it owns the
+connection), when the message is sent and its question's vector (if any) has arrived.
 """
 
 from __future__ import annotations
