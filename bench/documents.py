@@ -1,6 +1,7 @@
 """Documents: the time to read and index a long PDF, the retrieval latency, and peak memory.
 
     .venv/bin/python bench/documents.py [--pages 300] [--rounds 3] [--questions 20] [--json OUT]
+    .venv/bin/python bench/documents.py --scanned [--host URL --vision-model NAME] [--rounds 3]
 
 It writes a PDF of `--pages` pages of text (tests/documents/make_documents.py: about 2,800
 characters a page, one fact stated once on a page three quarters in), then per round, in a
@@ -12,6 +13,15 @@ rendered from the database) and as many bare rankings (`DocumentIndex.search`). 
 model is involved (full-text search, which every user has). Figures are medians over rounds;
 latency is the median and the 95th percentile over each round's questions. Peak RSS is the
 child's ru_maxrss, with its RSS after the imports beside it.
+
+`--scanned` measures the one-time cost of a scanned page instead: a PDF of a text page and a
+page that is only a picture of printed text, read through a vision model (`--vision-model` on
+the service at `--host`; by default a `hearth serve` started here with the tiny random Gemma 3
+and its projector, hearth_gemma3.testing, whose figures are the path's cost, not a real
+model's). Per round: the page rendered (PDFium), transcribed (/api/chat, the model already
+loaded; the first round's load is reported apart), the whole `prepare_document`, then the
+chat stored and reopened from the history database with the file deleted, counting the
+renders and service calls the reopen makes (it must make none).
 """
 
 from __future__ import annotations
@@ -28,6 +38,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "documents"))
+sys.path.insert(0, str(REPO / "tests"))  # server.fakes: a `hearth serve` for --scanned
 
 
 def _rss_now() -> int:
@@ -88,18 +99,141 @@ def _child(pdf: Path, questions: int, fact_page: int) -> dict[str, float]:
     }
 
 
+def _scanned(rounds: int, host: str, model: str) -> dict[str, float]:
+    """The one-time cost of a scanned page and the cost of reopening it (see the docstring)."""
+    from make_documents import scanned_text_pdf, text_picture
+
+    import hearth.documents.scanned as scanned
+    from hearth.documents import ChatDocuments, prepare_document
+    from hearth.history import ChatStore
+
+    figures: dict[str, list[float]] = {}
+
+    def note(key: str, value: float) -> None:
+        figures.setdefault(key, []).append(value)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        for n in range(rounds):
+            print(f"round {n + 1} of {rounds}", file=sys.stderr)
+            pdf = scanned_text_pdf(
+                folder / f"scan{n}.pdf", [text_picture(["INVOICE 4471", "Total due: 312 euros"])]
+            )
+            reader = scanned.Transcriber(host, model=model)
+            start = time.perf_counter()
+            png = scanned.render_page(pdf, 2)
+            note("render_ms", 1000 * (time.perf_counter() - start))
+            reader.vision_model()
+            start = time.perf_counter()
+            reply = scanned.post_json(host, "/api/chat", reader.request(png), "", 3600.0)
+            note("first_transcribe_s" if n == 0 else "transcribe_s", time.perf_counter() - start)
+            for key in ("load_duration", "prompt_eval_duration", "eval_duration"):
+                note(key.replace("duration", "s"), reply.get(key, 0) / 1e9)
+            note("tokens", float(reply.get("eval_count", 0)))
+            note("prompt_tokens", float(reply.get("prompt_eval_count", 0)))
+            start = time.perf_counter()
+            prepared = prepare_document(pdf, transcriber=reader)
+            note("prepare_s", time.perf_counter() - start)
+            note("chars", float(len(prepared.document.sections[1].text)))
+            db = folder / f"chats{n}.db"
+            store = ChatStore(db)
+            chat = store.create_chat(model)
+            msg = store.add_message(chat.id, None, "user", "What is due?")
+            ChatDocuments(store).on_sent(msg, [prepared], "", [], 4096)
+            store.close()
+            pdf.unlink()
+            calls = {"render": 0, "service": 0}
+            real_render, real_post = scanned.render_page, scanned.post_json
+
+            def counted(kind, real, calls=calls):
+                def call(*a, **k):
+                    calls[kind] += 1
+                    return real(*a, **k)
+
+                return call
+
+            scanned.render_page = counted("render", real_render)
+            scanned.post_json = counted("service", real_post)
+            try:
+                start = time.perf_counter()
+                store = ChatStore(db)
+                docs = ChatDocuments(store)
+                text = docs.message_text(store.message(msg.id))
+                docs.citations(msg.id)
+                note("reopen_ms", 1000 * (time.perf_counter() - start))
+                store.close()
+            finally:
+                scanned.render_page, scanned.post_json = real_render, real_post
+            note("reopen_renders", float(calls["render"]))
+            note("reopen_model_calls", float(calls["service"]))
+            note("reopen_has_text", float(prepared.document.sections[1].text in text))
+    return {k: statistics.median(v) for k, v in figures.items()}
+
+
+def _scanned_main(args: argparse.Namespace) -> int:
+    host, model, live, work = args.host, args.vision_model, None, None
+    if not (host and model):
+        import httpx
+        from server.fakes import start_server, stop_server
+
+        from hearth_gemma3.testing import build_tiny_gemma3_vision
+
+        work = Path(tempfile.mkdtemp(prefix="bench-scan-"))
+        files = build_tiny_gemma3_vision(work / "gemma3-vision")
+        live = start_server(work / "home", None, {"HEARTH_OFFLINE": "1"})
+        host, model = live.url, "tiny-vision"
+        body = {"model": model, "from": str(files.text), "projector": str(files.mmproj),
+                "stream": False}  # fmt: skip
+        httpx.post(host + "/api/create", json=body, timeout=300).raise_for_status()
+    try:
+        figures = _scanned(args.rounds, host, model)
+    finally:
+        if live is not None:
+            stop_server(live)
+        if work is not None:
+            import shutil
+
+            shutil.rmtree(work, ignore_errors=True)
+    figures["rounds"] = args.rounds
+    print(
+        f"a scanned page through {model}"
+        + (" (the tiny random test model)" if live else "")
+        + f", median of {args.rounds} rounds:\n"
+        f"  render (PDFium)        {figures['render_ms']:.0f} ms\n"
+        f"  transcribe (/api/chat) {figures.get('transcribe_s', 0):.2f} s warm, "
+        f"{figures['first_transcribe_s']:.2f} s the first time (model load)\n"
+        f"    of which (warm): load {figures['load_s']:.2f} s, prompt "
+        f"{figures['prompt_eval_s']:.2f} s ({figures['prompt_tokens']:.0f} tokens evaluated,"
+        " the rest from the prompt cache), "
+        f"{figures['tokens']:.0f} tokens written {figures['eval_s']:.2f} s\n"
+        f"  prepare_document       {figures['prepare_s']:.2f} s "
+        f"({figures['chars']:.0f} characters transcribed)\n"
+        f"  reopen                 {figures['reopen_ms']:.1f} ms, "
+        f"{figures['reopen_renders']:.0f} renders, {figures['reopen_model_calls']:.0f} model calls"
+    )
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=2) + "\n")
+    ok = figures["reopen_renders"] == 0 == figures["reopen_model_calls"]
+    return 0 if ok and figures["reopen_has_text"] else 1
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--pages", type=int, default=300)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--questions", type=int, default=20)
     p.add_argument("--json", type=Path, help="write the figures here too")
+    p.add_argument("--scanned", action="store_true", help="measure a scanned page instead")
+    p.add_argument("--host", default="", help="--scanned: the service (default: start one)")
+    p.add_argument("--vision-model", default="", help="--scanned: the vision model to use")
     p.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     p.add_argument("--fact-page", type=int, default=0, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
         print(json.dumps(_child(args.child, args.questions, args.fact_page)))
         return 0
+    if args.scanned:
+        return _scanned_main(args)
     from make_documents import long_pdf
 
     fact_page = max(1, args.pages * 3 // 4)

@@ -2,7 +2,8 @@
 model); documents go through hearth.documents exactly as in the desktop app: read and indexed
 into a throw-away history database for the session, sent whole or searched against the
 context, searched again for each follow-up question, and the passages used printed after each
-reply as its sources."""
+reply as its sources. A PDF's scanned pages are read by the session's model when it can see,
+else by the first installed vision model (scanned.py), each page's progress on stderr."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from .. import env
 from ..documents import ChatDocuments, DocumentError, PreparedDocument, prepare_document
 from ..documents.embedding import Embedder, find_embedding_model, question_embedder
 from ..documents.records import Citation
+from ..documents.scanned import Transcriber
 from ..history import ChatStore, Message
 from .http_client import HearthClient, ServiceError
 
@@ -78,19 +80,37 @@ class TerminalAttachments:
         )
         self._pending: list[PreparedDocument] = []
         for path in docs:
-            self._pending.append(self._prepare(path, embedder))
+            transcriber = Transcriber(client.base_url, client.api_key, prefer=model)
+            self._pending.append(self._prepare(path, embedder, transcriber))
 
-    def _prepare(self, path: Path, embedder: Embedder | None) -> PreparedDocument:
+    def _prepare(
+        self, path: Path, embedder: Embedder | None, transcriber: Transcriber
+    ) -> PreparedDocument:
+        line_open = False  # a "\rreading ... page N of M" line waits for its newline
+
         def progress(done: int, total: int) -> None:
+            nonlocal line_open
             if total >= 20 and (done == total or done % 10 == 0):
                 self._err.write(f"\rreading {path.name}: page {done} of {total}")
                 self._err.flush()
+                line_open = True
 
+        def transcribing(page: int, done: int, total: int) -> None:
+            nonlocal line_open
+            self._err.write(
+                ("\n" if line_open else "")
+                + f"(reading {path.name}: page {page} from its image with "
+                f"{transcriber.vision_model()}, {done + 1} of {total})\n"
+            )
+            self._err.flush()
+            line_open = False
+
+        transcriber.progress = transcribing
         try:
-            prepared = prepare_document(path, progress, embedder)
+            prepared = prepare_document(path, progress, embedder, transcriber)
         except DocumentError as e:
             raise ServiceError(str(e)) from None
-        if prepared.document.pages >= 20:
+        if line_open:
             self._err.write("\n")
         if prepared.embed_error:
             self._err.write(f"(no embeddings for {path.name}: {prepared.embed_error})\n")

@@ -44,5 +44,5 @@ def chunk_sections(sections: list[Section], limit: int = CHUNK_CHARS) -> list[Ch
     for section in sections:
         for piece in _split(section.text, limit):
             if piece.strip():
-                chunks.append(Chunk(len(chunks), section.label, piece))
+                chunks.append(Chunk(len(chunks), section.label, piece, section.origin))
     return chunks

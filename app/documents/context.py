@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from .index import DocumentIndex, StoredDocument
-from .records import Citation
+from .records import Citation, cited_section
 
 __all__ = [
     "ESTIMATE_CHARS_PER_TOKEN",
@@ -138,10 +138,11 @@ def render_documents(index: DocumentIndex, message_id: int) -> str:
         if doc.mode == "whole":
             body: list[str] = []
             section = None
-            for _cid, label, text in index.chunks(doc.id):
-                if label != section:
-                    body.append(f"\n[{label}]\n")
-                    section = label
+            for _cid, label, text, origin in index.chunks(doc.id):
+                heading = cited_section(label, origin)
+                if heading != section:
+                    body.append(f"\n[{heading}]\n")
+                    section = heading
                 body.append(text)
             blocks.append(
                 f'<document {_attrs(doc)} sent="whole">{notes}{"".join(body)}\n</document>'
@@ -154,6 +155,6 @@ def render_documents(index: DocumentIndex, message_id: int) -> str:
             "best match the question, numbered, with their page or section:"
         )
         notes = "".join(f"\nNote ({d.name}): {n}." for d in searched for n in d.notes)
-        items = [f"[{c.number}] {c.document}, {c.section}:\n{c.text}" for c in passages]
+        items = [f"[{c.number}] {c.label()}:\n{c.text}" for c in passages]
         blocks.append("<passages>\n" + head + notes + "\n\n" + "\n\n".join(items) + "\n</passages>")
     return "\n\n".join(blocks)

@@ -1,67 +1,30 @@
 """Vectors for chunks and questions from an embedding model, through Hearth's own service
 (`POST /api/embed`, Ollama's shape), and the embedding model a user has (the first installed
-model whose capabilities name "embedding"). Plain urllib: the app calls it from its worker
-thread, the CLI from its main thread."""
+model whose capabilities name "embedding"), through service.py."""
 
 from __future__ import annotations
 
-import json
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from typing import Any
+
+from .service import ServiceCallError, find_model, post_json
 
 __all__ = ["BATCH", "Embedder", "EmbeddingError", "find_embedding_model", "question_embedder"]
 
 BATCH = 32  # chunks per /api/embed request
 
 
-class EmbeddingError(RuntimeError):
+class EmbeddingError(ServiceCallError):
     """The service could not embed (the search falls back to full text alone)."""
 
 
 def _post(base_url: str, path: str, body: dict[str, Any], token: str, timeout: float) -> Any:
-    req = urllib.request.Request(
-        base_url.rstrip("/") + path,
-        data=json.dumps(body).encode(),
-        method="POST",
-        headers={"Content-Type": "application/json", **_auth(token)},
-    )
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            return json.loads(resp.read() or b"{}")
-    except urllib.error.HTTPError as e:
-        detail = e.read().decode(errors="replace")[:300]
-        raise EmbeddingError(f"{path}: HTTP {e.code} {detail}") from e
-    except (OSError, ValueError) as e:
-        raise EmbeddingError(f"{path}: {e}") from e
-
-
-def _auth(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"} if token else {}
+    return post_json(base_url, path, body, token, timeout, EmbeddingError)
 
 
 def find_embedding_model(base_url: str, token: str = "", timeout: float = 30.0) -> str:
     """The first installed model (in /api/tags order) that /api/show says embeds; '' if none."""
-    req = urllib.request.Request(base_url.rstrip("/") + "/api/tags", headers=_auth(token))
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            models = json.loads(resp.read()).get("models") or []
-    except (OSError, ValueError):
-        return ""
-    for m in models:
-        name = str(m.get("name") or m.get("model") or "")
-        caps = m.get("capabilities")
-        if caps is None:
-            try:
-                caps = _post(base_url, "/api/show", {"model": name}, token, timeout).get(
-                    "capabilities"
-                )
-            except EmbeddingError:
-                continue
-        if name and "embedding" in (caps or []):
-            return name
-    return ""
+    return find_model(base_url, "embedding", token, timeout=timeout)
 
 
 class Embedder:

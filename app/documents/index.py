@@ -88,9 +88,9 @@ class DocumentIndex:
             ids = []
             for chunk in prepared.chunks:
                 cur = db.execute(
-                    "INSERT INTO document_chunks(document_id, position, section, text)"
-                    " VALUES (?,?,?,?)",
-                    (doc_id, chunk.position, chunk.section, chunk.text),
+                    "INSERT INTO document_chunks(document_id, position, section, text, origin)"
+                    " VALUES (?,?,?,?,?)",
+                    (doc_id, chunk.position, chunk.section, chunk.text, chunk.origin),
                 )
                 ids.append(int(cur.lastrowid or 0))
             if prepared.vectors and prepared.embed_model:
@@ -123,10 +123,13 @@ class DocumentIndex:
                     (row["id"],),
                 ).fetchall():
                     cur = db.execute(
-                        "INSERT INTO document_chunks(document_id, position, section, text)"
-                        " VALUES (?,?,?,?)",
-                        (new_doc, chunk["position"], chunk["section"], chunk["text"]),
-                    )
+                        "INSERT INTO document_chunks(document_id, position, section, text, origin)"
+                        " VALUES (?,?,?,?,?)",
+                        (
+                            new_doc, chunk["position"], chunk["section"], chunk["text"],
+                            chunk["origin"],
+                        ),
+                    )  # fmt: skip
                     db.execute(
                         "INSERT INTO chunk_vectors(chunk_id, model, vector)"
                         " SELECT ?, model, vector FROM chunk_vectors WHERE chunk_id=?",
@@ -168,22 +171,23 @@ class DocumentIndex:
             for r in rows
         ]  # fmt: skip
 
-    def chunks(self, document_id: int) -> list[tuple[int, str, str]]:
-        """(chunk id, section, text) of a document, in order: joined, its whole text."""
+    def chunks(self, document_id: int) -> list[tuple[int, str, str, str]]:
+        """(chunk id, section, text, origin) of a document, in order: joined, its whole text."""
         rows = self._conn.execute(
-            "SELECT id, section, text FROM document_chunks WHERE document_id=? ORDER BY position",
+            "SELECT id, section, text, origin FROM document_chunks WHERE document_id=?"
+            " ORDER BY position",
             (document_id,),
         )
-        return [(r[0], r[1], r[2]) for r in rows]
+        return [(r[0], r[1], r[2], r[3]) for r in rows]
 
     def sources(self, message_id: int) -> list[Citation]:
         rows = self._conn.execute(
-            "SELECT s.number, c.id, c.section, c.text, d.name FROM message_sources s"
+            "SELECT s.number, c.id, c.section, c.text, d.name, c.origin FROM message_sources s"
             " JOIN document_chunks c ON c.id = s.chunk_id JOIN documents d ON d.id = c.document_id"
             " WHERE s.message_id=? ORDER BY s.position",
             (message_id,),
         )
-        return [Citation(r[4], r[2], r[3], number=r[0], chunk_id=r[1]) for r in rows]
+        return [Citation(r[4], r[2], r[3], number=r[0], chunk_id=r[1], origin=r[5]) for r in rows]
 
     # -- ranking -----------------------------------------------------------------------------
 

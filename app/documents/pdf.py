@@ -1,7 +1,8 @@
-"""PDF: the text layer of each page (pypdf), labelled "page N". A page without text is read as
-empty and named in the notes (a scanned page, an image, needs OCR, which Hearth does not do);
-an encrypted PDF is read only when it opens with the empty password (many are encrypted only to
-restrict printing or copying), else refused with a sentence, as is a damaged one."""
+"""PDF: the text layer of each page (pypdf), labelled "page N". A page without text that holds an
+image is read as empty and listed in `Document.scanned` (scanned.py then has a vision model read it,
+or notes why not); an encrypted PDF is read only when it opens with the empty password (many are
+encrypted only to restrict printing or copying), else refused with a sentence, as is a damaged
+one."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 from .readers import MAX_PAGES, DocumentError, Progress
 from .records import Document, Section
 
-__all__ = ["read_pdf"]
+__all__ = ["page_ranges", "read_pdf"]
 
 
 def _has_images(page: object) -> bool:
@@ -21,7 +22,7 @@ def _has_images(page: object) -> bool:
         return True
 
 
-def _ranges(pages: list[int]) -> str:
+def page_ranges(pages: list[int]) -> str:
     """[3, 4, 5, 9] -> "3–5, 9"."""
     out: list[str] = []
     start = prev = pages[0]
@@ -75,14 +76,8 @@ def read_pdf(path: Path, progress: Progress | None = None) -> Document:
         if progress is not None:
             progress(n, count)
     notes = []
-    if scanned:
-        which = "page" if len(scanned) == 1 else "pages"
-        notes.append(
-            f"{which} {_ranges(scanned)} {'is an image' if len(scanned) == 1 else 'are images'}"
-            " without a text layer (scanned?): Hearth cannot read text from images"
-        )
     if broken:
-        notes.append(f"page(s) {_ranges(broken)} could not be read (damaged)")
+        notes.append(f"page(s) {page_ranges(broken)} could not be read (damaged)")
     if blank and len(blank) < count:
-        notes.append(f"page(s) {_ranges(blank)} hold no text")
-    return Document(name, "pdf", sections, pages=count, notes=notes)
+        notes.append(f"page(s) {page_ranges(blank)} hold no text")
+    return Document(name, "pdf", sections, pages=count, notes=notes, scanned=scanned)

@@ -1,6 +1,7 @@
-"""A document made ready to attach, before any chat holds it: read, chunked, hashed and (with
-an embedding model) embedded. This is the slow part, so it runs off the GUI thread; the result
-is written to the history database when the message that carries it is sent."""
+"""A document made ready to attach, before any chat holds it: read (scanned pages transcribed by a
+vision model), chunked, hashed and (with an embedding model) embedded. This is the slow part, so it
+runs off the GUI thread; the result is written to the history database when the message that carries
+it is sent."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from .chunking import chunk_sections
 from .embedding import Embedder, EmbeddingError
 from .readers import Progress, read_document
 from .records import Chunk, Document
+from .scanned import Transcriber
 
 __all__ = ["PreparedDocument", "prepare_document"]
 
@@ -31,11 +33,15 @@ class PreparedDocument:
 
 
 def prepare_document(
-    path: Path, progress: Progress | None = None, embedder: Embedder | None = None
+    path: Path,
+    progress: Progress | None = None,
+    embedder: Embedder | None = None,
+    transcriber: Transcriber | None = None,
 ) -> PreparedDocument:
-    """Read and chunk the file at `path`, and embed its chunks when `embedder` is given (a
-    failing embedder leaves the document searchable by full text, and says why)."""
-    document = read_document(path, progress)
+    """Read and chunk the file at `path` (a PDF's scanned pages transcribed by `transcriber`'s
+    vision model, when given and the service has one), and embed its chunks when `embedder` is
+    given (a failing embedder leaves the document searchable by full text, and says why)."""
+    document = read_document(path, progress, transcriber)
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
     prepared = PreparedDocument(document, chunk_sections(document.sections), digest)
     if embedder is not None and prepared.chunks:

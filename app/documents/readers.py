@@ -3,8 +3,9 @@ by the library made for it (pypdf, python-docx, the standard library's html.pars
 
 Bounded: a file over MAX_FILE_BYTES, a PDF over MAX_PAGES pages, a DOCX that would unpack past
 `packages.MAX_UNPACKED_BYTES` (a zip bomb) or a text over MAX_CHARS characters is refused with
-a sentence, as is an encrypted or damaged file; nothing is half-read silently (a page without a
-text layer is read as empty and named in the document's notes).
+a sentence, as is an encrypted or damaged file; nothing is half-read silently (a PDF page
+without a text layer is read by a vision model when a `Transcriber` is given and the service has
+one, see scanned.py; else it is read as empty and named in the document's notes).
 """
 
 from __future__ import annotations
@@ -14,8 +15,12 @@ import io
 import re
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .records import Document, Section
+
+if TYPE_CHECKING:
+    from .scanned import Transcriber
 
 __all__ = [
     "CODE_SUFFIXES",
@@ -56,8 +61,11 @@ class DocumentError(ValueError):
     """A file Hearth cannot read as a document; the message is a sentence for the user."""
 
 
-def read_document(path: Path, progress: Progress | None = None) -> Document:
-    """Read the document at `path` (see the module's docstring for the formats and limits)."""
+def read_document(
+    path: Path, progress: Progress | None = None, transcriber: Transcriber | None = None
+) -> Document:
+    """Read the document at `path` (see the module's docstring for the formats and limits);
+    `transcriber` reads a PDF's scanned pages with a vision model (scanned.py)."""
     suffix = path.suffix.lower()
     if suffix not in DOCUMENT_SUFFIXES:
         raise DocumentError(f"{path.name}: Hearth does not read “{suffix or 'no suffix'}” files.")
@@ -72,8 +80,10 @@ def read_document(path: Path, progress: Progress | None = None) -> Document:
         )
     if suffix == ".pdf":
         from .pdf import read_pdf
+        from .scanned import read_scanned_pages
 
         doc = read_pdf(path, progress)
+        read_scanned_pages(path, doc, transcriber)
     elif suffix == ".docx":
         from .word import read_docx
 

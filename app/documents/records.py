@@ -5,29 +5,36 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["Chunk", "Citation", "Document", "Section"]
+from ..history.records import FROM_IMAGE, cited_section
+
+__all__ = ["FROM_IMAGE", "Chunk", "Citation", "Document", "Section", "cited_section"]
 
 
 @dataclass(frozen=True)
 class Section:
     """A part of a document a reader can name: `label` is "page 12" (PDF), a heading path
-    ("Costs › Travel", DOCX and Markdown) or "lines 41–80" (text, CSV, code)."""
+    ("Costs › Travel", DOCX and Markdown) or "lines 41–80" (text, CSV, code). `origin` is ""
+    for the file's own text, FROM_IMAGE for text a vision model read from the page's image."""
 
     label: str
     text: str
+    origin: str = ""
 
 
 @dataclass
 class Document:
     """A document as read: its file name, its kind ("pdf", "docx", "text", ...), its sections in
     order, how many pages it has (PDF; 0 for other kinds) and notes about what could not be read
-    (a scanned page without text), which are shown to the user and told to the model."""
+    (a scanned page without text), which are shown to the user and told to the model.
+    `scanned`: the pages (PDF, 1-based) that are images without a text layer, whether or not
+    a vision model then read them."""
 
     name: str
     kind: str
     sections: list[Section]
     pages: int = 0
     notes: list[str] = field(default_factory=list)
+    scanned: list[int] = field(default_factory=list)
 
     @property
     def chars(self) -> int:
@@ -53,6 +60,7 @@ class Chunk:
     position: int
     section: str
     text: str
+    origin: str = ""  # its section's
 
 
 @dataclass(frozen=True)
@@ -65,6 +73,11 @@ class Citation:
     text: str
     number: int = 0
     chunk_id: int = 0
+    origin: str = ""  # FROM_IMAGE: a vision model read the passage from an image of its page
+
+    def where(self) -> str:
+        """ "page 217", or "read from an image of page 2" for a transcribed scanned page."""
+        return cited_section(self.section, self.origin)
 
     def label(self) -> str:
-        return f"{self.document}, {self.section}"
+        return f"{self.document}, {self.where()}"

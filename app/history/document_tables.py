@@ -1,4 +1,5 @@
-"""The documents tables (schema 3: documents, document_chunks, chunk_vectors, message_sources)
+"""The documents tables (schema 3: documents, document_chunks, chunk_vectors, message_sources;
+schema 4: each chunk's origin)
 as plain rows, for the export and import of whole chats.
 
 History owns the database and its schema (migrations.py), so copying these rows out and in is
@@ -38,7 +39,7 @@ def read_documents(
     ).fetchall()
     for row in rows:
         chunks = conn.execute(
-            "SELECT id, section, text FROM document_chunks WHERE document_id=?"
+            "SELECT id, section, text, origin FROM document_chunks WHERE document_id=?"
             " ORDER BY position, id",
             (row["id"],),
         ).fetchall()
@@ -61,7 +62,7 @@ def read_documents(
                 mode=row["mode"],
                 sha256=row["sha256"],
                 created_at=row["created_at"],
-                chunks=[DocumentChunk(c[1], c[2], vectors.get(c[0], {})) for c in chunks],
+                chunks=[DocumentChunk(c[1], c[2], vectors.get(c[0], {}), c[3]) for c in chunks],
             )
         )
     return out
@@ -113,9 +114,9 @@ def insert_documents(
         ids = []
         for i, chunk in enumerate(doc.chunks):
             cur = db.execute(
-                "INSERT INTO document_chunks(document_id, position, section, text)"
-                " VALUES (?,?,?,?)",
-                (doc_id, i, chunk.section, chunk.text),
+                "INSERT INTO document_chunks(document_id, position, section, text, origin)"
+                " VALUES (?,?,?,?,?)",
+                (doc_id, i, chunk.section, chunk.text, chunk.origin),
             )
             ids.append(int(cur.lastrowid or 0))
             db.executemany(

@@ -12,17 +12,21 @@ The file (UTF-8 JSON, written by `hearth chats export` and the app's Export chat
                              ...]}, ...]}
 
     <document>: {"name", "kind", "pages", "sections", "chars", "notes", "mode", "sha256",
-                 "created_at", "chunks": [{"section", "text", "vectors": {<model>: <base64>}}]}
+                 "created_at", "chunks": [{"section", "text", "vectors": {<model>: <base64>},
+                                           "origin"}]}
     <source>:   {"message", "document", "chunk", "number"}
 
-Version 2 added `documents` (a user message's attached documents as stored: what the chip
-shows, "whole" or "searched", and the text in its passages, each with its page or section and
-its embeddings, float32 little-endian in base64, by embedding model) and `sources` (the
-passages that message's prompt drew on, which the reply under it cites: `message` is the
-number of the message the document is attached to, `document` and `chunk` are 0-based places
-in its lists, `number` the passage's [n] in the prompt, 0 for a document sent whole). Both are
-left out where empty. An imported chat is used as a reopened one is: no file is read again and
-nothing is re-embedded. A version-1 file (no documents) imports as before.
+Version 2 added `documents` (a user message's attached documents as stored: what the chip shows,
+"whole" or "searched", and the text in its passages, each with its page or section and its
+embeddings, float32 little-endian in base64, by embedding model) and `sources` (the passages that
+message's prompt drew on, which the reply under it cites: `message` is the number of the message the
+document is attached to, `document` and `chunk` are 0-based places in its lists, `number` the
+passage's [n] in the prompt, 0 for a document sent whole). Both are left out where empty. A
+passage's `origin` ("image": a vision model transcribed it from an image of its page, a scanned
+page) is written only where it is not empty; an older Hearth ignores it, and a file without it
+imports with the file's own text as every passage's origin. An imported chat is used as a reopened
+one is: no file is read again and nothing is re-embedded. A version-1 file (no documents) imports as
+before.
 
 Every message of every branch is there (parents before their replies); `id` and `parent_id`
 number the messages within their chat (1, 2, ...) and `current_leaf` names the one whose
@@ -172,6 +176,7 @@ def _documents_to_json(
                             model: base64.b64encode(v).decode("ascii")
                             for model, v in c.vectors.items()
                         },
+                        **({"origin": c.origin} if c.origin else {}),
                     }
                     for c in d.chunks
                 ],
@@ -366,7 +371,14 @@ def _document_from_json(obj: Any, where: str) -> DocumentRecord:
                     f"{chunk.where}: the vector of {model!r} is not float32 numbers in base64"
                 )
             vectors[model] = vector
-        chunks.append(DocumentChunk(chunk.get("section", str), chunk.get("text", str), vectors))
+        chunks.append(
+            DocumentChunk(
+                chunk.get("section", str),
+                chunk.get("text", str),
+                vectors,
+                chunk.get("origin", str, ""),
+            )
+        )
     return DocumentRecord(
         name=get("name", str),
         kind=get("kind", str),

@@ -5,7 +5,8 @@ named, not embedded. Thinking is a collapsed <details> block; tool calls and res
 shown with their arguments and text; an interrupted, stopped or failed reply says so. A
 question names the documents attached to it (extent, and whether it was sent whole or
 searched); a reply lists the sources its question's prompt drew on (document and page or
-section, [n] as numbered in the prompt).
+section, [n] as numbered in the prompt; "read from an image of page N" for a scanned page a vision
+model transcribed).
 """
 
 from __future__ import annotations
@@ -17,7 +18,17 @@ from collections.abc import Sequence
 from .chat_store import ChatStore
 from .document_tables import read_documents, read_sources
 from .export import selected_chats
-from .records import DONE, ERROR, INTERRUPTED, STOPPED, Chat, DocumentRecord, Message, SourceRef
+from .records import (
+    DONE,
+    ERROR,
+    INTERRUPTED,
+    STOPPED,
+    Chat,
+    DocumentRecord,
+    Message,
+    SourceRef,
+    cited_section,
+)
 
 __all__ = ["chats_to_markdown"]
 
@@ -114,7 +125,8 @@ def _sources(refs: list[SourceRef], documents: dict[int, list[DocumentRecord]]) 
     for ref in refs:
         doc = documents[ref.message][ref.document]
         mark = f"[{ref.number}] " if ref.number else ""
-        lines.append(f"- {mark}{doc.name}, {doc.chunks[ref.chunk].section}")
+        chunk = doc.chunks[ref.chunk]
+        lines.append(f"- {mark}{doc.name}, {cited_section(chunk.section, chunk.origin)}")
     return "**Sources:**\n\n" + "\n".join(lines) + "\n"
 
 

@@ -200,6 +200,13 @@ CREATE TABLE IF NOT EXISTS message_sources (
 );
 """
 
+# Schema 4 (scanned pages): where a passage's text comes from: '' for the file's own text, 'image'
+# for text a vision model transcribed from an image of its page (cited "read from an image of
+# page N"; records.FROM_IMAGE).
+_SCHEMA_4 = """
+ALTER TABLE document_chunks ADD COLUMN origin TEXT NOT NULL DEFAULT '';
+"""
+
 STEPS: list[Step] = [
     Step(
         1,
@@ -214,6 +221,9 @@ STEPS: list[Step] = [
             _SCHEMA_3
             + _fts_index("document_chunks", "text", tokenize="porter unicode61 remove_diacritics 2")
         ),
+    ),
+    Step(
+        4, "where each document passage's text comes from (a page's image)", sql_script(_SCHEMA_4)
     ),
 ]
 

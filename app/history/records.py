@@ -13,6 +13,8 @@ __all__ = [
     "Message",
     "SearchHit",
     "SourceRef",
+    "FROM_IMAGE",
+    "cited_section",
     "STREAMING",
     "DONE",
     "INTERRUPTED",
@@ -80,15 +82,27 @@ class SearchHit:
 # Schema 3's documents as plain rows, for export and import (document_tables.py reads and
 # writes them; hearth.documents owns what they mean: reading, indexing, retrieving).
 
+# A passage's origin (schema 4's document_chunks.origin): "" for a file's own text, FROM_IMAGE
+# for text a vision model transcribed from the page's image (a scanned page).
+FROM_IMAGE = "image"
+
+
+def cited_section(section: str, origin: str) -> str:
+    """The page or section a citation names: "page 2", or "read from an image of page 2" for
+    a passage transcribed from the page's image (every place that cites says it the same way)."""
+    return f"read from an image of {section}" if origin == FROM_IMAGE else section
+
 
 @dataclass
 class DocumentChunk:
-    """A passage of a stored document: the page or section it comes from, its text, and its
-    embeddings by model name (float32, little-endian bytes, as chunk_vectors holds them)."""
+    """A passage of a stored document: the page or section it comes from, its text, its
+    embeddings by model name (float32, little-endian bytes, as chunk_vectors holds them) and
+    its origin ("" or FROM_IMAGE)."""
 
     section: str
     text: str
     vectors: dict[str, bytes] = field(default_factory=dict)
+    origin: str = ""
 
 
 @dataclass

@@ -21,6 +21,8 @@ __all__ = [
     "headed_docx",
     "long_pdf",
     "scanned_pdf",
+    "scanned_text_pdf",
+    "text_picture",
 ]
 
 # Stated once, on one page; the question shares its rare words, the filler never uses them.
@@ -92,6 +94,34 @@ def scanned_pdf(path: Path) -> Path:
             pdf.image(io.BytesIO(_png()), x=10, y=10, w=190)  # type: ignore[attr-defined]
         else:
             pdf.multi_cell(0, 5, f"Page {n} of the inspection report. The roof is sound.")  # type: ignore[attr-defined]
+    pdf.output(str(path))  # type: ignore[attr-defined]
+    return path
+
+
+def text_picture(lines: list[str], width: int = 800, height: int = 500) -> bytes:
+    """A PNG of `lines` of black text on white (a photographed or scanned page of print)."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    img = Image.new("RGB", (width, height), (255, 255, 255))
+    draw = ImageDraw.Draw(img)
+    font = ImageFont.load_default(size=36)
+    for n, line in enumerate(lines):
+        draw.text((40, 40 + 60 * n), line, fill=(0, 0, 0), font=font)
+    out = io.BytesIO()
+    img.save(out, "PNG")
+    return out.getvalue()
+
+
+def scanned_text_pdf(path: Path, pictures: list[bytes], text_first: bool = True) -> Path:
+    """A PDF whose pages are a text page (if `text_first`), then one page per picture: the
+    picture alone, 190 mm wide at (10 mm, 10 mm), no text layer (a scanned page)."""
+    pdf = _pdf()
+    if text_first:
+        pdf.add_page()  # type: ignore[attr-defined]
+        pdf.multi_cell(0, 5, "Page 1 of the supplier file. The invoices follow.")  # type: ignore[attr-defined]
+    for picture in pictures:
+        pdf.add_page()  # type: ignore[attr-defined]
+        pdf.image(io.BytesIO(picture), x=10, y=10, w=190)  # type: ignore[attr-defined]
     pdf.output(str(path))  # type: ignore[attr-defined]
     return path
 

@@ -82,7 +82,7 @@ def _snapshot(store: ChatStore) -> list[dict[str, Any]]:
                         "SELECT model, vector FROM chunk_vectors WHERE chunk_id=? ORDER BY model",
                         (cid,),
                     )])
-                    for cid, section, text in docs.index.chunks(d.id)
+                    for cid, section, text, _origin in docs.index.chunks(d.id)
                 ]  # fmt: skip
                 fields = dataclasses.asdict(d)
                 fields.pop("id"), fields.pop("message_id")

@@ -218,3 +218,54 @@ def test_no_copy_means_no_upgrade(tmp_path):
     assert_same_chats(store, record)
     assert blocker.is_file()
     store.close()
+
+
+def _schema3_with_a_document(db: Path) -> None:
+    """A file at schema 3 (the released steps 1-3, which are the schema's only definition)
+    holding a chat whose question carries a PDF with two passages, one cited by the reply."""
+    conn = sqlite3.connect(db, isolation_level=None)
+    for step in migrations.STEPS[:3]:
+        conn.execute("BEGIN")
+        step.apply(conn)
+        conn.execute(f"PRAGMA user_version={step.version}")
+        conn.execute("COMMIT")
+    conn.executescript(
+        """
+        INSERT INTO chats(id, title, model, created_at, updated_at) VALUES (1, 'Roof', 'm', 1, 1);
+        INSERT INTO messages(id, chat_id, parent_id, role, content, created_at)
+            VALUES (1, 1, NULL, 'user', 'Is the roof sound?', 1),
+                   (2, 1, 1, 'assistant', 'Yes [1].', 2);
+        INSERT INTO documents(id, message_id, position, name, kind, pages, sections, chars,
+                              mode, created_at)
+            VALUES (1, 1, 0, 'inspection.pdf', 'pdf', 2, 2, 60, 'searched', 1);
+        INSERT INTO document_chunks(id, document_id, position, section, text)
+            VALUES (1, 1, 0, 'page 1', 'The roof is sound and the gutters were cleaned.'),
+                   (2, 1, 1, 'page 2', 'The cellar is damp.');
+        INSERT INTO message_sources(message_id, position, chunk_id, number) VALUES (1, 0, 1, 1);
+        """
+    )
+    conn.close()
+
+
+def test_a_schema3_file_with_documents_gains_passage_origins(tmp_path):
+    from hearth.documents import ChatDocuments
+
+    db = tmp_path / "chats.db"
+    _schema3_with_a_document(db)
+    assert _version(db) == 3
+    store = ChatStore(db)
+    assert _version(db) == SCHEMA_VERSION >= 4
+    assert _version(backup_path(db, 3)) == 3
+    docs = ChatDocuments(store)
+    (cited,) = docs.citations(1)
+    assert (cited.label(), cited.origin, cited.number) == ("inspection.pdf, page 1", "", 1)
+    assert [(s, o) for _i, s, _t, o in docs.index.chunks(1)] == [("page 1", ""), ("page 2", "")]
+    assert [h.chunk_id for h in docs.index.search([1], "gutters")] == [1]  # FTS kept
+    store.close()
+    assert _schema(db) == _schema_of_new_file(tmp_path / "new")
+
+
+def _schema_of_new_file(folder: Path) -> list[tuple[str, str, str]]:
+    folder.mkdir()
+    ChatStore(folder / "chats.db").close()
+    return _schema(folder / "chats.db")

@@ -157,8 +157,12 @@ class StubServer:
                 if images and "vision" not in m.capabilities:  # as the service refuses them
                     self._send(400, {"error": f"{m.name} does not support images"})
                     return
-                self._stream_start()
                 turn = stub.script.pop(0) if stub.script else {"content": stub.reply}
+                if body.get("stream") is False:  # one object, as the service answers then
+                    msg = {"role": "assistant", "content": turn.get("content", "")}
+                    self._send(200, {"model": m.name, "message": msg, "done": True})
+                    return
+                self._stream_start()
                 pieces = [("thinking", w) for w in _words(stub.thinking)]
                 pieces += [("content", w) for w in _words(turn.get("content", ""))]
                 try:

@@ -151,3 +151,40 @@ def test_a_slow_embedding_service_does_not_block_the_window(qtbot, stub, make_ap
     assert embeds[-1]["input"] == [FACT_QUESTION]
     sent = _last_question(stub)
     assert f"[1] annual-report.pdf, page {FACT_PAGE}:" in sent["content"]
+
+
+def test_a_scanned_page_is_read_by_the_vision_model_with_progress_and_cited(
+    qtbot, stub, make_app, tmp_path
+):
+    """The chat's model cannot see; an installed vision model reads the scanned page on the
+    worker thread (the progress line names the page), once: the question's prompt carries its
+    text marked as read from an image, and the reply's source says so."""
+    from documents.make_documents import scanned_text_pdf, text_picture
+    from stub_server import StubModel
+
+    from hearth.documents.scanned import TRANSCRIBE_PROMPT
+
+    said = "INVOICE 4471 Total due: 312 euros"
+    stub.models.append(StubModel("seer:latest", capabilities=["completion", "vision"]))
+    stub.script = [{"content": said}, {"content": "It is 312 euros [1]."}]
+    pdf = scanned_text_pdf(tmp_path / "supplier.pdf", [text_picture(["INVOICE 4471"])])
+    app = make_app(stub.url)
+    progress: list[str] = []
+    app.chat.attachments_changed.connect(lambda: progress.append(app.chat.documents.progress))
+    drop_file(app, pdf, hint="Drop to attach the document")
+    qtbot.waitUntil(lambda: len(app.chat.documents.pending) == 1, timeout=60_000)
+    assert "Reading supplier.pdf: page 2 from its image with seer:latest (1 of 1)…" in progress
+    (asked,) = [r for r in stub.requests if r["path"] == "/api/chat"]
+    (message,) = asked["messages"]
+    assert asked["model"] == "seer:latest" and message["content"] == TRANSCRIBE_PROMPT
+    assert len(message["images"]) == 1  # the page, rendered
+    (notes,) = [c.notes for c in app.chat.document_chips()]
+    assert "read from an image of the page by seer:latest" in notes[0]
+
+    send_and_wait(qtbot, app, "What is the total of invoice 4471?")
+    chats = [r for r in stub.requests if r["path"] == "/api/chat"]
+    assert len(chats) == 2 and chats[-1]["model"] == app.chat.model  # read once
+    assert f"[read from an image of page 2]\n{said}" in _last_question(stub)["content"]
+    _question, reply = app.window.chat_page.transcript.widgets
+    texts = [b.text() for b in reply.sources.buttons]
+    assert "read from an image of page 2" in texts

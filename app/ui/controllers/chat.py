@@ -315,10 +315,11 @@ class ChatController(QObject):
         return context_window(self.chat, runtime, info.context_length if info else 0)
 
     def attach_documents(self, paths: list[Path]) -> bool:
-        """Read documents (off the GUI thread) to go with the next message."""
+        """Read documents (off the GUI thread) to go with the next message; a PDF's scanned
+        pages are read by the chat's model when it can see, else by an installed vision model."""
         if not paths:
             return False
-        self.documents.attach(paths)
+        self.documents.attach(paths, self.model)
         return True
 
     def document_chips(self) -> list[ChipInfo]:

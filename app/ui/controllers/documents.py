@@ -2,10 +2,11 @@
 progress line), the ones waiting to go with the next message, and what each message says to
 the model and cites, through hearth.documents (the same code as `hearth run --attach`).
 
-Reading, chunking and embedding a document run on a worker thread, and so does embedding a
-question for the hybrid search when a message is sent; the history database is written only on
-the GUI thread (it owns the connection), when the message is sent and its question's vector
-(if any) has arrived.
+Reading, chunking and embedding a document run on a worker thread, and so do reading a PDF's
+scanned pages with a vision model (the chat's model when it can see, else the first installed
+one; the progress line names the page) and embedding a question for the hybrid search when a
+message is sent; the history database is written only on the GUI thread (it owns the
+connection), when the message is sent and its question's vector (if any) has arrived.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from PySide6.QtCore import QObject, Signal
 from ...documents import ChatDocuments, DocumentError, PreparedDocument, prepare_document
 from ...documents.context import QuestionEmbedder
 from ...documents.embedding import Embedder, question_embedder
+from ...documents.scanned import Transcriber
 from ...history import ChatStore, Message
 from ..api_client import ApiClient
 from ..widgets.documents import ChipInfo
@@ -32,6 +34,7 @@ class _Reading(QObject):
     """Signals from one worker thread (queued to the GUI thread, where this object lives)."""
 
     progressed = Signal(str, int, int)  # name, pages done, pages
+    transcribing = Signal(str, str, int, int, int)  # name, model, page, done, scanned pages
     done = Signal(object)  # PreparedDocument
     failed = Signal(str)  # a sentence
 
@@ -84,21 +87,42 @@ class DocumentsController(QObject):
     def reading(self) -> bool:
         return bool(self._active)
 
-    def attach(self, paths: Sequence[Path]) -> None:
-        """Read each file on a worker thread; it joins `pending` when ready."""
+    def _transcriber(self, chat_model: str, path: Path, signals: _Reading) -> Transcriber | None:
+        """What reads `path`'s scanned pages, if it has any (the model is found then, on the
+        worker thread): `chat_model` when it can see, else the first installed vision model."""
+        if not self._client.base_url:
+            return None
+        reader = Transcriber(self._client.base_url, self._client.token, chat_model)
+
+        def progress(page: int, done: int, total: int) -> None:
+            signals.transcribing.emit(path.name, reader.vision_model(), page, done, total)
+
+        reader.progress = progress
+        return reader
+
+    def attach(self, paths: Sequence[Path], chat_model: str = "") -> None:
+        """Read each file on a worker thread; it joins `pending` when ready. A PDF's scanned
+        pages are read by `chat_model` when it can see, else by an installed vision model."""
         embedder = self._embedder()
         for path in paths:
             signals = _Reading(self)
             signals.progressed.connect(self._on_progress)
+            signals.transcribing.connect(self._on_transcribing)
+            transcriber = self._transcriber(chat_model, path, signals)
             signals.done.connect(lambda prepared, s=signals: self._on_done(s, prepared))
             signals.failed.connect(lambda sentence, s=signals: self._on_failed(s, sentence))
 
-            def work(path: Path = path, signals: _Reading = signals) -> None:
+            def work(
+                path: Path = path,
+                signals: _Reading = signals,
+                transcriber: Transcriber | None = transcriber,
+            ) -> None:
                 try:
                     prepared = prepare_document(
                         path,
                         lambda done, total: signals.progressed.emit(path.name, done, total),
                         embedder,
+                        transcriber,
                     )
                 except DocumentError as e:
                     signals.failed.emit(str(e))
@@ -125,6 +149,17 @@ class DocumentsController(QObject):
             .replace("%1", name)
             .replace("%2", str(done))
             .replace("%3", str(total))
+        )
+        self.changed.emit()
+
+    def _on_transcribing(self, name: str, model: str, page: int, done: int, total: int) -> None:
+        self.progress = (
+            self.tr("Reading %1: page %2 from its image with %3 (%4 of %5)…")
+            .replace("%1", name)
+            .replace("%2", str(page))
+            .replace("%3", model)
+            .replace("%4", str(done + 1))
+            .replace("%5", str(total))
         )
         self.changed.emit()
 

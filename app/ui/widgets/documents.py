@@ -168,7 +168,7 @@ class SourcesView(QWidget):
         self.title.setText(self.tr("Sources") + (f" · {names[0]}" if one else ""))
         for n, c in enumerate(citations):
             b = QToolButton()
-            b.setText((f"[{c.number}] " if c.number else "") + (c.section if one else c.label()))
+            b.setText((f"[{c.number}] " if c.number else "") + (c.where() if one else c.label()))
             b.setAccessibleName(self.tr("Show the passage from %1").replace("%1", c.label()))
             b.setToolTip(c.text[:300])
             b.setCursor(Qt.CursorShape.PointingHandCursor)
