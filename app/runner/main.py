@@ -121,6 +121,17 @@ def main(args: Any) -> int:
         _emit({"event": "error", "message": str(e), "refused": refused})
         server.shutdown()
         return 1
+    except Exception as e:  # a plugin's own bug while it binds the file
+        # Any other exception is the architecture's code failing on this file (a plugin's
+        # KeyError, AttributeError, ...): the engine cannot run it, so it is refused too, with
+        # the exception named, and the service may try the other engine.
+        failure = f"{type(e).__name__}: {e}"
+        message = f"the {config.engine.value} engine failed to load the file ({failure})"
+        logging.getLogger("hearth.runner").exception("loading %s failed", config.model)
+        state.status, state.error = "error", message
+        _emit({"event": "error", "message": message, "refused": True})
+        server.shutdown()
+        return 1
     state.runner = runner
     state.status = "ready"
     info = to_wire(runner.info())

@@ -24,7 +24,10 @@ from .fakes import LiveServer, start_server, stop_server
 pytestmark = pytest.mark.slow
 
 REFUSAL = "this build of the plugin refuses every file"
+CRASH = "a plugin's own bug"
 PLUGIN = f'''
+from pathlib import Path
+
 from hearth.plugins import ArchitectureSpec, hookimpl
 from hearth_qwen2 import Config, Model
 
@@ -32,6 +35,8 @@ from hearth_qwen2 import Config, Model
 class Refusing(Config):
     @classmethod
     def from_gguf(cls, meta):
+        if (Path(__file__).parent / "crash").exists():  # a bug, not a refusal
+            raise AttributeError("{CRASH}")
         raise ValueError("{REFUSAL}")
 
 
@@ -54,7 +59,7 @@ def _site(folder: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServer, Path]]:
+def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServer, Path, Path]]:
     import ollama
 
     work = tmp_path_factory.mktemp("refusing")
@@ -66,12 +71,12 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServer
     live = start_server(work / "home", None, env)
     client = ollama.Client(host=live.url)
     client.create("qwen-tiny", files={model.name: client.create_blob(model)})
-    yield live, model
+    yield live, model, site
     stop_server(live)
 
 
-def _show(server: LiveServer) -> dict[str, Any]:
-    r = httpx.post(f"{server.url}/api/show", json={"model": "qwen-tiny"})
+def _show(server: LiveServer, name: str = "qwen-tiny") -> dict[str, Any]:
+    r = httpx.post(f"{server.url}/api/show", json={"model": name})
     assert r.status_code == 200, r.text
     return r.json()["hearth"]  # type: ignore[no-any-return]
 
@@ -88,9 +93,9 @@ def _llama_cpp_greedy(model: Path, tmp: Path) -> str:
 
 
 def test_the_overriding_plugin_refuses_and_llamacpp_runs_the_model(
-    setup: tuple[LiveServer, Path], tmp_path: Path
+    setup: tuple[LiveServer, Path, Path], tmp_path: Path
 ) -> None:
-    server, model = setup
+    server, model, _ = setup
     before = _show(server)
     assert (before["engine"], before["engine_reason"]) == (
         "hearth",
@@ -112,3 +117,24 @@ def test_the_overriding_plugin_refuses_and_llamacpp_runs_the_model(
     assert override + "architecture 'qwen2'" in log
     assert "Hearth's plugin could not load qwen-tiny:latest (" in log
     assert "running it on the llama.cpp engine" in log
+
+
+def test_a_plugin_that_crashes_loading_a_file_falls_back_too(
+    setup: tuple[LiveServer, Path, Path], tmp_path: Path
+) -> None:
+    """A plugin's own bug (an AttributeError while it reads the file, not a refusal) is no
+    500 either: the file runs on llama.cpp and the reason names the exception."""
+    import ollama
+
+    server, _, site = setup
+    (site / "crash").write_text("")
+    model = tiny_chat_gguf(tmp_path, "qwen2", seed=4)  # another file: nothing known of it yet
+    client = ollama.Client(host=server.url)
+    client.create("qwen-crash", files={model.name: client.create_blob(model)})
+    body = {"model": "qwen-crash", "prompt": PROMPT, "raw": True, "stream": False}
+    r = httpx.post(f"{server.url}/api/generate", json={**body, "options": GREEDY}, timeout=300)
+    assert r.status_code == 200, r.text
+    assert r.json()["response"] == _llama_cpp_greedy(model, tmp_path)
+    after = _show(server, "qwen-crash")
+    assert after["engine"] == "llamacpp"
+    assert f"AttributeError: {CRASH}" in after["engine_reason"]
