@@ -1,7 +1,7 @@
 """The llama.cpp compatibility runner against bare llama-cpp-python, same model, same run.
 
-    .venv/bin/python bench/compat_speed.py [--model PATH] [--threads 2] [--tokens 64]
-                                           [--rounds 7] [--quick]
+    .venv/bin/python bench/compat_speed.py [--model PATH | --shape NAME] [--threads 2]
+                                           [--tokens 64] [--rounds 7] [--quick]
 
 The compat runner (`hearth runner --engine llamacpp`) is driven over its HTTP protocol, as the
 service drives it (hearth.server.scheduling.runner_process); llama.cpp's side runs in its own
@@ -37,8 +37,8 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from machine import cpu_description  # noqa: E402
 from prompts import LONG_PROMPT  # noqa: E402
+from shapes import add_model_arguments, model_from_args  # noqa: E402
 
-from hearth.default_model import default_model_path  # noqa: E402
 from hearth.runner.protocol import (  # noqa: E402
     CompletionDone,
     CompletionOptions,
@@ -160,7 +160,7 @@ def _bare_round(model: str, threads: int, r: int, n: int) -> dict[str, float]:
 
 async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default=None)
+    add_model_arguments(ap)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=7)
@@ -168,7 +168,7 @@ async def main() -> None:
     args = ap.parse_args()
     if args.quick:
         args.rounds, args.tokens = 1, 8
-    model = str(args.model or default_model_path())
+    model = model_from_args(args)
     print(f"model {Path(model).name}, {args.threads} threads, {cpu_description()}")
     options = RunnerOptions(
         num_ctx=1024, parallel=4, threads=args.threads, engine=EngineKind.LLAMACPP

@@ -1,7 +1,7 @@
 """Prompt and generation speed of our engine beside llama.cpp's, same model, same run.
 
-    .venv/bin/python bench/engine_speed.py [--model PATH] [--threads 2] [--prompt 512]
-                                           [--generate 128] [--rounds 3]
+    .venv/bin/python bench/engine_speed.py [--model PATH | --shape NAME] [--threads 2]
+                                           [--prompt 512] [--generate 128] [--rounds 3]
 
 Each round runs both engines one after the other (in separate processes, alternating which
 goes first) on identical token ids; the figures are medians over rounds. Ratios above 1 mean
@@ -24,13 +24,7 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from machine import cpu_description  # noqa: E402
 from prompts import llamacpp_tokens  # noqa: E402
-
-
-def _default_model() -> str:
-    sys.path.insert(0, str(REPO))
-    from hearth.default_model import default_model_path
-
-    return str(default_model_path())
+from shapes import add_model_arguments, model_from_args  # noqa: E402
 
 
 def _token_ids(model: str, n: int) -> list[int]:
@@ -45,7 +39,8 @@ def _token_ids(model: str, n: int) -> list[int]:
         raise SystemExit(str(e)) from None
 
 
-def _run(worker: str, req: dict) -> list[dict]:
+def run_worker(worker: str, req: dict) -> list[dict]:
+    """Run a bench/workers.py worker on `req` in a process of its own; its measurements."""
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(req, f)
     out = subprocess.run(
@@ -61,14 +56,14 @@ def _run(worker: str, req: dict) -> list[dict]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--model", default=None)
+    add_model_arguments(ap)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--prompt", type=int, default=512)
     ap.add_argument("--generate", type=int, default=128)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--reps", type=int, default=2, help="measurements per process")
     args = ap.parse_args()
-    model = args.model or _default_model()
+    model = model_from_args(args)
     ids = _token_ids(model, args.prompt)
     req = {
         "repo": str(REPO),
@@ -84,7 +79,7 @@ def main() -> None:
     names = list(runs)
     for r in range(args.rounds):
         for name in names[r % 3 :] + names[: r % 3]:  # rotate who goes first
-            runs[name].extend(_run(name, req))
+            runs[name].extend(run_worker(name, req))
 
     def rate(samples: list[dict], key: str, n: int | None) -> float:
         return statistics.median((n or s["gen_n"]) / s[key] for s in samples)

@@ -1,6 +1,7 @@
 """What the prompt cache on disk buys: the first reply after a restart in a long chat.
 
-    .venv/bin/python bench/prompt_cache_disk.py [--model PATH] [--threads 2] [--words 2800]
+    .venv/bin/python bench/prompt_cache_disk.py [--model PATH | --shape NAME] [--threads 2]
+                                               [--words 2800]
 
 A chat of about 3000 tokens (`--words` of history, rendered with the model's chat template)
 gets its first answer from a runner, which is then closed, as the service does with its
@@ -27,8 +28,8 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
 from machine import cpu_description  # noqa: E402
+from shapes import add_model_arguments, model_from_args  # noqa: E402
 
-from hearth.default_model import default_model_path  # noqa: E402
 from hearth.runner.core import Runner, RunnerConfig  # noqa: E402
 from hearth.runner.protocol import (  # noqa: E402
     CompletionChunk,
@@ -140,12 +141,12 @@ def _round(args: argparse.Namespace, model: str, cache: Path, round_no: int) -> 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--model", default=None)
+    add_model_arguments(ap)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--words", type=int, default=2800, help="history words (~3000 tokens)")
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
-    model = args.model or str(default_model_path())
+    model = model_from_args(args)
     rounds = []
     for r in range(args.rounds):
         cache = Path(tempfile.mkdtemp(prefix="hearth-bench-cache-"))

@@ -1,6 +1,7 @@
 """What the batching loop buys: parallel streams, and prompt-cache reuse across chat turns.
 
-    .venv/bin/python bench/runner_scaling.py [--model PATH] [--threads 2] [--tokens 128]
+    .venv/bin/python bench/runner_scaling.py [--model PATH | --shape NAME] [--threads 2]
+                                             [--tokens 128]
 
 1. Aggregate generation speed of 4 greedy streams decoded together, against one stream alone
    (same runner, same prompts; the ratio is the figure), beside llama.cpp's own figures for
@@ -24,8 +25,8 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
 from machine import cpu_description  # noqa: E402
+from shapes import add_model_arguments, model_from_args  # noqa: E402
 
-from hearth.default_model import default_model_path  # noqa: E402
 from hearth.runner.core import Runner, RunnerConfig  # noqa: E402
 from hearth.runner.protocol import (  # noqa: E402
     CompletionDone,
@@ -141,12 +142,12 @@ def _chat_turns(runner: Runner, template: str, bos: str, round_no: int) -> tuple
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--model", default=None)
+    add_model_arguments(ap)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
-    model = args.model or str(default_model_path())
+    model = model_from_args(args)
     runner = Runner(
         RunnerConfig(model, num_ctx=2048, parallel=4, num_batch=512, threads=args.threads)
     )

@@ -1,8 +1,8 @@
 """Generation speed with speculative decoding: Hearth without and with prompt lookup, beside
 llama.cpp without and with its own prompt-lookup draft, on the same prompts, in one run.
 
-    .venv/bin/python bench/speculative.py [--model PATH] [--threads 2] [--generate 320]
-                                          [--rounds 3]
+    .venv/bin/python bench/speculative.py [--model PATH | --shape NAME] [--threads 2]
+                                          [--generate 320] [--rounds 3]
 
 Workloads (the model's chat template; greedy, so that llama.cpp's lookup is exact too):
   edit     rewrite a given ~300-token piece of code with one small change (a rename)
@@ -33,6 +33,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
 
 from machine import cpu_description  # noqa: E402
+from shapes import add_model_arguments, model_from_args  # noqa: E402
 
 CODE = '''def moving_average(values, window):
     """The mean of each run of `window` consecutive values."""
@@ -107,13 +108,6 @@ WORKLOADS = {
 # decoding alone). Greedy, the small base model loops and its own context predicts it; sampled,
 # it rarely repeats itself, which is the case where drafting must cost nothing.
 SAMPLED = {"temperature": 0.8, "top_k": 40, "top_p": 0.95, "seed": 7}
-
-
-def _default_model() -> str:
-    sys.path.insert(0, str(REPO))
-    from hearth.default_model import default_model_path
-
-    return str(default_model_path())
 
 
 def _chat(text: str) -> str:
@@ -232,7 +226,7 @@ def _run(worker: str, req: dict[str, Any]) -> dict[str, Any]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--model", default=None)
+    add_model_arguments(ap)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--generate", type=int, default=320, help="tokens at most per generation")
     ap.add_argument("--rounds", type=int, default=3)
@@ -243,7 +237,7 @@ def main() -> None:
         req = json.loads(Path(path).read_text())
         print(json.dumps(_hearth(req) if kind == "hearth" else _llamacpp(req)))
         return
-    model = args.model or _default_model()
+    model = model_from_args(args)
     prompts = _tokens(model, {name: _chat(text) for name, text in WORKLOADS.items()})
     req = {
         "repo": str(REPO),

@@ -30,15 +30,15 @@ def _ours(req: dict) -> dict:
         n = len(ids)
         t0 = time.perf_counter()
         logits = engine.forward(PassInput(ids, np.arange(n), np.zeros(n), np.array([n - 1])))
-        t1 = time.perf_counter()
+        t1, c1 = time.perf_counter(), time.process_time()
         tok, pos = int(logits[0].argmax()), n
         for _ in range(req["generate"]):
             logits = engine.forward(
                 PassInput(np.array([tok]), np.array([pos]), np.array([0]), np.array([0]))
             )
             tok, pos = int(logits[0].argmax()), pos + 1
-        t2 = time.perf_counter()
-        results.append({"prompt_s": t1 - t0, "gen_s": t2 - t1})
+        t2, c2 = time.perf_counter(), time.process_time()
+        results.append({"prompt_s": t1 - t0, "gen_s": t2 - t1, "gen_cpu_s": c2 - c1})
     engine.close()
     loaded.close()
     return {"runs": results[1:]}
@@ -55,20 +55,28 @@ def _runner(req: dict) -> dict:
                      threads=req["threads"])
     )  # fmt: skip
     results = []
-    options = CompletionOptions(temperature=0, repeat_penalty=1.0, num_predict=req["generate"])
+    options = CompletionOptions(
+        temperature=0,
+        repeat_penalty=1.0,
+        num_predict=req["generate"],
+        speculate=req.get("speculate"),  # None: the runner's default
+    )
     for i in range(req["reps"] + 1):  # the first round warms up
         # A different first token each round so nothing comes from the prompt cache.
-        ids = [req["ids"][0], 1000 + i, *req["ids"][2:]]
+        ids = [req["ids"][0], req.get("vary_base", 1000) + i, *req["ids"][2:]]
+        c0 = time.process_time()
         seq = runner.completion(CompletionRequest(tokens=ids, options=options))
         done = None
         while (event := seq.events.get()) is not None:
             done = event if isinstance(event, CompletionDone) else done
+        cpu = time.process_time() - c0  # the whole request (a short prompt: mostly tokens)
         assert done is not None and done.prompt_cached <= 1
         results.append(
             {
                 "prompt_s": done.prompt_eval_duration / 1e9,
                 "gen_s": done.eval_duration / 1e9,
                 "gen_n": done.eval_count,
+                "gen_cpu_s": cpu,
             }
         )
     runner.close()
@@ -106,15 +114,16 @@ def _llamacpp(req: dict) -> dict:
         llama_cpp.llama_perf_context_reset(llm.ctx)
         t0 = time.perf_counter()
         tok, pos = int(decode(ids, 0).argmax()), len(ids)
-        t1 = time.perf_counter()
+        t1, c1 = time.perf_counter(), time.process_time()
         for _ in range(req["generate"]):
             tok, pos = int(decode([tok], pos).argmax()), pos + 1
-        t2 = time.perf_counter()
+        t2, c2 = time.perf_counter(), time.process_time()
         perf = llama_cpp.llama_perf_context(llm.ctx)
         results.append(
             {
                 "prompt_s": t1 - t0,
                 "gen_s": t2 - t1,
+                "gen_cpu_s": c2 - c1,
                 "internal_prompt_s": perf.t_p_eval_ms / 1000,
                 "internal_gen_s": perf.t_eval_ms / 1000,
             }

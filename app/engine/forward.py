@@ -209,6 +209,8 @@ class ForwardEngine:
         Items that come whole (`Multimodal.positions` > 0) go to `_Media.whole` at the row
         of their first position, and their positions' tokens are set to the items' tokens
         in `tokens` (in place)."""
+        if len(tokens) == 1 and tokens[0] >= 0:  # (decoding: the common case, cheaply)
+            return None
         rows = np.flatnonzero(tokens < 0)
         if not len(rows):
             return None

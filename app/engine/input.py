@@ -25,7 +25,11 @@ def sequence_runs(
 ) -> list[tuple[int, int]]:
     """(start, count) of each run of equal sequence ids in a batch; the rows of the
     sequences in `lone_rows` each make a run of their own (see `PassInput.lone_rows`)."""
-    cuts = [0, *(np.flatnonzero(np.diff(ids)) + 1).tolist(), len(ids)]
+    n = len(ids)
+    one_run = n == 1 or (n and ids[0] == ids[-1] and (ids == ids[0]).all())  # (decoding)
+    if one_run and (n == 1 or not lone_rows or int(ids[0]) not in lone_rows):
+        return [(0, n)]
+    cuts = [0, *(np.flatnonzero(np.diff(ids)) + 1).tolist(), n]
     runs = [(a, b - a) for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
     if not lone_rows:
         return runs

@@ -2,7 +2,8 @@
 CUDA, through the service a user runs (`hearth serve`, Ollama's API). bench/gpu/check.sh sets
 up the machine and runs this; `--dry-run` runs every step that needs no GPU (the CI test).
 
-    python bench/gpu/check.py --model MODEL.gguf --out DIR [--vision DIR] [--dry-run]
+    python bench/gpu/check.py --model MODEL.gguf | --shape NAME --out DIR [--vision DIR]
+                              [--dry-run]
 
 Writes DIR/report.json (rewritten after every step, so a run cut short keeps what it measured)
 and logs to stdout. Steps, each independent of the others' failures:
@@ -69,6 +70,7 @@ PARITY_PROMPTS = [
 ]
 from prompts import LONG_PROMPT as SPEED_PROMPT  # noqa: E402  (bench/prompts.py)
 from prompts import llamacpp_tokens  # noqa: E402
+from shapes import SHAPES, model_from_args  # noqa: E402
 
 sys.path.insert(0, str(REPO / "bench" / "gpu"))
 import steps as more_steps  # noqa: E402  (bench/gpu/steps.py)
@@ -557,7 +559,9 @@ def nvidia_smi_process(pid: int | None) -> int | None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", required=True)
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--model")
+    which.add_argument("--shape", choices=sorted(SHAPES), help="a bench/shapes.py shape")
     p.add_argument("--out", required=True)
     p.add_argument("--vision", help="folder with the tiny vision model (ollama.gguf, image.png)")
     p.add_argument("--rounds", type=int, default=3)
@@ -575,6 +579,8 @@ def main() -> None:
     args = p.parse_args()
     if args.shapes is None:
         args.shapes = "" if args.dry_run else more_steps.DEFAULT_SHAPES
+    if args.shape:  # written (and quantized by llama.cpp) here, once per machine
+        args.model = model_from_args(args)
     check = Check(args)
     try:
         check.start_service()

@@ -52,6 +52,7 @@ __all__ = ["Causal", "MASK_ROW_PADDING"]
 
 MASK_ROW_PADDING = 32  # ggml's GGML_KQ_MASK_PAD: mask rows are padded to this for flash attention
 MAX_SEQUENCES = 64
+_BITS = [np.uint64(1) << np.uint64(i) for i in range(MAX_SEQUENCES)]  # sequence i's bit
 
 
 def _round_up(n: int, m: int) -> int:
@@ -101,6 +102,7 @@ class Causal(Cache):
         self._shared: set[int] = set()  # sequences given cells of other regions
         self._seen: set[int] = set()  # sequences that have allocated cells
         self._v_row_dims: set[int] = set()
+        self._v_row_starts: dict[int, np.ndarray] = {}
         self._stride = 0  # cells between stacked runs' first cells; 0 = not stacked
 
     # -- configuration --------------------------------------------------------------------
@@ -148,6 +150,9 @@ class Causal(Cache):
         self.cells = self.region * max_sequences
         self.cell_pos = np.full(self.cells, -1, dtype=np.int64)
         self.cell_seqs = np.zeros(self.cells, dtype=np.uint64)
+        # Per sequence: every cell of its region from this offset on is free (an upper bound
+        # on what it uses), so a pass scans what the sequence holds, not the whole region.
+        self._used = [0] * max_sequences
 
     @property
     def permuted_v(self) -> bool:
@@ -214,31 +219,35 @@ class Causal(Cache):
     def _allocate(self, seq: int, positions: np.ndarray, locs: np.ndarray, start: int) -> None:
         """Cells for one run of a sequence's rows, taken first-free in the sequence's region
         (after the sliding window let go of what no later token can see)."""
-        bit = np.uint64(1) << np.uint64(seq)
+        bit = _BITS[seq]
         base = seq * self.region
-        region = slice(base, base + self.region)
+        used = self._used[seq]
         if self.window:
-            mine = (self.cell_seqs[region] & bit) != 0
-            stale = mine & (self.cell_pos[region] < int(positions.min()) - self.swa_memory)
+            held = slice(base, base + used)
+            mine = (self.cell_seqs[held] & bit) != 0
+            stale = mine & (self.cell_pos[held] < int(positions.min()) - self.swa_memory)
             if stale.any():
                 self._drop(np.flatnonzero(stale) + base, bit)
-        free = np.flatnonzero(self.cell_seqs[region] == 0)
         count = len(positions)
+        # The first `count` free cells of the region lie below used + count (all free above).
+        span = min(self.region, used + count)
+        free = np.flatnonzero(self.cell_seqs[base : base + span] == 0)
         if len(free) < count:
             raise CacheFullError()
         cells = free[:count] + base
         locs[start : start + count] = cells
         self.cell_pos[cells] = positions
         self.cell_seqs[cells] = bit
+        self._used[seq] = max(used, int(free[count - 1]) + 1)
         self._seen.add(seq)
 
     def _slide_absent(self, present: set[int]) -> None:
         """Sequences missing from this batch move on too: their next position is their last
         plus one, so cells behind the window's memory from there go (Ollama does the same)."""
         for seq in self._seen - present:
-            bit = np.uint64(1) << np.uint64(seq)
+            bit = _BITS[seq]
             base = seq * self.region
-            mine = np.flatnonzero(self.cell_seqs[base : base + self.region] & bit) + base
+            mine = np.flatnonzero(self.cell_seqs[base : base + self._used[seq]] & bit) + base
             if not len(mine):
                 continue
             lowest = int(self.cell_pos[mine].max()) + 1
@@ -256,12 +265,12 @@ class Causal(Cache):
         its first cell to the one above its last, with the run's mask. `spans`: position
         ranges (first, last) whose rows also see each other's later positions (an image)."""
         pad = self._config.padding  # type: ignore[union-attr]
-        bit = np.uint64(1) << np.uint64(seq)
+        bit = _BITS[seq]
         if seq in self._shared:  # holds cells of other regions (copy_prefix)
             mine = np.flatnonzero(self.cell_seqs & bit)
         else:
             base = seq * self.region
-            mine = np.flatnonzero(self.cell_seqs[base : base + self.region] & bit) + base
+            mine = np.flatnonzero(self.cell_seqs[base : base + self._used[seq]] & bit) + base
         lo = int(mine[0]) // pad * pad
         hi = min(self.cells, _round_up(int(mine[-1]) + 1, pad))
         return _Group(start, count, lo, hi - lo, self._mask(positions, bit, lo, hi, spans))
@@ -302,12 +311,13 @@ class Causal(Cache):
 
     def _v_rows_input(self, ctx: Context, dv: int) -> Tensor:
         """Row indices for writing permuted V: element (t, d) goes to d * cells + loc[t]."""
-        rows = np.arange(dv, dtype=np.int64)[None, :] * self.cells + self._locs_host[:, None]
+        starts = self._v_row_starts.get(dv)
+        if starts is None:  # d * cells for each d, once per width
+            starts = self._v_row_starts[dv] = (np.arange(dv) * self.cells).astype(np.int32)
+        rows = starts[None, :] + self._locs_host[:, None]  # (int32: cells * dv < 2**31)
         self._v_row_dims.add(dv)
         n = self._batch_size * dv
-        return ctx.input(
-            DType.I32, (n,), rows.astype(np.int32).ravel(), key=self._key + f"vrows{dv}"
-        )
+        return ctx.input(DType.I32, (n,), rows.ravel(), key=self._key + f"vrows{dv}")
 
     def _mask(
         self,
@@ -415,7 +425,7 @@ class Causal(Cache):
 
     # -- sequence edits -------------------------------------------------------------------
     def remove(self, seq: int, begin: int, end: int = MAX_POS) -> None:
-        bit = np.uint64(1) << np.uint64(seq)
+        bit = _BITS[seq]
         mine = (self.cell_seqs & bit) != 0
         gone = mine & (self.cell_pos >= begin) & (self.cell_pos < end)
         later = mine & (self.cell_pos >= end)
@@ -427,6 +437,9 @@ class Causal(Cache):
         self._drop(np.flatnonzero(gone), bit)
         if not (self.cell_seqs & bit).any():
             self._shared.discard(seq)
+            base = seq * self.region
+            if not self.cell_seqs[base : base + self._used[seq]].any():
+                self._used[seq] = 0  # (another sequence may share its cells: copy_prefix)
         if end != MAX_POS and later.any():
             delta = np.zeros(self.cells, dtype=np.int32)
             delta[later] = begin - end
@@ -450,9 +463,9 @@ class Causal(Cache):
             ctx.close()
 
     def copy_prefix(self, src: int, dst: int, length: int) -> None:
-        dbit = np.uint64(1) << np.uint64(dst)
+        dbit = _BITS[dst]
         self._drop(np.flatnonzero(self.cell_seqs & dbit), dbit)
-        sbit = np.uint64(1) << np.uint64(src)
+        sbit = _BITS[src]
         share = ((self.cell_seqs & sbit) != 0) & (self.cell_pos < length)
         self.cell_seqs[share] |= dbit
         if share.any() and src != dst:
@@ -461,7 +474,7 @@ class Causal(Cache):
     def can_resume(self, seq: int, pos: int) -> bool:
         if not self.window:
             return True
-        bit = np.uint64(1) << np.uint64(seq)
+        bit = _BITS[seq]
         mine = (self.cell_seqs & bit) != 0
         if not mine.any():
             return pos == 0
@@ -472,14 +485,14 @@ class Causal(Cache):
 
     def positions(self, seq: int) -> np.ndarray:
         """The positions `seq` holds, sorted (for tests and diagnostics)."""
-        bit = np.uint64(1) << np.uint64(seq)
+        bit = _BITS[seq]
         return np.sort(self.cell_pos[(self.cell_seqs & bit) != 0])
 
     # -- host copies ----------------------------------------------------------------------
     def snapshot(self, seq: int, length: int) -> SequenceState | None:
         if seq in self._shared or not self._keys:
             return None
-        bit = np.uint64(1) << np.uint64(seq)
+        bit = _BITS[seq]
         base = seq * self.region
         region = slice(base, base + self.region)
         mine = np.flatnonzero(self.cell_seqs[region] & bit) + base
@@ -518,7 +531,7 @@ class Causal(Cache):
 
     def restore(self, seq: int, state: SequenceState) -> bool:
         arrays = state.arrays
-        bit = np.uint64(1) << np.uint64(seq)
+        bit = _BITS[seq]
         base = seq * self.region
         try:
             positions = arrays["pos"].astype(np.int64)
@@ -562,6 +575,7 @@ class Causal(Cache):
                 self._write_v(values, first, v[run])
         self.cell_pos[cells] = positions
         self.cell_seqs[cells] |= bit
+        self._used[seq] = max(self._used[seq], int(cells[-1]) - base + 1)
         self._seen.add(seq)
         return True
 

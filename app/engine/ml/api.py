@@ -183,7 +183,8 @@ class Context(abc.ABC):
         """Whether attention should use the fused flash-attention op (a backend switch)."""
 
     # -- creation ---------------------------------------------------------------------------
-    _keyed: dict[str, Tensor]  # keyed inputs; implementations start it empty
+    # keyed inputs, with the (dtype, shape) first asked for; implementations start it empty
+    _keyed: dict[str, tuple[Tensor, tuple[DType, tuple[int, ...]]]]
 
     def input(
         self,
@@ -198,9 +199,13 @@ class Context(abc.ABC):
         With a `key`, asking again for the same key returns the existing input (given the new
         `data`): that is how a graph built for one batch is refilled for the next. A different
         dtype or shape under an existing key raises ValueError."""
-        existing = self._keyed.get(key) if key is not None else None
-        if existing is not None:
-            if existing.dtype != dtype or existing.shape != trim_shape(shape):
+        entry = self._keyed.get(key) if key is not None else None
+        if entry is not None:
+            existing, asked = entry
+            # (the same request as before needs no check)
+            if asked != (dtype, shape) and (
+                existing.dtype != dtype or existing.shape != trim_shape(shape)
+            ):
                 raise ValueError(
                     f"input '{key}' is {existing.dtype.name}{list(existing.shape)} in this "
                     f"graph, not {DType(dtype).name}{list(trim_shape(shape))}"
@@ -212,7 +217,7 @@ class Context(abc.ABC):
         if data is not None:
             self._set_input(t, data)
         if key is not None:
-            self._keyed[key] = t
+            self._keyed[key] = (t, (dtype, tuple(shape)))
         return t
 
     def has_input(self, key: str) -> bool:

@@ -25,7 +25,7 @@ from .ggml_kernels import FewRowsKernel
 from .ggml_lib import address as _addr
 from .ggml_lib import compute_threads, layout_key, metadata_context
 from .ggml_tensor import FLOAT_TYPES as _FLOAT_TYPES
-from .ggml_tensor import GGMLTensor, host_data
+from .ggml_tensor import GGMLTensor
 from .invariance import (
     PADDING_CANDIDATES,
     ProductRule,
@@ -61,6 +61,46 @@ def _on_cpu(p: Any) -> bool:
 
 
 _c_void_p = ctypes.c_void_p
+
+
+class _Input:
+    """A graph input: its tensor, what its values must be (numpy type, bytes), the values
+    given, and where they go once the graph is allocated (`host`: a numpy view of the
+    tensor's memory when that is host memory, written with one copy; else uploaded with
+    ggml_backend_tensor_set)."""
+
+    __slots__ = ("tensor", "np_type", "nbytes", "values", "host")
+
+    def __init__(self, tensor: GGMLTensor) -> None:
+        self.tensor = tensor
+        try:
+            self.np_type: np.dtype | None = np.dtype(tensor.dtype.numpy)
+        except KeyError:  # quantized: raw bytes
+            self.np_type = None
+        self.nbytes = tensor.nbytes
+        self.values: np.ndarray | None = None
+        self.host: np.ndarray | None = None
+
+    def upload(self) -> None:
+        values = self.values
+        assert values is not None
+        if self.host is not None:
+            self.host[...] = values.reshape(-1)  # (contiguous: a view)
+        else:
+            g.ggml_backend_tensor_set(self.tensor.ptr, values.ctypes.data, 0, self.nbytes)
+
+
+def _host_view(inp: _Input) -> np.ndarray | None:
+    """A numpy array over an allocated input's memory when it is host memory, else None."""
+    c = inp.tensor.ptr.contents  # type: ignore[attr-defined]
+    if not c.data or not c.buffer or not g.ggml_backend_buffer_is_host(c.buffer):
+        return None
+    np_type = inp.np_type or np.dtype(np.uint8)
+    raw = (ctypes.c_uint8 * inp.nbytes).from_address(c.data)
+    view = np.frombuffer(raw, dtype=np_type)
+    return view if inp.np_type is not None else view.view(np.uint8)
+
+
 _POOL_OPS = {"avg": g.GGML_OP_POOL_AVG, "max": g.GGML_OP_POOL_MAX}
 
 
@@ -75,12 +115,16 @@ class GGMLContext(Context):
         self._ctx = g.ggml_init(params)
         if not self._ctx:
             raise OutOfMemoryError("could not create a ggml context")
-        self._inputs: dict[int, tuple[GGMLTensor, np.ndarray | None]] = {}
+        self._inputs: dict[int, _Input] = {}  # by id() of the input's tensor
+        # After allocation: the inputs with memory (unused ones have none), to fill per run.
+        self._uploads: list[_Input] | None = None
+        self._built: tuple[Tensor, ...] = ()  # the outputs compute() last added (held)
         # The graph exists from the start so that forward() fixes the order of side effects
         # (a cache write is expanded before the attention that reads the cache).
         self._graph: object | None = g.ggml_new_graph_custom(self._ctx, max_nodes, False)
+        self._graph_key = _addr(self._graph)
         self._outputs: set[int] = set()
-        self._keyed: dict[str, Tensor] = {}
+        self._keyed: dict[str, tuple[Tensor, tuple[DType, tuple[int, ...]]]] = {}
         self._was_allocated = False
         # The graph's node sources as built (see _pin_sources), once the scheduler has seen it.
         self._sources: list[tuple[Any, tuple[int, ...]]] | None = None
@@ -98,12 +142,18 @@ class GGMLContext(Context):
 
     def _set_input(self, t: Tensor, values: np.ndarray) -> None:
         assert isinstance(t, GGMLTensor)
-        arr = host_data(t, values)
-        if arr.nbytes != t.nbytes:
+        inp = self._inputs.get(id(t))
+        if inp is None or inp.tensor is not t:
+            raise ValueError("set(): this tensor is not an input of its graph")
+        if inp.np_type is not None:
+            arr = np.ascontiguousarray(values, dtype=inp.np_type)
+        else:
+            arr = np.ascontiguousarray(values).view(np.uint8)
+        if arr.nbytes != inp.nbytes:
             raise ValueError(
-                f"input {list(t.shape)} {t.dtype.name} needs {t.nbytes} bytes, got {arr.nbytes}"
+                f"input {list(t.shape)} {t.dtype.name} needs {inp.nbytes} bytes, got {arr.nbytes}"
             )
-        self._inputs[_addr(t._p)] = (t, arr)
+        inp.values = arr
 
     # -- creation -----------------------------------------------------------------------
     def _new_input(self, dtype: DType, shape: Sequence[int]) -> GGMLTensor:
@@ -111,7 +161,7 @@ class GGMLContext(Context):
         p = g.ggml_new_tensor_4d(self._ctx, int(dtype), ne[0], ne[1], ne[2], ne[3])
         g.ggml_set_input(p)
         t = self._t(p)
-        self._inputs[_addr(p)] = (t, None)
+        self._inputs[id(t)] = _Input(t)
         return t
 
     # -- arithmetic ---------------------------------------------------------------------
@@ -362,12 +412,18 @@ class GGMLContext(Context):
         return self._graph
 
     def compute(self, *outputs: Tensor, on_started: Callable[[], None] | None = None) -> None:
-        gf = self._build(outputs)
-        missing = [t for t, arr in self._inputs.values() if arr is None]
+        built = self._built
+        same = len(outputs) == len(built) and all(
+            a is b for a, b in zip(outputs, built, strict=True)
+        )
+        if not same:  # (a graph run again for the same outputs: nothing to add)
+            self._build(outputs)
+            self._built = outputs
+        gf = self._graph
+        missing = sum(1 for inp in self._inputs.values() if inp.values is None)
         if missing:
-            raise ValueError(f"{len(missing)} graph input(s) were never given values")
-        inputs = list(self._inputs.values())
-        self._backend._compute(self, gf, inputs, on_started)  # type: ignore[arg-type]
+            raise ValueError(f"{missing} graph input(s) were never given values")
+        self._backend._compute(self, gf, on_started)
 
     def _pin_sources(self, gf: object) -> None:
         """Before the scheduler splits this graph: the first time, remember every node's
@@ -386,6 +442,15 @@ class GGMLContext(Context):
             src = node.contents.src
             for j, address in enumerate(sources):
                 src[j] = ctypes.cast(address, type(src[j])) if address else None
+
+    def _allocated(self) -> None:
+        """The scheduler has just allocated this graph: note where each input goes."""
+        uploads = []
+        for inp in self._inputs.values():
+            if inp.tensor.ptr.contents.data:  # type: ignore[attr-defined]  # unused: no memory
+                inp.host = _host_view(inp)
+                uploads.append(inp)
+        self._uploads = uploads
 
     def _release_allocation(self) -> None:
         """Forget every graph tensor's address so the allocator places them anew."""
@@ -414,6 +479,7 @@ class GGMLContext(Context):
             self._ctx = None
             self._graph = None
             self._inputs.clear()
+            self._uploads = None
 
     def __del__(self) -> None:
         with contextlib.suppress(Exception):  # interpreter shutdown
@@ -547,12 +613,11 @@ class GGMLBackend(Backend):
         self,
         ctx: GGMLContext,
         gf: object,
-        inputs: list[tuple[GGMLTensor, np.ndarray]],
         on_started: Callable[[], None] | None = None,
     ) -> None:
         with self._lock:
             sched = self._scheduler()
-            key = _addr(gf)
+            key = ctx._graph_key
             if self._allocated_graph != key:
                 if ctx._was_allocated:
                     # ggml's allocator takes tensors that still hold addresses for allocated;
@@ -565,9 +630,10 @@ class GGMLBackend(Backend):
                     raise OutOfMemoryError("not enough memory to run this graph")
                 self._allocated_graph = key
                 ctx._was_allocated = True
-            for t, arr in inputs:
-                if t._p.contents.data:  # type: ignore[attr-defined]  # unused inputs: no memory
-                    g.ggml_backend_tensor_set(t.ptr, arr.ctypes.data, 0, arr.nbytes)
+                ctx._allocated()
+            assert ctx._uploads is not None
+            for inp in ctx._uploads:
+                inp.upload()
             if on_started is not None:
                 on_started()
             with self._cpu_turn():

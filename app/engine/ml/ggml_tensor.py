@@ -24,11 +24,13 @@ def host_data(t: Tensor, values: np.ndarray) -> np.ndarray:
 class GGMLTensor(Tensor):
     """A ggml tensor pointer plus the object that keeps its memory alive."""
 
-    __slots__ = ("_p", "_owner")
+    __slots__ = ("_p", "_owner", "_layout")
 
     def __init__(self, p: object, owner: object) -> None:
         self._p = p
         self._owner = owner
+        # numpy() reads: (empty numpy shape, its type, bytes, result shape), once checked
+        self._layout: tuple[tuple[int, ...], np.dtype, int, tuple[int, ...]] | None = None
 
     @property
     def ptr(self) -> object:
@@ -65,15 +67,24 @@ class GGMLTensor(Tensor):
         return self._p.contents.name.decode("utf-8", "replace")  # type: ignore[attr-defined]
 
     def numpy(self) -> np.ndarray:
-        dtype = self.dtype
-        if dtype not in (DType.F32, DType.F16, DType.I32):
-            raise TypeError(f"cannot read a {dtype.name} tensor as numpy")
-        if not g.ggml_is_contiguous(self._p):
-            raise ValueError("numpy() needs a contiguous tensor; add ctx.cont() before computing")
-        out = np.empty(tuple(reversed(self.ne)), dtype=dtype.numpy)
-        g.ggml_backend_tensor_get(self._p, out.ctypes.data, 0, out.nbytes)
-        out = out.reshape(tuple(reversed(self.shape)))
-        return out.astype(np.float32) if dtype == DType.F16 else out
+        layout = self._layout
+        if layout is None:  # a tensor's type and shape never change: check them once
+            dtype = self.dtype
+            if dtype not in (DType.F32, DType.F16, DType.I32):
+                raise TypeError(f"cannot read a {dtype.name} tensor as numpy")
+            if not g.ggml_is_contiguous(self._p):
+                raise ValueError(
+                    "numpy() needs a contiguous tensor; add ctx.cont() before computing"
+                )
+            np_type = np.dtype(dtype.numpy)
+            full = tuple(reversed(self.ne))
+            nbytes = int(np.prod(full)) * np_type.itemsize
+            layout = self._layout = (full, np_type, nbytes, tuple(reversed(self.shape)))
+        full, np_type, nbytes, shape = layout
+        out = np.empty(full, dtype=np_type)
+        g.ggml_backend_tensor_get(self._p, out.ctypes.data, 0, nbytes)
+        out = out.reshape(shape)
+        return out.astype(np.float32) if np_type == np.float16 else out
 
     def set(self, values: np.ndarray) -> None:
         set_input = getattr(self._owner, "_set_input", None)

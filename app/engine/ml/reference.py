@@ -60,7 +60,7 @@ class NumpyContext(NumpyOps, Context):
         self._max_nodes = max_nodes
         self._nodes: list[NumpyTensor] = []  # tensors with an op, in call order
         self._inputs: dict[int, tuple[NumpyTensor, np.ndarray | None]] = {}
-        self._keyed: dict[str, Tensor] = {}
+        self._keyed: dict[str, tuple[Tensor, tuple[DType, tuple[int, ...]]]] = {}
         self._roots: dict[int, NumpyTensor] = {}  # forward()ed and output tensors
         self._computed = False
         self._closed = False
