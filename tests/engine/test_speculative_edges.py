@@ -1,0 +1,164 @@
+"""Speculative decoding at its edges: a sliding window that a rejected draft's rows would
+have let go of early (the cells later tokens take must be those they take without
+speculation: cell order is summation order), and drafting that cannot pay (a check's lone
+rows each read every float weight again: drafting switches itself off, and says why), while
+on the default model, whose quantized weights Hearth's kernel takes as a batch, it stays on.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from gguf import GGMLQuantizationType as QT
+from test_speculative import SETTINGS, _differences, _prompt, _run, _runner, _with, run_both
+from tiny_models import tiny_llama, write_tiny_llama
+
+from hearth.runner.core import Runner
+from hearth.runner.draft_cost import DraftCost
+from hearth.runner.protocol import CompletionOptions, CompletionRequest
+
+WINDOW = 16  # the tiny gemma3's sliding window
+NUM_BATCH = 8  # so the window's memory (window + batch) is short: 24 positions
+
+
+# -- a sliding window past its memory ---------------------------------------------------------
+@pytest.fixture(scope="module")
+def gemma3_narrow(tiny_gemma3_path):
+    runner = _runner(tiny_gemma3_path, num_ctx=320, num_batch=NUM_BATCH, parallel=2)
+    yield runner
+    runner.close()
+
+
+@pytest.mark.slow
+def test_speculation_is_exact_where_rejected_drafts_pass_the_windows_memory(gemma3_narrow):
+    """A prompt of 120 tokens, far past the window and its memory (16 + 8): every check's
+    rows let go of the cells behind the memory as they take theirs, and each rejected row
+    would have let go of one too many. Sampled (and greedy), logprobs compared exactly."""
+    runner = gemma3_narrow
+    names = ("greedy", "warm", "hot-min-p", "cool-top-p", "default-sampler")
+    reqs = {
+        name: CompletionRequest(
+            tokens=_prompt(runner, 40 + i, length=120),
+            options=CompletionOptions(num_predict=80, **SETTINGS[name]),
+            logprobs=True,
+            top_logprobs=2,
+        )
+        for i, name in enumerate(names)
+    }
+    plain, spec = run_both(runner, reqs)
+    found = [d for name in reqs for d in _differences(plain[name], spec[name], name)]
+    assert not found, "\n".join(found)
+    drafted = sum(r["done"].drafted for r in spec.values())
+    accepted = sum(r["done"].accepted for r in spec.values())
+    assert drafted > accepted  # drafts were rejected, every one far past the window
+    assert all(len(r.tokens or []) > WINDOW + NUM_BATCH for r in reqs.values())
+
+
+# -- drafting that cannot pay -------------------------------------------------------------------
+def test_the_cost_rule_weighs_what_checks_cost_against_what_decoding_would():
+    """Measured passes, made up: decoding one token a pass takes 10 ms. Checks of 16 rows
+    that take what 16 passes do produce at most 16 tokens: off, even with every draft
+    accepted. Checks that take 15 ms for 8 tokens: on. Until a decoding pass of the check's
+    size is measured, the loop is asked for one, and again every so often."""
+    costly, cheap = DraftCost(), DraftCost()
+    for cost in (costly, cheap):
+        assert cost.wants_plain(1)
+        cost.decoded(1, 0.010)
+        assert not cost.wants_plain(1)
+    for _ in range(7):
+        costly.checked(1, 16, 0.160)
+        cheap.checked(1, 8, 0.015)
+    assert costly.on and cheap.on  # not decided before 8 checks
+    costly.checked(1, 16, 0.160)
+    cheap.checked(1, 8, 0.015)
+    assert not costly.on and "10.00 ms a token where decoding takes 10.00 ms" in costly.reason
+    assert cheap.on
+    for _ in range(8):
+        cheap.checked(1, 8, 0.015)
+    assert cheap.wants_plain(1)  # 16 checks since the last measurement
+    assert cheap.wants_plain(2)  # passes of two sequences: not measured yet
+
+
+def _float_llama(path: Path) -> Path:
+    """A llama of F32 weights (50 MB): a pass is mostly reading them."""
+    spec = tiny_llama(
+        embd=512, layers=4, heads=8, kv_heads=4, ff=1536, default_type=QT.F32, types={}
+    )
+    return write_tiny_llama(path, spec)
+
+
+def _taken_apart(runner: Runner, type_name: str) -> bool:
+    """Whether products with weights of `type_name` take a lone row on its own (as probed
+    when the model loaded: ml/invariance.py)."""
+    from hearth.engine.ml.invariance import ProductRule
+
+    rule = runner.engine.loaded.weights.product_rules.get(f"{type_name} (CPU)")
+    return rule not in (None, ProductRule.INVARIANT)
+
+
+@pytest.fixture(scope="module")
+def float_llama(tmp_path_factory):
+    path = _float_llama(tmp_path_factory.mktemp("f32") / "f32-llama.gguf")
+    runner = _runner(path, num_ctx=512, parallel=1, weigh_drafts=True)
+    yield runner
+    runner.close()
+
+
+@pytest.mark.slow
+def test_drafting_that_cannot_pay_switches_itself_off_and_says_why(float_llama):
+    runner = float_llama
+    assert _taken_apart(runner, "F32")  # the premise: each lone row reads the weights again
+    assert runner.speculation() == {"enabled": True, "drafts": "prompt lookup"}
+    reqs = {
+        name: CompletionRequest(
+            tokens=_prompt(runner, 50 + i, length=120),
+            options=CompletionOptions(num_predict=120, **SETTINGS[name]),
+            logprobs=True,
+        )
+        for i, name in enumerate(("greedy", "warm"))
+    }
+    plain, spec = run_both(runner, reqs)
+    found = [d for name in reqs for d in _differences(plain[name], spec[name], name)]
+    assert not found, "\n".join(found)  # exact, drafting on and then off
+    off = runner.speculation()
+    assert off["enabled"] is False, runner.loop.draft_cost.__dict__
+    assert off["reason"].startswith("drafting was switched off: checking drafted tokens took")
+    assert runner.info().speculation == off
+    assert spec["warm"]["done"].speculation_off == off["reason"]  # the service hears of it
+    again = _run(runner, _with(reqs["greedy"], True))["done"]
+    assert again.drafted == 0 and again.speculation_off == off["reason"]
+
+
+@pytest.fixture(scope="module")
+def gemma3_weighed(gemma3_path):
+    runner = _runner(gemma3_path, num_ctx=512, num_batch=128, parallel=1, weigh_drafts=True)
+    yield runner
+    runner.close()
+
+
+@pytest.mark.slow
+def test_drafting_that_pays_stays_on(gemma3_weighed):
+    """The default model (Q4_K and Q8_0 weights, which Hearth's kernel takes as a batch: a
+    check of 16 rows reads them once) repeating code: drafts are accepted in long runs and
+    each check costs little more than a decoding pass, so drafting stays on. Where the
+    products take lone rows apart (without Hearth's kernel) it must go off instead."""
+    runner = gemma3_weighed
+    code = Path(__file__).read_text()[:1200]
+    prompt = (
+        "<start_of_turn>user\nRepeat this code exactly:\n\n"
+        f"{code}<end_of_turn>\n<start_of_turn>model\n"
+    )
+    req = CompletionRequest(prompt=prompt, options=CompletionOptions(num_predict=160, temperature=0))
+    plain, spec = run_both(runner, {"greedy": req})
+    assert not _differences(plain["greedy"], spec["greedy"], "greedy")
+    done = spec["greedy"]["done"]
+    cost = runner.loop.draft_cost
+    apart = [t for t in ("Q4_K", "Q8_0", "Q6_K") if _taken_apart(runner, t)]
+    if not apart:
+        assert cost.checks >= 8, cost.__dict__  # weighed, and kept on
+        assert runner.speculation() == {"enabled": True, "drafts": "prompt lookup"}, cost.reason
+        assert done.accepted > 0.5 * done.drafted and done.speculation_off is None
+    else:
+        assert runner.speculation()["enabled"] is False, (apart, cost.__dict__)
