@@ -17,10 +17,12 @@ from tiny_models import tiny_llama, write_tiny_llama
 
 from hearth.runner.core import Runner
 from hearth.runner.draft_cost import DraftCost
+from hearth.runner.drafting import Drafter
 from hearth.runner.protocol import CompletionOptions, CompletionRequest
 
 WINDOW = 16  # the tiny gemma3's sliding window
 NUM_BATCH = 8  # so the window's memory (window + batch) is short: 24 positions
+HOTTEST = {"temperature": 4.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0}
 
 
 # -- a sliding window past its memory ---------------------------------------------------------
@@ -31,21 +33,41 @@ def gemma3_narrow(tiny_gemma3_path):
     runner.close()
 
 
+def _wrong_drafts(self: Drafter, limit: int) -> list[int]:
+    """Six drafted tokens every pass, rejected at once as a rule (byte 0x00 is not text)."""
+    return [3] * min(6, limit)
+
+
 @pytest.mark.slow
-def test_speculation_is_exact_where_rejected_drafts_pass_the_windows_memory(gemma3_narrow):
-    """A prompt of 120 tokens, far past the window and its memory (16 + 8): every check's
-    rows let go of the cells behind the memory as they take theirs, and each rejected row
-    would have let go of one too many. Sampled (and greedy), logprobs compared exactly."""
+@pytest.mark.parametrize("drafts", ["prompt lookup", "rejected"])
+def test_speculation_is_exact_where_rejected_drafts_pass_the_windows_memory(
+    gemma3_narrow, drafts, monkeypatch
+):
+    """A prompt of 120 tokens, far past the window and its memory (16 + 8 positions): each
+    row of a check lets go of the cell behind the memory as it takes its own, as decoding
+    does, and a rejected row must not have. Decoding cycles through the 25 cells the memory
+    holds; with six rejected rows a pass (`_wrong_drafts`), a check's rows cross the cycle's
+    end every few tokens, where the next token would otherwise take the cycle's first cell
+    rather than the one it takes without speculation. Greedy and sampled, logprobs
+    compared exactly."""
     runner = gemma3_narrow
-    names = ("greedy", "warm", "hot-min-p", "cool-top-p", "default-sampler")
+    if drafts == "rejected":
+        monkeypatch.setattr(Drafter, "propose", _wrong_drafts)
+    settings = {
+        **{name: SETTINGS[name] for name in ("greedy", "warm")},
+        # Hot enough that this model's loops break and drafts of them are rejected.
+        **{f"hottest-{i}": {**HOTTEST, "seed": i} for i in range(2)},
+    }
+    if drafts == "rejected":  # every token a check: two requests are enough
+        settings = {name: settings[name] for name in ("greedy", "hottest-0")}
     reqs = {
         name: CompletionRequest(
             tokens=_prompt(runner, 40 + i, length=120),
-            options=CompletionOptions(num_predict=80, **SETTINGS[name]),
+            options=CompletionOptions(num_predict=64, **opts),
             logprobs=True,
             top_logprobs=2,
         )
-        for i, name in enumerate(names)
+        for i, (name, opts) in enumerate(settings.items())
     }
     plain, spec = run_both(runner, reqs)
     found = [d for name in reqs for d in _differences(plain[name], spec[name], name)]
