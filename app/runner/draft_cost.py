@@ -8,29 +8,34 @@ on its own (F16/BF16/F32 weights, or quantized ones without Hearth's kernel: `ro
 ml/ggml.py), a check of 16 rows reads every weight 16 times and costs about what 16 decoding
 passes do: even a draft accepted whole saves nothing, a rejected one costs.
 
-`DraftCost` weighs what was measured, not acceptance alone: each decoding pass without
-drafts gives the seconds a pass of that many sequences takes; each check pass gives its
-seconds (with the draft model's, if any) and the tokens it produced (accepted drafts plus
-the sampled token of each sequence in it). Decoding would have produced those tokens in
-`tokens / sequences` passes. Over the last checks (a decaying sum), when the checks took
-longer than decoding would have (less than `_GAIN` faster), drafting is switched off for the
-runner, with a sentence saying why (`reason`: `Runner.speculation()`, the runner's `/info`,
-and the `speculation_off` of each completion's last line, which the service's `/api/ps`
-shows). Until a pass of the check's size without drafts has been measured, the loop leaves
-drafts out of one pass to measure it (`wants_plain`); it measures again every `_REMEASURE`
-checks. Switching drafting off never changes the output (drafts are checked exactly), only
-its speed.
+`DraftCost` weighs what was measured, not acceptance alone: decoding passes without drafts
+give what a pass of so many sequences costs; each check pass gives its seconds (with the draft
+model's, if any), its rows and the tokens it produced (accepted drafts plus the sampled token
+of each sequence in it). Times are taken at their fastest (the minimum of the passes of a
+shape): other work on the machine only ever adds time, so the fastest pass is the closest to
+what the pass itself costs. A check of R rows then costs k(R) decoding passes (its fastest
+time over the fastest decoding pass's; a check of more rows never counts as cheaper), where
+decoding would have taken tokens / sequences passes for its tokens. Over the last checks,
+when decoding would have taken less than `_GAIN` times the checks' cost, drafting is switched
+off for the runner, with a sentence saying why (`reason`: `Runner.speculation()`, the
+runner's `/info`, and the `speculation_off` of each completion's last line, which the
+service's `/api/ps` shows). The loop leaves drafts out of a decoding pass to measure it
+(`wants_plain`) until `_PLAIN_SAMPLES` such passes are measured, and every `_REMEASURE`
+checks after. Switching drafting off never changes the output (drafts are checked exactly),
+only its speed.
 """
 
 from __future__ import annotations
 
+from collections import deque
+
 __all__ = ["DraftCost"]
 
 _MIN_CHECKS = 8  # check passes weighed before deciding
-_DECAY = 0.9  # weight of the older checks in the sums, per check (about the last ten count)
-_ALPHA = 0.25  # weight of a new measurement in a decoding pass's average
+_RECENT = 16  # the checks weighed
+_PLAIN_SAMPLES = 3  # decoding passes measured before checks are weighed
 _GAIN = 1.1  # drafting stays on only where checks make tokens at least this much faster
-_REMEASURE = 16  # checks between measurements of decoding passes without drafts
+_REMEASURE = 8  # checks between measurements of decoding passes without drafts
 
 
 class DraftCost:
@@ -39,48 +44,58 @@ class DraftCost:
 
     def __init__(self) -> None:
         self.reason: str | None = None  # why drafting is off; None while it is on
-        self.plain: dict[int, float] = {}  # sequences in a decoding pass -> its seconds
+        self.plain: dict[int, list[float]] = {}  # sequences -> seconds of recent passes
+        self.fastest: dict[tuple[int, int], float] = {}  # (sequences, rows) -> check seconds
+        self.recent: deque[tuple[int, int, int]] = deque(maxlen=_RECENT)  # (seqs, rows, tokens)
         self.checks = 0  # check passes weighed
-        self._spent = 0.0  # decaying sums over checks: their seconds,
-        self._would = 0.0  # and the seconds decoding would have taken for their tokens
-        self._tokens = 0.0  # and their tokens
-        self._since_plain: dict[int, int] = {}  # sequences -> checks since its last plain pass
+        self._since_plain: dict[int, int] = {}  # sequences -> checks since a plain pass
 
     @property
     def on(self) -> bool:
         return self.reason is None
 
     def wants_plain(self, sequences: int) -> bool:
-        """Whether the next decoding pass of `sequences` sequences should go without drafts:
-        its cost without them is not measured yet, or not for `_REMEASURE` checks."""
-        if sequences not in self.plain:
+        """Whether the next decoding pass of `sequences` sequences should go without drafts,
+        to measure it (module docstring)."""
+        if len(self.plain.get(sequences, ())) < _PLAIN_SAMPLES:
             return True
         return self._since_plain.get(sequences, 0) >= _REMEASURE
 
     def decoded(self, sequences: int, seconds: float) -> None:
         """A decoding pass of `sequences` rows, one per sequence, none drafted, took
         `seconds`."""
-        old = self.plain.get(sequences)
-        self.plain[sequences] = seconds if old is None else old + _ALPHA * (seconds - old)
+        samples = self.plain.setdefault(sequences, [])
+        samples.append(seconds)
+        del samples[:-_RECENT]
         self._since_plain[sequences] = 0
 
-    def checked(self, sequences: int, tokens: int, seconds: float) -> None:
-        """A decoding pass of `sequences` sequences, some with drafts, produced `tokens`
-        tokens in `seconds` (drafting included). Switches drafting off when checks do not
-        pay."""
-        plain = self.plain.get(sequences)
-        if plain is None or self.reason is not None:
+    def checked(self, sequences: int, rows: int, tokens: int, seconds: float) -> None:
+        """A decoding pass of `sequences` sequences and `rows` rows, some drafted, produced
+        `tokens` tokens in `seconds` (drafting included). Switches drafting off when checks
+        do not pay."""
+        if self.reason is not None or len(self.plain.get(sequences, ())) < _PLAIN_SAMPLES:
             return
         self._since_plain[sequences] = self._since_plain.get(sequences, 0) + 1
-        self._spent = _DECAY * self._spent + seconds
-        self._would = _DECAY * self._would + tokens * plain / sequences
-        self._tokens = _DECAY * self._tokens + tokens
+        key = (sequences, rows)
+        self.fastest[key] = min(seconds, self.fastest.get(key, seconds))
+        self.recent.append((sequences, rows, tokens))
         self.checks += 1
-        if self.checks >= _MIN_CHECKS and self._would < _GAIN * self._spent:
-            per_token = 1000 * self._spent / self._tokens
-            decoding = 1000 * self._would / self._tokens
+        if self.checks < _MIN_CHECKS:
+            return
+        spent = sum(self._passes(n, r) for n, r, _ in self.recent)  # in decoding passes
+        would = sum(t / n for n, _, t in self.recent)
+        if would < _GAIN * spent:
+            count = len(self.recent)
+            rows_each = sum(r for _, r, _ in self.recent) / count
+            tokens_each = sum(t for _, _, t in self.recent) / count
             self.reason = (
-                f"drafting was switched off: checking drafted tokens took {per_token:.2f} ms "
-                f"a token where decoding takes {decoding:.2f} ms (measured over the last "
-                f"{min(self.checks, 10)} checks)"
+                f"drafting was switched off: a check of {rows_each:.1f} rows cost what "
+                f"{spent / count:.1f} decoding passes do and produced {tokens_each:.1f} "
+                f"tokens (the last {count} checks, each pass timed at its fastest)"
             )
+
+    def _passes(self, sequences: int, rows: int) -> float:
+        """What a check of `rows` rows costs in decoding passes of `sequences` sequences:
+        its fastest time (or that of a check of more rows, if faster) over theirs."""
+        check = min(s for (n, r), s in self.fastest.items() if n == sequences and r >= rows)
+        return check / min(self.plain[sequences])

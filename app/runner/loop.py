@@ -30,7 +30,10 @@ would (one draw per position sampled, penalties, grammar, stop strings and logpr
 accepted tokens only), accepts a drafted token while it equals the sample, and removes the
 cache cells of the rejected ones: the output is the same with speculation on or off. A
 sequence that may draft takes no pipelined placeholder (its next input depends on the check).
-Drafting is on only where the engine says it is exact (`RunnerEngine.speculation_off`).
+Drafting is on only where the engine says it is exact (`RunnerEngine.speculation_off`), and
+while it pays (`draft_cost.py` weighs each check pass's measured seconds against what decoding
+its tokens would take; `drafting_off` says why not). The cells of rejected drafts leave the
+cache with `Cache.reject`, as if their rows had never been evaluated.
 
 Failures stay local: an error in one sequence (a full cache, a broken grammar state) ends that
 sequence with a message; the loop goes on serving the others.
@@ -573,7 +576,8 @@ class BatchLoop:
             return
         if any(e.drafts for e in entries):
             tokens = sum(e.produced if e.drafts else 1 for e in entries)
-            cost.checked(len(entries), tokens, flight.seconds + flight.drafting)
+            rows = sum(e.count for e in entries)
+            cost.checked(len(entries), rows, tokens, flight.seconds + flight.drafting)
             if not cost.on:
                 _log.info("%s", cost.reason)
                 for feed in self._active:

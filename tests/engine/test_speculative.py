@@ -165,7 +165,14 @@ def with_stop_strings(runner: Runner, reqs: dict[str, CompletionRequest]) -> Non
 
 # -- models ---------------------------------------------------------------------------------------
 def _runner(path: Path, **kw: Any) -> Runner:
-    config = {"num_ctx": 160, "parallel": 4, "num_batch": 64, "threads": 2, "weigh_drafts": False, **kw}
+    config = {
+        "num_ctx": 160,
+        "parallel": 4,
+        "num_batch": 64,
+        "threads": 2,
+        "weigh_drafts": False,
+        **kw,
+    }
     return Runner(RunnerConfig(str(path), **config))
 
 
@@ -297,7 +304,9 @@ def test_speculation_is_exact_through_context_shifts(llama):
     assert not found, "\n".join(found)
     assert all(r["done"].shifted for r in [*plain.values(), *spec.values()])
     done = spec["constant"]["done"]
-    assert plain["constant"]["bytes"] == f'"{char * (num_ctx - len(prompt) + 30)}"'.encode()
+    # At most 20 spaces and a newline before the constant (the grammar's bound).
+    written = plain["constant"]["bytes"].lstrip(b" \t\n")
+    assert written == f'"{char * (num_ctx - len(prompt) + 30)}"'.encode()
     assert done.accepted > 0
 
 

@@ -80,26 +80,29 @@ def test_speculation_is_exact_where_rejected_drafts_pass_the_windows_memory(
 
 # -- drafting that cannot pay -------------------------------------------------------------------
 def test_the_cost_rule_weighs_what_checks_cost_against_what_decoding_would():
-    """Measured passes, made up: decoding one token a pass takes 10 ms. Checks of 16 rows
-    that take what 16 passes do produce at most 16 tokens: off, even with every draft
-    accepted. Checks that take 15 ms for 8 tokens: on. Until a decoding pass of the check's
-    size is measured, the loop is asked for one, and again every so often."""
+    """Measured passes, made up: decoding one token a pass takes 10 ms at its fastest.
+    Checks of 16 rows that take what 16 passes do produce at most 16 tokens: off, even with
+    every draft accepted. Checks of 9 rows that take 15 ms for 8 tokens: on, a pass slowed by
+    other work counting at its shape's fastest. Decoding passes are asked for until three
+    are measured, and again every 8 checks."""
     costly, cheap = DraftCost(), DraftCost()
     for cost in (costly, cheap):
-        assert cost.wants_plain(1)
-        cost.decoded(1, 0.010)
+        for seconds in (0.012, 0.010, 0.011):
+            assert cost.wants_plain(1)
+            cost.decoded(1, seconds)
         assert not cost.wants_plain(1)
-    for _ in range(7):
-        costly.checked(1, 16, 0.160)
-        cheap.checked(1, 8, 0.015)
+    for i in range(7):
+        costly.checked(1, 16, 16, 0.160 + 0.01 * i)
+        cheap.checked(1, 9, 8, 0.015)
     assert costly.on and cheap.on  # not decided before 8 checks
-    costly.checked(1, 16, 0.160)
-    cheap.checked(1, 8, 0.015)
-    assert not costly.on and "10.00 ms a token where decoding takes 10.00 ms" in costly.reason
+    costly.checked(1, 16, 16, 0.200)
+    cheap.checked(1, 9, 8, 0.500)
+    assert not costly.on
+    assert "a check of 16.0 rows cost what 16.0 decoding passes do and produced 16.0 tokens" in (
+        costly.reason or ""
+    )
     assert cheap.on
-    for _ in range(8):
-        cheap.checked(1, 8, 0.015)
-    assert cheap.wants_plain(1)  # 16 checks since the last measurement
+    assert cheap.wants_plain(1)  # 8 checks since the last decoding pass
     assert cheap.wants_plain(2)  # passes of two sequences: not measured yet
 
 
@@ -172,7 +175,9 @@ def test_drafting_that_pays_stays_on(gemma3_weighed):
         "<start_of_turn>user\nRepeat this code exactly:\n\n"
         f"{code}<end_of_turn>\n<start_of_turn>model\n"
     )
-    req = CompletionRequest(prompt=prompt, options=CompletionOptions(num_predict=160, temperature=0))
+    req = CompletionRequest(
+        prompt=prompt, options=CompletionOptions(num_predict=160, temperature=0)
+    )
     plain, spec = run_both(runner, {"greedy": req})
     assert not _differences(plain["greedy"], spec["greedy"], "greedy")
     done = spec["greedy"]["done"]
