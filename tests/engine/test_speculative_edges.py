@@ -8,17 +8,17 @@ on the default model, whose quantized weights Hearth's kernel takes as a batch, 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 from gguf import GGMLQuantizationType as QT
 from test_speculative import SETTINGS, _differences, _prompt, _run, _runner, _with, run_both
-from tiny_models import tiny_llama, write_tiny_llama
 
 from hearth.runner.core import Runner
 from hearth.runner.draft_cost import DraftCost
 from hearth.runner.drafting import Drafter
 from hearth.runner.protocol import CompletionOptions, CompletionRequest
+
+from tiny_models import tiny_llama, write_tiny_llama
 
 WINDOW = 16  # the tiny gemma3's sliding window
 NUM_BATCH = 8  # so the window's memory (window + batch) is short: 24 positions

@@ -145,7 +145,6 @@ class Cache(abc.ABC):
         their keys are re-RoPEd (ShiftNotSupportedError without a shift function). On error
         the caller should remove the whole sequence."""
 
-    @abc.abstractmethod
     def reject(self, seq: int, begin: int) -> None:
         """Undo the rows of `seq` at positions >= `begin` that the last pass evaluated
         (drafted tokens a speculative check rejected), right after that pass: as
@@ -154,6 +153,7 @@ class Cache(abc.ABC):
         have taken had the rows never been evaluated."""
         self.remove(seq, begin)
 
+    @abc.abstractmethod
     def copy_prefix(self, src: int, dst: int, length: int) -> None:
         """Make `dst` share `src`'s first `length` positions (no data is copied)."""
 
