@@ -8,21 +8,22 @@ on its own (F16/BF16/F32 weights, or quantized ones without Hearth's kernel: `ro
 ml/ggml.py), a check of 16 rows reads every weight 16 times and costs about what 16 decoding
 passes do: even a draft accepted whole saves nothing, a rejected one costs.
 
-`DraftCost` weighs what was measured, not acceptance alone: decoding passes without drafts
-give what a pass of so many sequences costs; each check pass gives its seconds (with the draft
-model's, if any), its rows and the tokens it produced (accepted drafts plus the sampled token
-of each sequence in it). Times are taken at their fastest (the minimum of the passes of a
-shape): other work on the machine only ever adds time, so the fastest pass is the closest to
-what the pass itself costs. A check of R rows then costs k(R) decoding passes (its fastest
-time over the fastest decoding pass's; a check of more rows never counts as cheaper), where
-decoding would have taken tokens / sequences passes for its tokens. Over the last checks,
-when decoding would have taken less than `_GAIN` times the checks' cost, drafting is switched
-off for the runner, with a sentence saying why (`reason`: `Runner.speculation()`, the
-runner's `/info`, and the `speculation_off` of each completion's last line, which the
-service's `/api/ps` shows). The loop leaves drafts out of a decoding pass to measure it
-(`wants_plain`) until `_PLAIN_SAMPLES` such passes are measured, and every `_REMEASURE`
-checks after. Switching drafting off never changes the output (drafts are checked exactly),
-only its speed.
+`DraftCost` weighs what was measured: decoding passes without drafts give what a pass of so
+many sequences costs; each check pass gives its seconds (with the draft model's, if any) and
+its rows. Times are taken at their fastest (the minimum of the passes of a shape): other work
+on the machine only ever adds time, so the fastest pass is the closest to what the pass
+itself costs. A check of R rows then costs k(R) decoding passes (its fastest time over the
+fastest decoding pass's; a check of more rows never counts as cheaper), and produces at
+most R / sequences tokens per sequence, every draft accepted. Over the last checks, when even
+that best case does not make tokens `_GAIN` times faster than decoding, drafting cannot pay
+here (the weights' products take each lone row on its own) and is switched off for the
+runner, with a sentence saying why (`reason`: `Runner.speculation()`, the runner's `/info`,
+and the `speculation_off` of each completion's last line, which the service's `/api/ps`
+shows). Where checks are cheap but drafts miss, the sequence's own drafter pauses
+(drafting.py): acceptance varies with the text, the cost of a row does not. The loop leaves
+drafts out of a decoding pass to measure it (`wants_plain`) until `_PLAIN_SAMPLES` such
+passes are measured, and every `_REMEASURE` checks after. Switching drafting off never
+changes the output (drafts are checked exactly), only its speed.
 """
 
 from __future__ import annotations
@@ -83,15 +84,16 @@ class DraftCost:
         if self.checks < _MIN_CHECKS:
             return
         spent = sum(self._passes(n, r) for n, r, _ in self.recent)  # in decoding passes
-        would = sum(t / n for n, _, t in self.recent)
-        if would < _GAIN * spent:
+        best = sum(r / n for n, r, _ in self.recent)  # decoding passes saved, all accepted
+        if best < _GAIN * spent:
             count = len(self.recent)
             rows_each = sum(r for _, r, _ in self.recent) / count
             tokens_each = sum(t for _, _, t in self.recent) / count
             self.reason = (
                 f"drafting was switched off: a check of {rows_each:.1f} rows cost what "
-                f"{spent / count:.1f} decoding passes do and produced {tokens_each:.1f} "
-                f"tokens (the last {count} checks, each pass timed at its fastest)"
+                f"{spent / count:.1f} decoding passes do, so it cannot pay even with every "
+                f"draft accepted ({tokens_each:.1f} tokens a check were; the last {count} "
+                "checks, each pass timed at its fastest)"
             )
 
     def _passes(self, sequences: int, rows: int) -> float:

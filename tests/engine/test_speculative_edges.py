@@ -82,9 +82,10 @@ def test_speculation_is_exact_where_rejected_drafts_pass_the_windows_memory(
 def test_the_cost_rule_weighs_what_checks_cost_against_what_decoding_would():
     """Measured passes, made up: decoding one token a pass takes 10 ms at its fastest.
     Checks of 16 rows that take what 16 passes do produce at most 16 tokens: off, even with
-    every draft accepted. Checks of 9 rows that take 15 ms for 8 tokens: on, a pass slowed by
-    other work counting at its shape's fastest. Decoding passes are asked for until three
-    are measured, and again every 8 checks."""
+    every draft accepted. Checks of 9 rows that take 15 ms: on, however few of their drafts
+    are accepted (the drafter's own pause handles that), a pass slowed by other work
+    counting at its shape's fastest. Decoding passes are asked for until three are
+    measured, and again every 8 checks."""
     costly, cheap = DraftCost(), DraftCost()
     for cost in (costly, cheap):
         for seconds in (0.012, 0.010, 0.011):
@@ -93,16 +94,16 @@ def test_the_cost_rule_weighs_what_checks_cost_against_what_decoding_would():
         assert not cost.wants_plain(1)
     for i in range(7):
         costly.checked(1, 16, 16, 0.160 + 0.01 * i)
-        cheap.checked(1, 9, 8, 0.015)
+        cheap.checked(1, 9, 1, 0.015)
     assert costly.on and cheap.on  # not decided before 8 checks
     costly.checked(1, 16, 16, 0.200)
-    cheap.checked(1, 9, 8, 0.500)
+    cheap.checked(1, 9, 1, 0.500)
     assert not costly.on
-    assert "a check of 16.0 rows cost what 16.0 decoding passes do and produced 16.0 tokens" in (
+    assert "a check of 16.0 rows cost what 16.0 decoding passes do, so it cannot pay" in (
         costly.reason or ""
     )
     assert cheap.on
-    assert cheap.wants_plain(1)  # 8 checks since the last decoding pass
+    assert cheap.wants_plain(1)  # 8 checks since the last decoding pass (and more)
     assert cheap.wants_plain(2)  # passes of two sequences: not measured yet
 
 
@@ -176,7 +177,7 @@ def test_drafting_that_pays_stays_on(gemma3_weighed):
         f"{code}<end_of_turn>\n<start_of_turn>model\n"
     )
     req = CompletionRequest(
-        prompt=prompt, options=CompletionOptions(num_predict=160, temperature=0)
+        prompt=prompt, options=CompletionOptions(num_predict=200, temperature=0)
     )
     plain, spec = run_both(runner, {"greedy": req})
     assert not _differences(plain["greedy"], spec["greedy"], "greedy")
@@ -186,6 +187,6 @@ def test_drafting_that_pays_stays_on(gemma3_weighed):
     if not apart:
         assert cost.checks >= 8, cost.__dict__  # weighed, and kept on
         assert runner.speculation() == {"enabled": True, "drafts": "prompt lookup"}, cost.reason
-        assert done.accepted > 0.5 * done.drafted and done.speculation_off is None
+        assert done.accepted > 0 and done.speculation_off is None
     else:
         assert runner.speculation()["enabled"] is False, (apart, cost.__dict__)
