@@ -14,7 +14,8 @@ its rows. Times are taken at their fastest (the minimum of the passes of a shape
 on the machine only ever adds time, so the fastest pass is the closest to what the pass
 itself costs. A check of R rows then costs k(R) decoding passes (its fastest time over the
 fastest decoding pass's; a check of more rows never counts as cheaper), and produces at
-most R / sequences tokens per sequence, every draft accepted. Over the last checks, when even
+most R / sequences tokens per sequence, every draft accepted. Only checks of at least
+`_MIN_ROWS` rows a sequence are weighed (the draft length grows while drafts are accepted). Over the last checks, when even
 that best case does not make tokens `_GAIN` times faster than decoding, drafting cannot pay
 here (the weights' products take each lone row on its own) and is switched off for the
 runner, with a sentence saying why (`reason`: `Runner.speculation()`, the runner's `/info`,
@@ -34,6 +35,9 @@ __all__ = ["DraftCost"]
 
 _MIN_CHECKS = 8  # check passes weighed before deciding
 _RECENT = 16  # the checks weighed
+# Rows a sequence's check needs to be weighed: with fewer, even a cheap check saves too
+# little at best to tell cheap rows from costly ones through the noise of other work.
+_MIN_ROWS = 5
 _PLAIN_SAMPLES = 3  # decoding passes measured before checks are weighed
 _GAIN = 1.1  # drafting stays on only where checks make tokens at least this much faster
 _REMEASURE = 8  # checks between measurements of decoding passes without drafts
@@ -77,6 +81,8 @@ class DraftCost:
         if self.reason is not None or len(self.plain.get(sequences, ())) < _PLAIN_SAMPLES:
             return
         self._since_plain[sequences] = self._since_plain.get(sequences, 0) + 1
+        if rows < _MIN_ROWS * sequences:
+            return  # a short check shows too little of what rows cost to decide on
         key = (sequences, rows)
         self.fastest[key] = min(seconds, self.fastest.get(key, seconds))
         self.recent.append((sequences, rows, tokens))

@@ -150,7 +150,7 @@ def test_drafting_that_cannot_pay_switches_itself_off_and_says_why(float_llama):
     assert not found, "\n".join(found)  # exact, drafting on and then off
     off = runner.speculation()
     assert off["enabled"] is False, runner.loop.draft_cost.__dict__
-    assert off["reason"].startswith("drafting was switched off: checking drafted tokens took")
+    assert off["reason"].startswith("drafting was switched off: a check of")
     assert runner.info().speculation == off
     assert spec["warm"]["done"].speculation_off == off["reason"]  # the service hears of it
     again = _run(runner, _with(reqs["greedy"], True))["done"]
