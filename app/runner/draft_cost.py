@@ -10,21 +10,22 @@ passes do: even a draft accepted whole saves nothing, a rejected one costs.
 
 `DraftCost` weighs what was measured: decoding passes without drafts give what a pass of so
 many sequences costs; each check pass gives its seconds (with the draft model's, if any) and
-its rows. Times are taken at their fastest (the minimum of the passes of a shape): other work
-on the machine only ever adds time, so the fastest pass is the closest to what the pass
+its rows. Times are taken at their fastest (the minimum of the passes of a shape): other
+work on the machine only ever adds time, so the fastest pass is the closest to what the pass
 itself costs. A check of R rows then costs k(R) decoding passes (its fastest time over the
-fastest decoding pass's; a check of more rows never counts as cheaper), and produces at
-most R / sequences tokens per sequence, every draft accepted. Only checks of at least
-`_MIN_ROWS` rows a sequence are weighed (the draft length grows while drafts are accepted). Over the last checks, when even
-that best case does not make tokens `_GAIN` times faster than decoding, drafting cannot pay
-here (the weights' products take each lone row on its own) and is switched off for the
-runner, with a sentence saying why (`reason`: `Runner.speculation()`, the runner's `/info`,
-and the `speculation_off` of each completion's last line, which the service's `/api/ps`
-shows). Where checks are cheap but drafts miss, the sequence's own drafter pauses
-(drafting.py): acceptance varies with the text, the cost of a row does not. The loop leaves
-drafts out of a decoding pass to measure it (`wants_plain`) until `_PLAIN_SAMPLES` such
-passes are measured, and every `_REMEASURE` checks after. Switching drafting off never
-changes the output (drafts are checked exactly), only its speed.
+fastest decoding pass's; a check of more rows never counts as cheaper), and produces at most
+R / sequences tokens per sequence, every draft accepted. Only checks of at least `_MIN_ROWS`
+rows a sequence are weighed (the draft length grows while drafts are accepted). Over the
+last checks, when even that best case does not make tokens `_GAIN` times faster than
+decoding, drafting cannot pay here (the weights' products take each lone row on its own) and
+is switched off for the runner, with a sentence saying why (`reason`:
+`Runner.speculation()`, the runner's `/info`, and the `speculation_off` of each completion's
+last line, which the service's `/api/ps` shows). Where checks are cheap but drafts miss, the
+sequence's own drafter pauses (drafting.py): acceptance varies with the text, the cost of a
+row does not. The loop leaves drafts out of a decoding pass to measure it (`wants_plain`)
+until `_PLAIN_SAMPLES` such passes are measured, and every `_REMEASURE` checks after.
+Switching drafting off never changes the output (drafts are checked exactly), only its
+speed.
 """
 
 from __future__ import annotations
