@@ -40,6 +40,9 @@ class RunnerConfig(RunnerOptions):
     model: str
     multi_user_cache: bool = False
     pipelined: bool | None = None  # build batch N+1 while N computes; None = when a core is spare
+    # Drafting switches itself off where measured passes say it does not pay (draft_cost.py);
+    # False drafts whatever it costs (tests of exactness).
+    weigh_drafts: bool = True
     # The prompt cache on disk (disk_cache.py): its folder (None: off) and size cap in bytes.
     prompt_cache_dir: str | None = None
     prompt_cache_bytes: int = 0
@@ -80,6 +83,7 @@ class Runner:
             multi_user=config.multi_user_cache,
             pipelined=config.pipelined,
             draft_model=self.draft_model,
+            weigh_drafts=config.weigh_drafts,
         )
         self.loop.start()
         self.constraints: Any = None  # grammar TokenTable, built on first structured request
@@ -233,7 +237,7 @@ class Runner:
 
     def speculation(self) -> dict[str, Any]:
         """Whether generations draft tokens (speculative decoding) and, if not, why."""
-        off = self.engine.speculation_off
+        off = self.loop.drafting_off
         if off is not None:
             return {"enabled": False, "reason": off}
         drafts = "draft model" if self.draft_model is not None else "prompt lookup"

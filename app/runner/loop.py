@@ -30,7 +30,10 @@ would (one draw per position sampled, penalties, grammar, stop strings and logpr
 accepted tokens only), accepts a drafted token while it equals the sample, and removes the
 cache cells of the rejected ones: the output is the same with speculation on or off. A
 sequence that may draft takes no pipelined placeholder (its next input depends on the check).
-Drafting is on only where the engine says it is exact (`RunnerEngine.speculation_off`).
+Drafting is on only where the engine says it is exact (`RunnerEngine.speculation_off`), and
+while it pays (`draft_cost.py` weighs each check pass's measured seconds against what decoding
+its tokens would take; `drafting_off` says why not). The cells of rejected drafts leave the
+cache with `Cache.reject`, as if their rows had never been evaluated.
 
 Failures stay local: an error in one sequence (a full cache, a broken grammar state) ends that
 sequence with a message; the loop goes on serving the others.
@@ -50,6 +53,7 @@ import numpy as np
 
 from ..engine.kvcache import CacheFullError
 from ..engine.prompt_cache import InputCache, NoFreeSlotError, ReprocessInputs
+from .draft_cost import DraftCost
 from .draft_model import DraftModel
 from .drafting import Drafter
 from .engine import PassInput, RunnerEngine
@@ -82,6 +86,7 @@ class _Entry:
     sample: bool  # the last input's logits are sampled
     placeholder: bool = False  # the single input is a token still being sampled
     drafts: list[int] | None = None  # the last len(drafts) inputs were drafted: every row samples
+    produced: int = 0  # tokens its sampling produced (a check: the accepted drafts and one)
 
 
 @dataclass
@@ -95,6 +100,8 @@ class _Flight:
     done: threading.Event | None = None
     logits: np.ndarray | None = None
     error: BaseException | None = None
+    seconds: float = 0.0  # the pass's compute time
+    drafting: float = 0.0  # the draft model's time drafting for it
 
 
 class BatchLoop:
@@ -106,10 +113,13 @@ class BatchLoop:
         multi_user: bool = False,
         pipelined: bool | None = None,
         draft_model: DraftModel | None = None,
+        weigh_drafts: bool = True,
     ) -> None:
         """`pipelined` None: when a core is spare (`engine.spare_core`); an engine that
         cannot plan while it computes (`engine.can_pipeline`: llama.cpp's) never is.
-        `draft_model`: drafts for speculative decoding (else prompt lookup drafts)."""
+        `draft_model`: drafts for speculative decoding (else prompt lookup drafts).
+        `weigh_drafts`: drafting switches itself off where the measured passes say it does
+        not pay (draft_cost.py); False drafts whatever it costs."""
         self.engine = engine
         self.draft_model = draft_model
         if not engine.can_pipeline:
@@ -122,6 +132,8 @@ class BatchLoop:
         self.num_ctx = engine.num_ctx
         self.slots = InputCache(engine.cache, engine.parallel, engine.num_ctx, multi_user)
         self.speculation_off = engine.speculation_off  # None: drafting is exact here
+        self.draft_cost = DraftCost() if weigh_drafts else None
+        self._drafting = 0.0  # the draft model's seconds for the pass being composed
         self.pipelined = pipelined
         self._incoming: deque[Sequence] = deque()
         self._active: list[InputFeed] = []
@@ -135,6 +147,14 @@ class BatchLoop:
         self.max_batch_seen = 0
 
     # -- public ---------------------------------------------------------------------------
+    @property
+    def drafting_off(self) -> str | None:
+        """Why sequences do not draft (a sentence): the engine cannot check drafts exactly,
+        or they did not pay here (draft_cost.py); None while they may."""
+        if self.speculation_off is not None:
+            return self.speculation_off
+        return self.draft_cost.reason if self.draft_cost is not None else None
+
     def start(self) -> None:
         if self.pipelined:
             self._worker.start()
@@ -164,9 +184,10 @@ class BatchLoop:
             on_started = flight.started.set if flight.started is not None else None
             began = time.perf_counter()
             flight.logits = self.engine.run(flight.plan, on_started=on_started)
+            flight.seconds = time.perf_counter() - began
             rows = sum(e.count for e in flight.entries)
             if rows >= _RATE_ROWS:  # a prompt pass: what the prompt cache weighs loads against
-                self.slots.seconds_per_token = (time.perf_counter() - began) / rows
+                self.slots.seconds_per_token = flight.seconds / rows
         except BaseException as e:  # handed to the loop thread
             flight.error = e
         finally:
@@ -260,8 +281,10 @@ class BatchLoop:
                     return
                 self._incoming.popleft()
             feed = InputFeed(seq, slot, Inputs(seq.prompt[cached:], seq.marks[cached:]))
-            if self.speculation_off is None and seq.settings.speculate and not seq.embedding:
+            if self.drafting_off is None and seq.settings.speculate and not seq.embedding:
                 feed.drafter = Drafter(seq.prompt, costly_wait=self.pipelined)
+            elif self.speculation_off is None:
+                seq.speculation_off = self.drafting_off
             seq.started(cached, evaluated=len(feed.pending))
             self._active.append(feed)
 
@@ -274,7 +297,10 @@ class BatchLoop:
         if not chosen:
             return None
         entries, rows, inputs = self._lay_out(chosen)
-        return self._plan(entries, rows, inputs)
+        flight = self._plan(entries, rows, inputs)
+        if flight is not None:
+            flight.drafting, self._drafting = self._drafting, 0.0
+        return flight
 
     def _choose(self, inflight: _Flight | None) -> list[_Chosen]:
         """Admission to the pass: round robin from the resume point, each sequence taking
@@ -283,7 +309,9 @@ class BatchLoop:
         awaiting = {
             id(e.feed)
             for e in (inflight.entries if inflight else [])
-            if e.sample and not e.drafts and not (e.feed.drafter and e.feed.drafter.active)
+            if e.sample
+            and not e.drafts
+            and not (e.feed.drafter and e.feed.drafter.active and self.drafting_off is None)
         }
         active = [f for f in self._active if not f.seq.done and not f.seq.embedding]
         if not active:
@@ -361,6 +389,13 @@ class BatchLoop:
         inputs), within the context and the tokens left to each (drafts never make the
         context shift nor outrun the token limit). From the draft model, when the runner
         has one, else by prompt lookup."""
+        cost = self.draft_cost
+        if cost is not None:
+            if not cost.on:
+                return
+            decoding = all(len(c.inputs) == 1 and not c.feed.pending for c in chosen)
+            if decoding and cost.wants_plain(len(chosen)):
+                return  # this pass measures decoding without drafts (draft_cost.py)
         wanted: dict[int, tuple[_Chosen, Drafter, int]] = {}  # slot id -> (inputs, drafter, k)
         for c in chosen:
             feed, seq = c.feed, c.feed.seq
@@ -382,7 +417,9 @@ class BatchLoop:
             for s, (c, drafter, limit) in wanted.items():
                 if k := drafter.wanted(limit):
                     asked[s] = (c.feed.slot.tokens + c.inputs.ids, k)
+            began = time.perf_counter()
             drafts = self.draft_model.draft(asked)
+            self._drafting = time.perf_counter() - began
             for s in asked:
                 if not drafts.get(s):
                     wanted[s][1].nothing_drafted()
@@ -527,6 +564,26 @@ class BatchLoop:
                 feed.seq.finish("length")
                 continue
             feed.add_sampled(token)
+        self._weigh(flight)
+
+    def _weigh(self, flight: _Flight) -> None:
+        """Hand a decoding pass's cost and tokens to `draft_cost` (a pass with prompt rows
+        says nothing of it); when drafting is switched off, tell the running sequences."""
+        cost, entries = self.draft_cost, flight.entries
+        if cost is None or not cost.on or not entries:
+            return
+        if not all(e.sample and (e.count == 1 or e.drafts) for e in entries):
+            return
+        if any(e.drafts for e in entries):
+            tokens = sum(e.produced if e.drafts else 1 for e in entries)
+            rows = sum(e.count for e in entries)
+            cost.checked(len(entries), rows, tokens, flight.seconds + flight.drafting)
+            if not cost.on:
+                _log.info("%s", cost.reason)
+                for feed in self._active:
+                    feed.seq.speculation_off = cost.reason
+        else:
+            cost.decoded(len(entries), flight.seconds)
 
     def _check(self, entry: _Entry, logits: np.ndarray, row: int) -> int | None:
         """Sample a drafting entry's rows in order as decoding would, accepting each drafted
@@ -546,13 +603,14 @@ class BatchLoop:
             if j == len(drafts) or token != drafts[j]:
                 break
             accepted += 1  # the drafted token's cell holds the sampled token: keep it
+        entry.produced = accepted + (token is not None)
         seq.drafted(len(drafts), accepted)
         drafter.checked(len(drafts), accepted)
         feed.fed += accepted
         rejected = len(drafts) - accepted
         if rejected:
             kept = len(feed.slot.tokens) - rejected
-            self.engine.cache.remove(feed.slot.id, kept)
+            self.engine.cache.reject(feed.slot.id, kept)
             feed.slot.keep(kept)
         return None if seq.done else token
 

@@ -249,6 +249,9 @@ class CompletionDone:
     shifted: bool = False  # the context was shifted (old tokens discarded) while generating
     drafted: int = 0  # speculative decoding: tokens drafted and checked
     accepted: int = 0  # of those, the ones accepted (each saved a pass)
+    # Why the runner switched drafting off, once it has (drafts did not pay: measured pass
+    # costs, runner/draft_cost.py); the service's copy of `RunnerInfo.speculation` follows.
+    speculation_off: str | None = None
     context: list[int] = field(default_factory=list)  # prompt + generated ids (Ollama's)
 
 

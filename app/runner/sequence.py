@@ -145,6 +145,8 @@ class Sequence:
         self.cancelled = threading.Event()
         self.done = False
         self.shifted = False
+        # Why the runner switched drafting off (runner/draft_cost.py), reported when it has.
+        self.speculation_off: str | None = None
         self.sampler = Sampler(settings.sampling, history=[t for t in prompt if t >= 0])
         shown = (tokenizer.token_id(t) for t in settings.show_tokens)
         self._decoder = StreamDecoder(tokenizer, show=(i for i in shown if i is not None))
@@ -383,6 +385,7 @@ class Sequence:
                 shifted=self.shifted,
                 drafted=self.drafted_tokens,
                 accepted=self.accepted_tokens,
+                speculation_off=self.speculation_off,
                 context=self.prompt + self.generated[: self._sent_tokens],
             )
         )

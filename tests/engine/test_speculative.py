@@ -94,11 +94,11 @@ def _differences(plain: dict[str, Any], spec: dict[str, Any], name: str) -> list
     return found
 
 
-def compare(
+def run_both(
     runner: Runner, requests: dict[str, CompletionRequest], together: bool = False
-) -> tuple[list[str], int, int]:
-    """(differences between speculation off, one request at a time, and on, one at a time
-    or all submitted at once; tokens drafted; tokens accepted)."""
+) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
+    """The results of `requests` with speculation off, one request at a time, and on, one
+    at a time or all submitted at once."""
     plain = {name: _run(runner, _with(req, False)) for name, req in requests.items()}
     for result in plain.values():
         assert result["done"].drafted == 0
@@ -107,6 +107,15 @@ def compare(
         spec = {name: _result(seq) for name, seq in seqs.items()}
     else:
         spec = {name: _run(runner, _with(req, True)) for name, req in requests.items()}
+    return plain, spec
+
+
+def compare(
+    runner: Runner, requests: dict[str, CompletionRequest], together: bool = False
+) -> tuple[list[str], int, int]:
+    """(differences between speculation off and on (`run_both`); tokens drafted; tokens
+    accepted)."""
+    plain, spec = run_both(runner, requests, together)
     found = [d for name in requests for d in _differences(plain[name], spec[name], name)]
     drafted = sum(r["done"].drafted for r in spec.values())
     accepted = sum(r["done"].accepted for r in spec.values())
@@ -156,7 +165,14 @@ def with_stop_strings(runner: Runner, reqs: dict[str, CompletionRequest]) -> Non
 
 # -- models ---------------------------------------------------------------------------------------
 def _runner(path: Path, **kw: Any) -> Runner:
-    config = {"num_ctx": 160, "parallel": 4, "num_batch": 64, "threads": 2, **kw}
+    config = {
+        "num_ctx": 160,
+        "parallel": 4,
+        "num_batch": 64,
+        "threads": 2,
+        "weigh_drafts": False,
+        **kw,
+    }
     return Runner(RunnerConfig(str(path), **config))
 
 
@@ -238,20 +254,60 @@ def test_speculation_gives_the_same_with_four_sequences_at_once(which, request):
     runner.loop.max_batch_seen = max(before, runner.loop.max_batch_seen)
 
 
+def _longest_token(runner: Runner) -> int:
+    """The most bytes (so characters) any one token writes."""
+    tok = runner.tokenizer
+    return max(len(tok.token_bytes(i)) for i in range(tok.vocab_size))
+
+
+def _lone_character(runner: Runner) -> tuple[str, int]:
+    """A printable character that no token but its own byte token writes (alone or
+    repeated), and that token: a JSON constant of it repeated is written one token a
+    character, each the only token the constraint allows."""
+    tok = runner.tokenizer
+    written = [bytes(tok.token_bytes(i)) for i in range(tok.vocab_size)]
+    for c in "~^|`#%&@!?*+=<>0123456789":
+        ids = [i for i, b in enumerate(written) if b and set(b) == {ord(c)}]
+        if len(ids) == 1 and written[ids[0]] == c.encode():
+            return c, ids[0]
+    raise AssertionError("no character has a token of its own in this vocabulary")
+
+
 @pytest.mark.slow
 def test_speculation_is_exact_through_context_shifts(llama):
-    reqs = {
-        name: CompletionRequest(
-            tokens=_prompt(llama, 20 + i, length=60),
-            options=CompletionOptions(num_predict=220, num_keep=8, **SETTINGS[name]),
+    """Every request must shift its context whatever its tokens: each is constrained to a
+    JSON string that needs more tokens than the context has room for (a token writes at most
+    `_longest_token` characters; the end of generation is not allowed before the string
+    ends), and one writes a constant of a character that only one token writes (each token
+    forced, so drafts of it are accepted)."""
+    num_ctx, longest = llama.engine.num_ctx, _longest_token(llama)
+    reqs = {}
+    for i, name in enumerate(("greedy", "warm")):
+        prompt = _prompt(llama, 20 + i, length=60)
+        room = num_ctx - len(prompt)
+        reqs[name] = CompletionRequest(
+            tokens=prompt,
+            options=CompletionOptions(num_predict=room + 60, num_keep=8, **SETTINGS[name]),
+            format={"type": "string", "minLength": longest * (room + 1)},
             logprobs=True,
         )
-        for i, name in enumerate(("greedy", "warm"))
-    }
-    found, drafted, accepted = compare(llama, reqs)
+    char, token = _lone_character(llama)
+    prompt = [*_prompt(llama, 22, length=60), *[token] * 8]
+    reqs["constant"] = CompletionRequest(
+        tokens=prompt,
+        options=CompletionOptions(num_predict=num_ctx + 40, num_keep=8, **SETTINGS["warm"]),
+        format={"const": char * (num_ctx - len(prompt) + 30)},
+        logprobs=True,
+    )
+    plain, spec = run_both(llama, reqs)
+    found = [d for name in reqs for d in _differences(plain[name], spec[name], name)]
     assert not found, "\n".join(found)
-    assert accepted > 0
-    assert all(_run(llama, r)["done"].shifted for r in reqs.values())
+    assert all(r["done"].shifted for r in [*plain.values(), *spec.values()])
+    done = spec["constant"]["done"]
+    # At most 20 spaces and a newline before the constant (the grammar's bound).
+    written = plain["constant"]["bytes"].lstrip(b" \t\n")
+    assert written == f'"{char * (num_ctx - len(prompt) + 30)}"'.encode()
+    assert done.accepted > 0
 
 
 @pytest.mark.slow
@@ -396,18 +452,52 @@ def _finish_check(self: BatchLoop, entry: Any, accepted: int, token: int | None)
     rejected = len(drafts) - accepted
     if rejected:
         kept = len(feed.slot.tokens) - rejected
-        self.engine.cache.remove(feed.slot.id, kept)
+        self.engine.cache.reject(feed.slot.id, kept)
         feed.slot.keep(kept)
     return None if feed.seq.done else token
 
 
+@pytest.fixture(scope="module")
+def llama_self_drafted(tiny_llama_path):
+    """The tiny llama drafted for by itself: each draft is the model's argmax."""
+    runner = _runner(tiny_llama_path, draft_model=str(tiny_llama_path))
+    yield runner
+    runner.close()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("loosened", [_accept_argmax, _draw_every_row])
-def test_the_comparison_fails_when_the_acceptance_rule_is_loosened(llama, loosened, monkeypatch):
-    reqs = requests_for(llama)
+def test_the_comparison_fails_when_the_acceptance_rule_is_loosened(
+    llama_self_drafted, loosened, monkeypatch
+):
+    """Built so that each loosened rule must change the text: the drafts are the model's
+    own argmax (it drafts for itself) and sampling is hot (temperature 2 over the whole
+    vocabulary), so a check soon meets a position whose sample is not the argmax (the exact
+    run shows where: its sampled token is not its top one). There the argmax rule takes the
+    draft instead; and the draft after a rejected one has a row whose extra draw shifts
+    every later sample."""
+    runner = llama_self_drafted
+    reqs = {
+        f"hot-{i}": CompletionRequest(
+            tokens=_prompt(runner, 30 + i),
+            options=CompletionOptions(
+                num_predict=24, temperature=2.0, top_k=0, top_p=1.0, min_p=0.0, seed=i
+            ),
+            logprobs=True,
+            top_logprobs=1,
+        )
+        for i in range(4)
+    }
+    plain = {name: _run(runner, _with(req, False)) for name, req in reqs.items()}
+    # The precondition: in its first tokens (where the first checks are) a sample is not
+    # the argmax.
+    assert all(
+        any(lp.bytes != lp.top_logprobs[0].bytes for lp in r["logprobs"][:8])
+        for r in plain.values()
+    )
     with monkeypatch.context() as m:
         m.setattr(BatchLoop, "_check", loosened)
-        found, drafted, _ = compare(llama, reqs)
+        found, drafted, _ = compare(runner, reqs)
     assert drafted > 0
     assert any(": text " in f for f in found), found  # the loosened rule changes the text
 

@@ -145,6 +145,14 @@ class Cache(abc.ABC):
         their keys are re-RoPEd (ShiftNotSupportedError without a shift function). On error
         the caller should remove the whole sequence."""
 
+    def reject(self, seq: int, begin: int) -> None:
+        """Undo the rows of `seq` at positions >= `begin` that the last pass evaluated
+        (drafted tokens a speculative check rejected), right after that pass: as
+        `remove(seq, begin)`, and a cache that let go of older cells while placing those rows
+        (a sliding window) takes them back, so that later tokens take the cells they would
+        have taken had the rows never been evaluated."""
+        self.remove(seq, begin)
+
     @abc.abstractmethod
     def copy_prefix(self, src: int, dst: int, length: int) -> None:
         """Make `dst` share `src`'s first `length` positions (no data is copied)."""

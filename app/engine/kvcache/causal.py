@@ -104,6 +104,9 @@ class Causal(Cache):
         self._v_row_dims: set[int] = set()
         self._v_row_starts: dict[int, np.ndarray] = {}
         self._stride = 0  # cells between stacked runs' first cells; 0 = not stacked
+        # The last pass's sliding-window releases: (sequence, the position of the run that
+        # let them go, cells, their positions then), for `reject`.
+        self._released: list[tuple[int, int, np.ndarray, np.ndarray]] = []
 
     # -- configuration --------------------------------------------------------------------
     def set_config(self, config: CacheConfig) -> None:
@@ -176,6 +179,7 @@ class Causal(Cache):
             seqs = batch.sequences
             runs = batch.runs or sequence_runs(seqs)
             locs = np.empty(n, dtype=np.int64)
+            self._released = []
             if self.window:
                 self._slide_absent({int(seqs[start]) for start, _ in runs})
             for start, count in runs:
@@ -227,7 +231,10 @@ class Causal(Cache):
             mine = (self.cell_seqs[held] & bit) != 0
             stale = mine & (self.cell_pos[held] < int(positions.min()) - self.swa_memory)
             if stale.any():
-                self._drop(np.flatnonzero(stale) + base, bit)
+                cells = np.flatnonzero(stale) + base
+                # Journaled for `reject` (the undo of a rejected draft's rows).
+                self._released.append((seq, int(positions.min()), cells, self.cell_pos[cells]))
+                self._drop(cells, bit)
         count = len(positions)
         # The first `count` free cells of the region lie below used + count (all free above).
         span = min(self.region, used + count)
@@ -445,6 +452,28 @@ class Causal(Cache):
             delta[later] = begin - end
             self.cell_pos[later] += begin - end
             self._shift(delta)
+
+    def reject(self, seq: int, begin: int) -> None:
+        """`Cache.reject`: with a sliding window, each lone row of a speculative check let go
+        of the cells behind the window's memory from its own position as it took its cell,
+        as decoding does. Rows rejected after the pass must not have let go of anything: the
+        cells they released are held again (at their old positions; a rejected row may have
+        overwritten one, but a position that far behind is masked for every later token, as
+        the window's memory (at least the window plus a batch) exceeds the window by more
+        than a draft), so the next token takes the cell it takes without speculation: cell
+        order is summation order, and a different one changes the numbers."""
+        self.remove(seq, begin)
+        bit = np.uint64(1) << np.uint64(seq)
+        for owner, at, cells, positions in reversed(self._released):
+            if owner != seq or at < begin:
+                continue
+            free = self.cell_seqs[cells] == 0
+            self.cell_seqs[cells[free]] = bit
+            self.cell_pos[cells[free]] = positions[free]
+            if free.any():  # the scan bound covers the cells held again
+                top = int(cells[free].max()) - seq * self.region + 1
+                self._used[seq] = max(self._used[seq], top)
+        self._released = [r for r in self._released if r[0] != seq]
 
     def _shift(self, delta: np.ndarray) -> None:
         assert self._backend is not None and self.shift_fn is not None

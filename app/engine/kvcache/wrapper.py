@@ -77,6 +77,10 @@ class Wrapper(Cache):
         for c in self.caches:
             c.remove(seq, begin, end)
 
+    def reject(self, seq: int, begin: int) -> None:
+        for c in self.caches:
+            c.reject(seq, begin)
+
     def copy_prefix(self, src: int, dst: int, length: int) -> None:
         for c in self.caches:
             c.copy_prefix(src, dst, length)

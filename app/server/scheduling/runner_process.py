@@ -20,6 +20,7 @@ import secrets
 import signal
 import sys
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -196,6 +197,10 @@ class RunnerProcess:
                     item = _completion_line(line)
                     if isinstance(item, CompletionError):
                         raise RunnerError(item.error)
+                    if isinstance(item, CompletionDone) and item.speculation_off:
+                        # The runner switched drafting off: what /api/ps reports follows.
+                        off = {"enabled": False, "reason": item.speculation_off}
+                        self.info = replace(self.info, speculation=off)
                     yield item
                     if isinstance(item, CompletionDone):
                         done = True
