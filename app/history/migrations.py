@@ -200,6 +200,13 @@ CREATE TABLE IF NOT EXISTS message_sources (
 );
 """
 
+# Schema 4 (compaction, history.compaction): a role "summary" message stands in the prompt for
+# the first `covers` messages of its branch (root first); the originals stay. A summary the
+# user took back has state "undone".
+_SCHEMA_4 = """
+ALTER TABLE messages ADD COLUMN covers INTEGER NOT NULL DEFAULT 0;
+"""
+
 STEPS: list[Step] = [
     Step(
         1,
@@ -215,6 +222,7 @@ STEPS: list[Step] = [
             + _fts_index("document_chunks", "text", tokenize="porter unicode61 remove_diacritics 2")
         ),
     ),
+    Step(4, "summaries of earlier messages (compaction)", sql_script(_SCHEMA_4)),
 ]
 
 SCHEMA_VERSION = STEPS[-1].version
