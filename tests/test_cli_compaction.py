@@ -1,0 +1,53 @@
+"""`hearth run` compacts a chat that outgrows its context: a subprocess with scripted stdin,
+the default model, a 512-token context. The notice is printed, `/summary` shows the summary,
+the turn after compaction fits (its whole prompt under num_ctx, nothing cut by the service),
+and `/undo` puts the original turns back into the prompt (so the next turn, which cannot fit
+them, is compacted again)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from test_cli import hearth
+
+from hearth.history.compaction import NOTICE
+
+pytestmark = pytest.mark.slow
+
+FACTS = [
+    "My name is Ada Lovelace and I live in the town of Ockham, where I keep three goats.",
+    "We decided that the garden shed will be painted green before the end of May.",
+    "My brother Charles Babbage repairs clocks; his workshop is on Marchmont Street.",
+    "Open question: should the goats move to the north field this winter or stay put?",
+]
+FILLER = (
+    " I am telling you this so that you remember it later in our conversation, because I will"
+    " come back to it and ask you about it; for now please reply in one short sentence only,"
+    " there is no need to explain anything or to ask me anything."
+)
+
+
+def test_hearth_run_compacts_shows_the_summary_and_undoes(gemma3_path, tmp_path):
+    questions = [f + FILLER for f in FACTS]
+    script = [*questions, "/summary", "What is my name?", "/undo", "Thanks!", "/bye"]
+    proc = hearth(
+        "run", "gemma3:270m", "--num-ctx", "512", "--num-predict", "40",
+        "--temperature", "0", "--seed", "1", "--verbose",
+        home=tmp_path / "home", stdin="\n".join(script) + "\n",
+    )  # fmt: skip
+    err = proc.stderr
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err
+    assert err.count(NOTICE) == 2, err  # compacted, then again after /undo
+    assert "cut to fit the context" not in err, err  # the service never had to truncate
+    prompts = [int(n) for n in re.findall(r"^prompt: (\d+) tokens", err, flags=re.M)]
+    assert len(prompts) == len(questions) + 2 and max(prompts) < 512, err
+    # the turn right after the first compaction fits, and is smaller than the one before
+    first = err.index(NOTICE)
+    after = int(re.search(r"^prompt: (\d+) tokens", err[first:], flags=re.M).group(1))
+    before = [int(n) for n in re.findall(r"^prompt: (\d+) tokens", err[:first], flags=re.M)]
+    assert after < before[-1] + 40
+    summary = err.split("Summary of the first", 1)[1].split("\n(", 1)[0]
+    assert len(summary.strip()) > 20, err
+    assert "the summary was undone" in err
