@@ -30,7 +30,7 @@ FILLER = (
 
 def test_hearth_run_compacts_shows_the_summary_and_undoes(gemma3_path, tmp_path):
     questions = [f + FILLER for f in FACTS]
-    script = [*questions, "/summary", "What is my name?", "/undo", "Thanks!", "/bye"]
+    script = [*questions, "What is my name?", "/summary", "/undo", "Thanks!", "/bye"]
     proc = hearth(
         "run", "gemma3:270m", "--num-ctx", "512", "--num-predict", "40",
         "--temperature", "0", "--seed", "1", "--verbose",
@@ -48,6 +48,7 @@ def test_hearth_run_compacts_shows_the_summary_and_undoes(gemma3_path, tmp_path)
     after = int(re.search(r"^prompt: (\d+) tokens", err[first:], flags=re.M).group(1))
     before = [int(n) for n in re.findall(r"^prompt: (\d+) tokens", err[:first], flags=re.M)]
     assert after < before[-1] + 40
+    assert "Summary of the first" in err, err
     summary = err.split("Summary of the first", 1)[1].split("\n(", 1)[0]
     assert len(summary.strip()) > 20, err
     assert "the summary was undone" in err

@@ -33,6 +33,7 @@ __all__ = [
     "Plan",
     "estimate_tokens",
     "would_overflow",
+    "prompt_tokens",
     "plan",
     "fold",
     "summary_tokens",
@@ -88,6 +89,12 @@ def would_overflow(
     return cut or used + estimate_tokens(incoming) + room > num_ctx
 
 
+def prompt_tokens(entries: Sequence[dict[str, Any]], system_prompt: str = "") -> int:
+    """An estimate of the prompt `entries` make (`fold`), for when no final record says it:
+    after a summary was undone, the originals count again."""
+    return sum(estimate_tokens(_entry_text(m)) + 4 for m in fold(entries, system_prompt))
+
+
 def _active(entries: Sequence[dict[str, Any]]) -> int | None:
     """The index of the summary in force (the last one not undone), if any."""
     for i in range(len(entries) - 1, -1, -1):
@@ -107,7 +114,7 @@ def fold(entries: Sequence[dict[str, Any]], system_prompt: str = "") -> list[dic
     summaries, undone or not, never go as messages of their own."""
     at = _active(entries)
     covers = min(int(entries[at].get("covers", 0)), at) if at is not None else 0
-    system = system_prompt.strip()
+    system = system_prompt if system_prompt.strip() else ""
     if at is not None:
         block = f"{_HEADER}\n{_entry_text(entries[at]).strip()}"
         system = f"{system}\n\n{block}" if system else block
