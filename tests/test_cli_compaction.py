@@ -6,10 +6,13 @@ them, is compacted again)."""
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 
 import pytest
-from test_cli import hearth
+from test_cli import REPO
 
 from hearth.history.compaction import NOTICE
 
@@ -20,6 +23,7 @@ FACTS = [
     "We decided that the garden shed will be painted green before the end of May.",
     "My brother Charles Babbage repairs clocks; his workshop is on Marchmont Street.",
     "Open question: should the goats move to the north field this winter or stay put?",
+    "Also, the goats are called Flora, Hazel and Pip, and Pip is the youngest of the three.",
 ]
 FILLER = (
     " I am telling you this so that you remember it later in our conversation, because I will"
@@ -31,11 +35,17 @@ FILLER = (
 def test_hearth_run_compacts_shows_the_summary_and_undoes(gemma3_path, tmp_path):
     questions = [f + FILLER for f in FACTS]
     script = [*questions, "What is my name?", "/summary", "/undo", "Thanks!", "/bye"]
-    proc = hearth(
-        "run", "gemma3:270m", "--num-ctx", "512", "--num-predict", "40",
-        "--temperature", "0", "--seed", "1", "--verbose",
-        home=tmp_path / "home", stdin="\n".join(script) + "\n",
-    )  # fmt: skip
+    args = ["run", "gemma3:270m", "--num-ctx", "512", "--num-predict", "16"]
+    args += ["--temperature", "0", "--seed", "1", "--verbose"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "hearth", *args],
+        input="\n".join(script) + "\n",
+        capture_output=True,
+        text=True,
+        timeout=1500,  # three summaries and seven replies on a busy two-core machine
+        env=dict(os.environ, HEARTH_HOME=str(tmp_path / "home")),
+        cwd=REPO,
+    )
     err = proc.stderr
     assert proc.returncode == 0, err
     assert "Traceback" not in err
@@ -47,7 +57,7 @@ def test_hearth_run_compacts_shows_the_summary_and_undoes(gemma3_path, tmp_path)
     first = err.index(NOTICE)
     after = int(re.search(r"^prompt: (\d+) tokens", err[first:], flags=re.M).group(1))
     before = [int(n) for n in re.findall(r"^prompt: (\d+) tokens", err[:first], flags=re.M)]
-    assert after < before[-1] + 40
+    assert after < before[-1]
     assert "Summary of the first" in err, err
     summary = err.split("Summary of the first", 1)[1].split("\n(", 1)[0]
     assert len(summary.strip()) > 20, err
