@@ -10,6 +10,7 @@ from pathlib import Path
 from hearth.history import ChatStore, compaction, migrations
 from hearth.history.compaction import SUMMARY, fold, plan, summarise, would_overflow
 from hearth.history.export import chats_from_json, chats_to_json
+from hearth.history.export_markdown import chats_to_markdown
 from hearth.history.records import UNDONE
 
 
@@ -147,4 +148,7 @@ def test_a_schema3_file_upgrades_and_a_summary_is_stored_and_exported(tmp_path: 
         UNDONE,
     )
     assert [m.content for m in back[:2]] == ["hello", "hi"]  # the originals too
+    markdown = chats_to_markdown(store, [1])
+    assert "Earlier messages were summarised to fit the context (undone" in markdown
+    assert "Summary of 2 messages" in markdown and "they greeted" in markdown
     store.close()
