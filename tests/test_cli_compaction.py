@@ -24,6 +24,7 @@ FACTS = [
     "My brother Charles Babbage repairs clocks; his workshop is on Marchmont Street.",
     "Open question: should the goats move to the north field this winter or stay put?",
     "Also, the goats are called Flora, Hazel and Pip, and Pip is the youngest of the three.",
+    "Finally, my favourite tea is Earl Grey, and I drink it at four o'clock every afternoon.",
 ]
 FILLER = (
     " I am telling you this so that you remember it later in our conversation, because I will"
@@ -49,16 +50,18 @@ def test_hearth_run_compacts_shows_the_summary_and_undoes(gemma3_path, tmp_path)
     err = proc.stderr
     assert proc.returncode == 0, err
     assert "Traceback" not in err
-    assert err.count(NOTICE) == 2, err  # compacted, then again after /undo
     assert "cut to fit the context" not in err, err  # the service never had to truncate
     prompts = [int(n) for n in re.findall(r"^prompt: (\d+) tokens", err, flags=re.M)]
     assert len(prompts) == len(questions) + 2 and max(prompts) < 512, err
-    # the turn right after the first compaction fits, and is smaller than the one before
+    # compacted before /summary (six long turns cannot fit 512 tokens) ...
     first = err.index(NOTICE)
+    assert first < err.index("Summary of the first"), err
+    # ... and the turn right after it is smaller than the one before
     after = int(re.search(r"^prompt: (\d+) tokens", err[first:], flags=re.M).group(1))
     before = [int(n) for n in re.findall(r"^prompt: (\d+) tokens", err[:first], flags=re.M)]
-    assert after < before[-1]
-    assert "Summary of the first" in err, err
+    assert after < before[-1], err
     summary = err.split("Summary of the first", 1)[1].split("\n(", 1)[0]
     assert len(summary.strip()) > 20, err
-    assert "the summary was undone" in err
+    # /undo puts the originals back, so the next turn cannot fit and is compacted again
+    undone = err.index("the summary was undone")
+    assert NOTICE in err[undone:], err
