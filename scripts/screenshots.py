@@ -20,6 +20,9 @@ one) under a chat template that offers tools (tests/server/live_models.py's), it
 held by a JSON schema to a call of the weather server's `forecast` (tests/ui/mcp_weather.py,
 a real MCP server over stdio), the call allowed on the approval card as a user would, the
 result sent back and the model's own answer to it.
+
+The compaction scene (compaction.png) is a chat that outgrew a 512-token context: its earlier
+turns summarised (sample text written for them) and the notice opened on the summary.
 """
 
 from __future__ import annotations
@@ -280,6 +283,67 @@ def seed_vision_chat(store, when: float) -> None:
     store._conn.execute("UPDATE chats SET updated_at=? WHERE id=?", (when, chat.id))
 
 
+COMPACT_TURNS = [
+    (
+        "My name is Ada and I keep three goats in Ockham.",
+        "Nice to meet you, Ada! Three goats in Ockham sounds lovely.",
+    ),
+    (
+        "We decided to paint the garden shed green before the end of May.",
+        "Green before the end of May: noted.",
+    ),
+    (
+        "My brother Charles repairs clocks on Marchmont Street.",
+        "A clock repairer in the family is handy!",
+    ),
+    (
+        "Open question: should the goats move to the north field this winter?",
+        "That depends on shelter and water in the north field.",
+    ),
+]
+COMPACT_QUESTION = "What did we decide about the shed, and who repairs clocks?"
+COMPACT_SUMMARY = (
+    "The user, Ada, keeps three goats in Ockham. Decision: the garden shed will be painted "
+    "green before the end of May. Ada's brother Charles repairs clocks on Marchmont Street. "
+    "Open question: whether the goats move to the north field this winter."
+)
+COMPACT_ANSWER = (
+    "You decided to paint the garden shed green before the end of May, and your brother "
+    "Charles repairs clocks on Marchmont Street."
+)
+
+
+def seed_compaction_chat(store, when: float) -> None:
+    """A chat whose earlier turns were summarised to fit a 512-token context."""
+    from hearth.history.compaction import SUMMARY
+
+    chat = store.create_chat("gemma3:270m")
+    store.set_auto_title(chat.id, "Goats, the shed and the clocks")
+    store.update_chat(chat.id, options={"num_ctx": 512})
+    parent = None
+    for question, answer in COMPACT_TURNS:
+        q = store.add_message(chat.id, parent, "user", question)
+        parent = store.add_message(chat.id, q.id, "assistant", answer, model="gemma3:270m").id
+    q = store.add_message(chat.id, parent, "user", COMPACT_QUESTION)
+    summary = store.add_message(
+        chat.id, q.id, SUMMARY, COMPACT_SUMMARY, model="gemma3:270m", covers=8
+    )
+    a = store.add_message(chat.id, summary.id, "assistant", COMPACT_ANSWER, model="gemma3:270m")
+    stats = {
+        "eval_count": 31,
+        "eval_duration": 700_000_000,
+        "prompt_eval_count": 118,
+        "prompt_tokens": 118,
+        "tokens_per_second": 44.3,
+        "ttft": 0.31,
+        "done_reason": "stop",
+        "truncated": False,
+        "shifted": False,
+    }
+    store.update_message(a.id, stats=stats)
+    store._conn.execute("UPDATE chats SET updated_at=? WHERE id=?", (when, chat.id))
+
+
 def seed_history() -> None:
     from hearth.history import ChatStore
     from hearth.history.chat_store import make_title
@@ -294,6 +358,7 @@ def seed_history() -> None:
         store._conn.execute(  # spread the sample chats over the past week
             "UPDATE chats SET updated_at=? WHERE id=?", (now - 86400 * (n + 1) * 1.3, chat.id)
         )
+    seed_compaction_chat(store, now - 4 * 3600)
     seed_vision_chat(store, now - 3 * 3600)
     seed_documents_chat(store, now - 2 * 3600, Path(os.environ["HEARTH_HOME"]))
     chat = store.create_chat("gemma3:270m")
@@ -439,6 +504,19 @@ def shoot(out: Path, only: str = "") -> None:
     from_the_question()
     grab("main-dark.png")
     h.settings_ctrl.set_theme("light")
+    # A chat that outgrew its context: the notice, its summary opened.
+    if not only or only == "compaction.png":
+        compacted = next(c for c in h.store.chats() if c.title == "Goats, the shed and the clocks")
+        h.chat.open_chat(compacted.id)
+        h.window.chat_page.composer.edit.clear()
+        notice = next(w for w in h.window.chat_page.transcript.widgets if w.item.role == "summary")
+        notice.toggle.click()
+        spin(0.5)
+        h.window.chat_page.transcript.scroll_to_bottom()
+        grab("compaction.png")
+        if only:
+            h.shutdown()
+            return
     # A question about a picture, and a second picture waiting in the composer.
     vision = next(c for c in h.store.chats() if c.model == VISION_MODEL)
     h.chat.open_chat(vision.id)

@@ -20,12 +20,12 @@ from ..documents.scanned import Transcriber
 from ..history import ChatStore, Message
 from .http_client import HearthClient, ServiceError
 
-__all__ = ["IMAGE_SUFFIXES", "TerminalAttachments"]
+__all__ = ["IMAGE_SUFFIXES", "TerminalAttachments", "context_length"]
 
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".webp", ".gif", ".bmp"}
 
 
-def _context_length(client: HearthClient, model: str, asked: int | None) -> int:
+def context_length(client: HearthClient, model: str, asked: int | None) -> int:
     """num_ctx as the service will use it: --num-ctx, else the model's own parameter, else the
     service's default (HEARTH_CONTEXT_LENGTH, 4096)."""
     if asked:
@@ -51,7 +51,7 @@ class TerminalAttachments:
         err: TextIO,
     ) -> None:
         self._err = err
-        self.num_ctx = _context_length(client, model, num_ctx)
+        self.num_ctx = context_length(client, model, num_ctx)
         self.images: list[str] = []
         docs: list[Path] = []
         for raw in paths:
@@ -135,6 +135,8 @@ class TerminalAttachments:
             notes = "".join(f"; {n}" for n in doc.notes)
             self._err.write(f"[{doc.name}: {doc.extent()}, {doc.mode}{notes}]\n")
         entry: dict[str, Any] = {"role": "user", "content": self._docs.message_text(msg)}
+        if self._docs.attached(msg.id):
+            entry["pinned"] = True  # its documents are never summarised away (compaction)
         if self.images:
             entry["images"], self.images = self.images, []
         return entry

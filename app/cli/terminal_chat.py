@@ -6,7 +6,9 @@ interactive chat whose follow-up turns reuse the runner's cached conversation. `
 the text without a chat template. MODEL may be a path to a .gguf file: it is registered (as
 `local/<file name>`, hard-linked, not copied) so the service can load it. `--tools CONFIG.json`
 gives the model the tools of the MCP servers in that file (`terminal_tools.py`); `--attach FILE`
-sends documents and pictures with the first question (attachments.py).
+sends documents and pictures with the first question (attachments.py). When a turn would not
+fit the context the oldest turns are summarised first (terminal_compaction.py; `/summary`,
+`/undo`).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from ..default_model import DEFAULT_MODEL
 from .attachments import TerminalAttachments, format_sources
 from .connection import Connection, connect
 from .http_client import HearthClient, ServiceError
+from .terminal_compaction import TerminalCompaction, fold
 
 if TYPE_CHECKING:
     from .terminal_tools import ToolSession
@@ -172,6 +175,7 @@ class _Chat:
         self.base: dict[str, Any] = {"model": model, "options": request_options(args)}
         if args.keep_alive is not None:
             self.base["keep_alive"] = args.keep_alive
+        self.compaction: TerminalCompaction | None = None  # interactive chats only
 
     def _stream(self, path: str, body: dict[str, Any]) -> list[dict[str, Any]]:
         """Stream a reply to `out`; returns the NDJSON objects."""
@@ -184,13 +188,15 @@ class _Chat:
             items.append(item)
             if item.get("done"):
                 self._done(item)
+                if self.compaction is not None:
+                    self.compaction.on_final(item)
         return items
 
     def _step(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> StepReply:
         """One model turn offering `tools` (the agent loop's `ChatStep`), its length capped
         (`turn_options`); a turn cut at the cap is said on stderr."""
         options = turn_options(self.base["options"])
-        body = {"messages": messages, "tools": tools, "options": options}
+        body = {"messages": fold(messages), "tools": tools, "options": options}
         reply = StepReply.from_chunks(self._stream("/api/chat", body))
         if reply.stats.get("done_reason") == "length":
             self.err.write(
@@ -230,7 +236,8 @@ class _Chat:
         elif self.tools is not None:
             return self.tools.run(messages, self._step).added
         else:
-            reply = StepReply.from_chunks(self._stream("/api/chat", {"messages": messages})).content
+            body = {"messages": fold(messages)}
+            reply = StepReply.from_chunks(self._stream("/api/chat", body)).content
         return [{"role": "assistant", "content": reply}]
 
     def _user(self, text: str) -> dict[str, Any]:
@@ -241,12 +248,14 @@ class _Chat:
             self.err.write(format_sources(self.attached.sources()))
 
     def _unask(self, messages: list[dict[str, Any]]) -> None:
-        messages.pop()
+        """The last question got no answer: it goes (with a summary made for it)."""
+        while messages and messages.pop().get("role") != "user":
+            pass
         if self.attached is not None:
             self.attached.forget_last()
 
     def one_shot(self, prompt: str) -> int:
-        self._reply([self._user(prompt)], prompt)
+        self._reply([self._user(prompt)], prompt)  # one question: nothing to compact
         self.out.write("\n")
         self._sources()
         if self._report:
@@ -255,6 +264,10 @@ class _Chat:
 
     def interactive(self) -> int:
         messages: list[dict[str, Any]] = []
+        if not self.args.raw:
+            self.compaction = TerminalCompaction(
+                self.client, self.model, self.base["options"], self.err
+            )
         tty = sys.stdin.isatty()
         if tty:
             self.err.write(f"Chatting with {self.model}. Type /bye (or Ctrl-D) to leave.\n")
@@ -270,8 +283,14 @@ class _Chat:
                 break
             if not text.strip():
                 continue
+            if self.compaction is not None and text.strip() in ("/summary", "/undo"):
+                act = self.compaction.show if text.strip() == "/summary" else self.compaction.undo
+                self.err.write(act(messages))
+                continue
             messages.append(self._user(text))
             try:
+                if self.compaction is not None:
+                    self.compaction.before_reply(messages)
                 added = self._reply(messages, text)
             except KeyboardInterrupt:  # stop this reply, keep the chat
                 self.out.write("\n")

@@ -163,17 +163,19 @@ class ChatStore:
         state: str = DONE,
         tool_calls: Sequence[dict[str, Any]] = (),
         tool: dict[str, Any] | None = None,
+        covers: int = 0,
     ) -> Message:
         """Append a message under `parent_id` and make it the chat's current leaf.
 
         `tool_calls` (assistant) and `tool` (role "tool": the call it answers) are described on
-        records.Message; a tool result's images go in `images`, as a user's do.
+        records.Message; a tool result's images go in `images`, as a user's do; `covers`
+        (role "summary") how many messages of the branch before it the summary stands for.
         """
         now = time.time()
         with self._tx() as db:
             cur = db.execute(
                 "INSERT INTO messages(chat_id, parent_id, role, content, model, state,"
-                " tool_calls, tool, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " tool_calls, tool, covers, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     chat_id,
                     parent_id,
@@ -183,6 +185,7 @@ class ChatStore:
                     state,
                     json.dumps(list(tool_calls)),
                     json.dumps(tool or {}),
+                    covers,
                     now,
                 ),
             )
@@ -244,6 +247,7 @@ class ChatStore:
             images=images,
             tool_calls=json.loads(row["tool_calls"] or "[]"),
             tool=json.loads(row["tool"] or "{}"),
+            covers=row["covers"],
         )
 
     def tree(self, chat_id: int) -> list[Message]:
@@ -291,8 +295,8 @@ class ChatStore:
                         )
                     cur = db.execute(
                         "INSERT INTO messages(chat_id, parent_id, role, content, thinking, model,"
-                        " state, error, stats, tool_calls, tool, created_at)"
-                        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        " state, error, stats, tool_calls, tool, covers, created_at)"
+                        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                         (
                             chat_id,
                             None if m.parent_id is None else ids[m.parent_id],
@@ -305,6 +309,7 @@ class ChatStore:
                             json.dumps(m.stats),
                             json.dumps(m.tool_calls),
                             json.dumps(m.tool),
+                            m.covers,
                             m.created_at,
                         ),
                     )

@@ -2,11 +2,11 @@
 
 The file (UTF-8 JSON, written by `hearth chats export` and the app's Export chat…):
 
-    {"format": "hearth-chats", "version": 2, "hearth": "<app version>", "exported_at": <time>,
+    {"format": "hearth-chats", "version": 3, "hearth": "<app version>", "exported_at": <time>,
      "chats": [{"title", "title_auto", "model", "system_prompt", "options", "tools",
                 "created_at", "updated_at", "current_leaf",
                 "messages": [{"id", "parent_id", "role", "content", "thinking", "model", "state",
-                              "error", "stats", "tool_calls", "tool", "created_at",
+                              "error", "stats", "tool_calls", "tool", "covers", "created_at",
                               "images": [<base64>...],
                               "documents": [<document>...], "sources": [<source>...]},
                              ...]}, ...]}
@@ -27,6 +27,12 @@ page) is written only where it is not empty; an older Hearth ignores it, and a f
 imports with the file's own text as every passage's origin. An imported chat is used as a reopened
 one is: no file is read again and nothing is re-embedded. A version-1 file (no documents) imports as
 before.
+
+Version 3 added summaries (history.compaction): a message with role "summary" whose `covers`
+says how many messages of its branch, root first, it stands for in the prompt (left out where
+0), and the state "undone" for a summary the user took back. The messages it covers are in the
+file as every other message. Files of versions 1 and 2 (which have no summaries) import as
+before; an older Hearth refuses a version-3 file rather than send a summary as a message.
 
 Every message of every branch is there (parents before their replies); `id` and `parent_id`
 number the messages within their chat (1, 2, ...) and `current_leaf` names the one whose
@@ -58,6 +64,7 @@ from .records import (
     INTERRUPTED,
     STOPPED,
     STREAMING,
+    UNDONE,
     Chat,
     ChatRecord,
     DocumentChunk,
@@ -77,7 +84,7 @@ __all__ = [
 ]
 
 EXPORT_FORMAT = "hearth-chats"
-EXPORT_VERSION = 2  # 2: documents and sources
+EXPORT_VERSION = 3  # 2: documents and sources; 3: summaries (role "summary", covers, undone)
 
 T = TypeVar("T")
 
@@ -143,6 +150,7 @@ def _chat_to_json(store: ChatStore, chat: Chat) -> dict[str, Any]:
                 "stats": m.stats,
                 "tool_calls": m.tool_calls,
                 "tool": m.tool,
+                **({"covers": m.covers} if m.covers else {}),
                 "created_at": m.created_at,
                 "images": [base64.b64encode(b).decode("ascii") for b in m.images],
                 **_documents_to_json(documents.get(m.id, []), sources.get(m.id, []), number),
@@ -322,7 +330,7 @@ def _message_from_json(
     state = get("state", str, DONE)
     if state == STREAMING:  # exported while the reply was being written: it ends there
         state = INTERRUPTED
-    if state not in (DONE, INTERRUPTED, STOPPED, ERROR):
+    if state not in (DONE, INTERRUPTED, STOPPED, ERROR, UNDONE):
         raise ExportError(f"{where}: 'state' {state!r} is not one Hearth knows")
     message = Message(
         id=get("id", int),
@@ -337,6 +345,7 @@ def _message_from_json(
         stats=get("stats", dict, {}),
         tool_calls=fields.list_of("tool_calls", dict),
         tool=get("tool", dict, {}),
+        covers=get("covers", int, 0),
         created_at=float(get("created_at", float, 0.0)),
         images=images,
     )

@@ -136,6 +136,13 @@ def _quote(text: str) -> str:
 
 def _message(msg: Message) -> str:
     heading = {"user": "You", "assistant": msg.model or "Assistant", "system": "System"}
+    if msg.role == "summary":  # compaction: a notice with the summary behind it
+        undone = " (undone: the messages were sent as they were)" if msg.state == "undone" else ""
+        return (
+            f"*Earlier messages were summarised to fit the context{undone}.*\n\n"
+            f"<details><summary>Summary of {msg.covers} messages</summary>\n\n"
+            f"{msg.content}\n\n</details>\n"
+        )
     if msg.role == "tool":
         name = msg.tool.get("name", "tool")
         server = msg.tool.get("server")

@@ -207,6 +207,13 @@ _SCHEMA_4 = """
 ALTER TABLE document_chunks ADD COLUMN origin TEXT NOT NULL DEFAULT '';
 """
 
+# Schema 5 (compaction, history.compaction): a role "summary" message stands in the prompt for
+# the first `covers` messages of its branch (root first); the originals stay. A summary the
+# user took back has state "undone".
+_SCHEMA_5 = """
+ALTER TABLE messages ADD COLUMN covers INTEGER NOT NULL DEFAULT 0;
+"""
+
 STEPS: list[Step] = [
     Step(
         1,
@@ -225,6 +232,7 @@ STEPS: list[Step] = [
     Step(
         4, "where each document passage's text comes from (a page's image)", sql_script(_SCHEMA_4)
     ),
+    Step(5, "summaries of earlier messages (compaction)", sql_script(_SCHEMA_5)),
 ]
 
 SCHEMA_VERSION = STEPS[-1].version

@@ -20,6 +20,7 @@ __all__ = [
     "INTERRUPTED",
     "STOPPED",
     "ERROR",
+    "UNDONE",
 ]
 
 # Message states. A reply is written while it streams; one still "streaming" when the app
@@ -29,6 +30,7 @@ DONE = "done"
 INTERRUPTED = "interrupted"
 STOPPED = "stopped"
 ERROR = "error"
+UNDONE = "undone"  # a summary (role "summary", schema 5) the user took back
 
 
 @dataclass
@@ -66,6 +68,9 @@ class Message:
     # {"call_id", "name", "server", "arguments", "decision", "is_error", "truncated", "structured"}.
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
     tool: dict[str, Any] = field(default_factory=dict)
+    # Schema 4. A role "summary" message (history.compaction) stands in the prompt for the
+    # first `covers` messages of its branch; 0 for every other message.
+    covers: int = 0
     # Filled by ChatStore.path(): where this message sits among its siblings (versions).
     version: int = 1
     versions: int = 1

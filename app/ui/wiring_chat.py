@@ -117,6 +117,7 @@ def wire_chat_page(
     transcript.regenerate_requested.connect(chat.regenerate)
     transcript.edit_submitted.connect(chat.edit_and_resend)
     transcript.version_requested.connect(chat.switch_version)
+    transcript.summary_undo_requested.connect(chat.set_summary_undone)
     transcript.code_copied.connect(lambda: window.notify("info", page.tr("Code copied")))
     page.model_box.activated.connect(lambda _i: chat.set_model(page.model_box.currentText()))
     page.settings_btn.clicked.connect(edit_chat_settings)

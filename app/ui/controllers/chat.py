@@ -6,6 +6,8 @@ to the history database before the screen shows it, so a killed app keeps what w
 screen; ChatStore marks such a reply interrupted on next start. When the chat has tool
 servers on and its model can use tools, the reply is an AgentReply (agent_reply.py): the
 same, plus its tool calls (each asked for through `approval_needed`) and their results.
+When the turn would not fit the context, the oldest turns are summarised first (compaction.py);
+the summary is a message under the question, and the reply goes under it.
 """
 
 from __future__ import annotations
@@ -21,13 +23,15 @@ from ...agent.loop import no_tools_sentence
 from ...app_settings import AppSettings, save_settings
 from ...history import Chat, ChatStore, Message
 from ...history.chat_store import make_title
-from ...history.records import STREAMING
+from ...history.compaction import SUMMARY
+from ...history.records import DONE, STREAMING, UNDONE
 from ..api_client import ApiClient, ApiError
 from ..item_models.conversation import ConversationModel, MessageItem
 from ..widgets.documents import ChipInfo
 from ..widgets.tool_call import ALWAYS
 from .agent_reply import AgentReply, PendingCall
 from .clipboard import copy_text
+from .compaction import Compactor, compaction_plan
 from .documents import DocumentsController
 from .errors import friendly_error
 from .images import attachable_images
@@ -76,6 +80,10 @@ class ChatController(QObject):
         self.documents.notice.connect(self.notice)
         self.conversation.extras = self.documents.extras
         models.model_updated.connect(self._on_model_info)
+        self._compactor = Compactor(client, self)
+        self._compactor.done.connect(self._on_compacted)
+        self._compacting: Message | None = None  # the question waiting for its summary
+        self._compact_covers = 0
 
     # -- state -------------------------------------------------------------------------------
 
@@ -364,13 +372,76 @@ class ChatController(QObject):
         self.busy_changed.emit(True)
 
         def start() -> None:
-            self._preparing = False
             if self.chat is not None and self.chat.id == user.chat_id:
-                self._start_reply(user.id)
+                if not self._compact(user):
+                    self._preparing = False
+                    self._start_reply(user.id)
             else:
+                self._preparing = False
                 self.busy_changed.emit(False)
 
         self.documents.on_sent(user, self.chat.system_prompt, earlier, self.num_ctx(), start)
+
+    # -- compaction --------------------------------------------------------------------------
+
+    def _pinned(self, message: Message) -> bool:
+        """A question whose documents' chips it carries is never summarised away."""
+        return bool(self.documents.chat_documents.attached(message.id))
+
+    def _compact(self, user: Message) -> bool:
+        """Summarise the oldest turns (off the GUI thread) if answering `user` would not fit
+        the context; True while that runs (the reply starts when it ends)."""
+        assert self.chat is not None
+        options = {**self._settings().request_options(), **self.chat.options}
+        p = compaction_plan(
+            self._store.path(self.chat.id),
+            self.chat.system_prompt,
+            self.num_ctx(),
+            int(options.get("num_predict") or 0),
+            self.documents.message_text,
+            self._pinned,
+        )
+        if p is None:
+            return False
+        self._compacting = user
+        options = {k: v for k, v in options.items() if v is not None}
+        options["num_ctx"] = self.num_ctx()
+        self._compactor.start(p, self.chat.model, self.num_ctx(), options)
+        self._compact_covers = p.covers
+        return True
+
+    def _on_compacted(self, text: str, error: str) -> None:
+        user, self._compacting = self._compacting, None
+        self._preparing = False
+        if user is None:  # stopped (the question waits, unanswered, for Regenerate)
+            self.busy_changed.emit(False)
+            return
+        parent = user.id
+        if text:
+            summary = self._store.add_message(
+                user.chat_id, user.id, SUMMARY, text, model=self.chat.model if self.chat else "",
+                covers=self._compact_covers,
+            )  # fmt: skip
+            parent = summary.id
+        else:
+            self.notice.emit(
+                "error",
+                self.tr("Hearth could not summarise the earlier messages (%1); they are sent as"
+                        " they are.").replace("%1", error),
+            )  # fmt: skip
+        if self.chat is not None and self.chat.id == user.chat_id:
+            self._start_reply(parent)
+        else:
+            self.busy_changed.emit(False)
+
+    def set_summary_undone(self, message_id: int, undone: bool) -> bool:
+        """Undo a summary (its original messages go to the model again) or use it again."""
+        msg = self._store.message(message_id)
+        if self.busy or msg is None or msg.role != SUMMARY:
+            return False
+        self._store.update_message(message_id, state=UNDONE if undone else DONE)
+        self._reload()
+        return True
 
     def regenerate(self, message_id: int | None = None) -> bool:
         """Answer the same question again; the new reply is a sibling version of the old."""
@@ -435,7 +506,7 @@ class ChatController(QObject):
         info = self._models.info(self.chat.model)
         think = self._settings().think if info and info.thinking else None
         runtime = self._settings().request_options()
-        body = chat_body(self.chat, path, runtime, think, self.documents.message_text)
+        body = chat_body(self.chat, path, runtime, think, self.documents.message_text, self._pinned)
         message = self._store.add_message(
             self.chat.id, user_id, "assistant", model=self.chat.model, state=STREAMING
         )
@@ -472,6 +543,9 @@ class ChatController(QObject):
         self.busy_changed.emit(True)
 
     def stop(self) -> None:
+        if self._compacting is not None:
+            self._compacting = None
+            self._compactor.abort()
         if self._reply is not None:
             self._reply.cancel()
 
@@ -522,6 +596,8 @@ class ChatController(QObject):
 
     def shutdown(self) -> None:
         """At exit: a reply still streaming is kept as it stands, marked stopped."""
+        self._compacting = None
+        self._compactor.abort()
         if self._reply is not None:
             reply, self._reply = self._reply, None
             reply.abandon()

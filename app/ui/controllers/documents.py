@@ -23,6 +23,7 @@ from ...documents.context import QuestionEmbedder
 from ...documents.embedding import Embedder, question_embedder
 from ...documents.scanned import Transcriber
 from ...history import ChatStore, Message
+from ...history.compaction import SUMMARY
 from ..api_client import ApiClient
 from ..widgets.documents import ChipInfo
 from .models import ModelsController
@@ -57,6 +58,7 @@ class DocumentsController(QObject):
         parent: QObject | None = None,
     ) -> None:
         super().__init__(parent)
+        self._store = store
         self._client = client
         self._models = models
         # No embedder here: the GUI thread never embeds (on_sent fetches the vector first).
@@ -264,5 +266,9 @@ class DocumentsController(QObject):
             docs = self.chat_documents.attached(message.id)
             return {"documents": [ChipInfo(d.name, d.extent(), d.mode, d.notes) for d in docs]}
         if message.role == "assistant" and message.parent_id is not None:
-            return {"sources": self.chat_documents.citations(message.parent_id)}
+            question = message.parent_id
+            parent = self._store.message(question)
+            if parent is not None and parent.role == SUMMARY:  # compaction: the question is above
+                question = parent.parent_id or question
+            return {"sources": self.chat_documents.citations(question)}
         return {}

@@ -6,9 +6,10 @@ import base64
 from collections.abc import Callable
 from typing import Any
 
-from ...history.records import ERROR, Chat, Message
+from ...history.compaction import SUMMARY, fold
+from ...history.records import ERROR, UNDONE, Chat, Message
 
-__all__ = ["chat_body", "context_window", "context_used"]
+__all__ = ["chat_body", "chat_entries", "context_window", "context_used"]
 
 
 def chat_body(
@@ -17,16 +18,46 @@ def chat_body(
     runtime: dict[str, Any],
     think: bool | None,
     text_of: Callable[[Message], str] = lambda m: m.content,
+    pinned: Callable[[Message], bool] = lambda m: False,
 ) -> dict[str, Any]:
     """The /api/chat request for `path` (root → the message being answered); `text_of` gives
     what a message says to the model (a question with its documents). The tool calls and
     results on it go too (Ollama's shape: an assistant's `tool_calls`, role "tool" messages
-    with `tool_name`), so regenerating or editing resends them."""
-    messages: list[dict[str, Any]] = []
-    if chat.system_prompt.strip():
-        messages.append({"role": "system", "content": chat.system_prompt})
+    with `tool_name`), so regenerating or editing resends them. A summary on the path
+    (history.compaction) stands in for the messages it covers, except those `pinned` (a
+    question carrying documents); the system prompt always goes."""
+    messages = fold(chat_entries(path, text_of, pinned), chat.system_prompt)
+    # Per-chat overrides sit on top of the app's runtime settings; the service applies the
+    # model's own defaults under both.
+    options = {**runtime, **{k: v for k, v in chat.options.items() if v is not None}}
+    body: dict[str, Any] = {
+        "model": chat.model,
+        "messages": messages,
+        "stream": True,
+        "options": options,
+    }
+    if think is not None:
+        body["think"] = think
+    return body
+
+
+def chat_entries(
+    path: list[Message],
+    text_of: Callable[[Message], str] = lambda m: m.content,
+    pinned: Callable[[Message], bool] = lambda m: False,
+) -> list[dict[str, Any]]:
+    """`path` as history.compaction's entries: one per message, in order (so a summary's
+    `covers` counts them), summaries and pinned questions marked."""
+    entries: list[dict[str, Any]] = []
     for m in path:
+        if m.role == SUMMARY:
+            entries.append(
+                {"role": SUMMARY, "content": m.content, "covers": m.covers}
+                | ({"undone": True} if m.state == UNDONE else {})
+            )
+            continue
         if m.role == "assistant" and m.state == ERROR and not m.content:
+            entries.append({"role": "assistant", "content": "", "drop": True})
             continue  # a failed reply has nothing to show the model
         entry: dict[str, Any] = {"role": m.role, "content": text_of(m)}
         if m.role == "assistant" and m.tool_calls:
@@ -40,19 +71,10 @@ def chat_body(
                 entry["tool_call_id"] = m.tool["call_id"]
         if m.images:
             entry["images"] = [base64.b64encode(img).decode("ascii") for img in m.images]
-        messages.append(entry)
-    # Per-chat overrides sit on top of the app's runtime settings; the service applies the
-    # model's own defaults under both.
-    options = {**runtime, **{k: v for k, v in chat.options.items() if v is not None}}
-    body: dict[str, Any] = {
-        "model": chat.model,
-        "messages": messages,
-        "stream": True,
-        "options": options,
-    }
-    if think is not None:
-        body["think"] = think
-    return body
+        if m.role == "user" and pinned(m):
+            entry["pinned"] = True
+        entries.append(entry)
+    return entries
 
 
 def context_used(path: list[Message]) -> int:

@@ -37,6 +37,7 @@ class MessageItem:
     tool: dict[str, Any] = field(default_factory=dict)  # a role "tool" message's call record
     documents: list[Any] = field(default_factory=list)  # a question's document chips
     sources: list[Any] = field(default_factory=list)  # the passages a reply draws on
+    covers: int = 0  # a summary's: the earlier messages it stands for (history.compaction)
 
     @classmethod
     def from_message(cls, m: Message) -> MessageItem:
@@ -55,6 +56,7 @@ class MessageItem:
             thinking_seconds=float(m.stats.get("thinking_seconds", 0.0)),
             tool_calls=[dict(c) for c in m.tool_calls],
             tool=dict(m.tool),
+            covers=m.covers,
         )
 
 

@@ -6,9 +6,11 @@ from __future__ import annotations
 from PySide6.QtCore import QModelIndex, Qt, Signal
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QScrollArea, QSizePolicy, QVBoxLayout, QWidget
 
+from ...history.compaction import SUMMARY
 from ..item_models.conversation import ConversationModel
 from ..theme import Palette
 from .message import MessageWidget
+from .summary_notice import SummaryNotice
 
 __all__ = ["Transcript"]
 
@@ -21,6 +23,7 @@ class Transcript(QScrollArea):
     edit_submitted = Signal(int, str)
     version_requested = Signal(int, int)
     code_copied = Signal()
+    summary_undo_requested = Signal(int, bool)  # a summary's id; True: undo, False: use again
 
     def __init__(self, model: ConversationModel, palette: Palette, parent: QWidget | None = None):
         super().__init__(parent)
@@ -31,7 +34,7 @@ class Transcript(QScrollArea):
         self._model = model
         self._palette = palette
         self._busy = False
-        self.widgets: list[MessageWidget] = []
+        self.widgets: list[MessageWidget | SummaryNotice] = []
         self.approval: QWidget | None = None  # the card asking to allow a tool call
         body = QWidget()
         body.setObjectName("TranscriptBody")
@@ -78,8 +81,14 @@ class Transcript(QScrollArea):
         self._stick = True
         self.verticalScrollBar().setValue(self.verticalScrollBar().maximum())
 
-    def _make(self, row: int) -> MessageWidget:
-        w = MessageWidget(self._model.item(row), self._palette)
+    def _make(self, row: int) -> MessageWidget | SummaryNotice:
+        item = self._model.item(row)
+        if item.role == SUMMARY:
+            notice = SummaryNotice(item, self._palette)
+            notice.set_busy(self._busy)
+            notice.undo_requested.connect(self.summary_undo_requested)
+            return notice
+        w = MessageWidget(item, self._palette)
         w.set_busy(self._busy)
         w.copy_requested.connect(self.copy_requested)
         w.regenerate_requested.connect(self.regenerate_requested)
@@ -147,5 +156,5 @@ class Transcript(QScrollArea):
             card.hide()
             card.deleteLater()
 
-    def widget_for(self, message_id: int) -> MessageWidget | None:
+    def widget_for(self, message_id: int) -> MessageWidget | SummaryNotice | None:
         return next((w for w in self.widgets if w.item.id == message_id), None)
