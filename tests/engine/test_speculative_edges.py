@@ -14,7 +14,6 @@ from gguf import GGMLQuantizationType as QT
 from test_speculative import (
     SETTINGS,
     _differences,
-    _lone_character,
     _prompt,
     _run,
     _runner,
@@ -135,47 +134,39 @@ def _taken_apart(runner: Runner, type_name: str) -> bool:
 
 @pytest.fixture(scope="module")
 def float_llama(tmp_path_factory):
+    """The F32 llama drafting for itself: greedy drafts of the model itself are always
+    accepted (the check computes each row as decoding does), so draft lengths grow to the
+    full check by construction, on any CPU; each check pass of R lone rows then reads every
+    weight R times (F32 products take lone rows apart)."""
     path = _float_llama(tmp_path_factory.mktemp("f32") / "f32-llama.gguf")
-    runner = _runner(path, num_ctx=512, parallel=1, weigh_drafts=True)
+    runner = _runner(path, num_ctx=512, parallel=1, weigh_drafts=True, draft_model=str(path))
     yield runner
     runner.close()
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    reason="unfinished: in this construction too few checks reach 5 rows a sequence (the "
-    "weighed ones) for the rule to decide; the rule itself is tested above",
-    strict=False,
-)
 def test_drafting_that_cannot_pay_switches_itself_off_and_says_why(float_llama):
     runner = float_llama
     assert _taken_apart(runner, "F32")  # the premise: each lone row reads the weights again
-    assert runner.speculation() == {"enabled": True, "drafts": "prompt lookup"}
+    assert runner.speculation()["enabled"] is True
     reqs = {
         name: CompletionRequest(
-            tokens=_prompt(runner, 50 + i, length=120),
-            options=CompletionOptions(num_predict=120, **SETTINGS[name]),
+            tokens=_prompt(runner, 50 + i, length=60),
+            options=CompletionOptions(num_predict=120, temperature=0),
             logprobs=True,
         )
-        for i, name in enumerate(("greedy", "warm"))
+        for i, name in enumerate(("first", "second"))
     }
-    # Forced tokens (`_lone_character`): every draft accepted, so drafts grow to full length.
-    char, token = _lone_character(runner)
-    reqs["constant"] = CompletionRequest(
-        tokens=[*_prompt(runner, 52, length=60), *[token] * 8],
-        options=CompletionOptions(num_predict=260, temperature=0),
-        format={"const": char * 220},
-        logprobs=True,
-    )
     plain, spec = run_both(runner, reqs)
     found = [d for name in reqs for d in _differences(plain[name], spec[name], name)]
     assert not found, "\n".join(found)  # exact, drafting on and then off
+    assert spec["first"]["done"].accepted > 0  # drafts were made and taken before the switch
     off = runner.speculation()
     assert off["enabled"] is False, runner.loop.draft_cost.__dict__
     assert off["reason"].startswith("drafting was switched off: a check of")
     assert runner.info().speculation == off
-    assert spec["constant"]["done"].speculation_off == off["reason"]  # the service hears of it
-    again = _run(runner, _with(reqs["greedy"], True))["done"]
+    assert spec["second"]["done"].speculation_off == off["reason"]  # the service hears of it
+    again = _run(runner, _with(reqs["first"], True))["done"]
     assert again.drafted == 0 and again.speculation_off == off["reason"]
 
 
