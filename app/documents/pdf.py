@@ -10,9 +10,9 @@ import logging
 from pathlib import Path
 
 from .readers import MAX_PAGES, DocumentError, Progress
-from .records import Document, Section
+from .records import Document, Section, page_ranges
 
-__all__ = ["page_ranges", "read_pdf"]
+__all__ = ["read_pdf"]
 
 
 def _has_images(page: object) -> bool:
@@ -20,19 +20,6 @@ def _has_images(page: object) -> bool:
         return len(page.images) > 0  # type: ignore[attr-defined]
     except Exception:
         return True
-
-
-def page_ranges(pages: list[int]) -> str:
-    """[3, 4, 5, 9] -> "3–5, 9"."""
-    out: list[str] = []
-    start = prev = pages[0]
-    for p in [*pages[1:], -1]:
-        if p == prev + 1:
-            prev = p
-            continue
-        out.append(str(start) if start == prev else f"{start}–{prev}")
-        start = prev = p
-    return ", ".join(out)
 
 
 def read_pdf(path: Path, progress: Progress | None = None) -> Document:

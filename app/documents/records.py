@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from ..history.records import FROM_IMAGE, cited_section
 
-__all__ = ["FROM_IMAGE", "Chunk", "Citation", "Document", "Section", "cited_section"]
+__all__ = ["FROM_IMAGE", "Chunk", "Citation", "Document", "Section", "cited_section", "page_ranges"]
 
 
 @dataclass(frozen=True)
@@ -81,3 +81,16 @@ class Citation:
 
     def label(self) -> str:
         return f"{self.document}, {self.where()}"
+
+
+def page_ranges(pages: list[int]) -> str:
+    """[3, 4, 5, 9] -> "3–5, 9"."""
+    out: list[str] = []
+    start = prev = pages[0]
+    for p in [*pages[1:], -1]:
+        if p == prev + 1:
+            prev = p
+            continue
+        out.append(str(start) if start == prev else f"{start}–{prev}")
+        start = prev = p
+    return ", ".join(out)

@@ -18,8 +18,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from .pdf import page_ranges
-from .records import FROM_IMAGE, Document, Section
+from .records import FROM_IMAGE, Document, Section, page_ranges
 from .service import ServiceCallError, find_model, post_json
 
 __all__ = [

@@ -97,7 +97,7 @@ def _host_view(inp: _Input) -> np.ndarray | None:
         return None
     np_type = inp.np_type or np.dtype(np.uint8)
     raw = (ctypes.c_uint8 * inp.nbytes).from_address(c.data)
-    view = np.frombuffer(raw, dtype=np_type)
+    view = np.frombuffer(memoryview(raw).cast("B"), dtype=np_type)
     return view if inp.np_type is not None else view.view(np.uint8)
 
 
