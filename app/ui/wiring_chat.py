@@ -8,6 +8,7 @@ from .controllers.drops import DropController
 from .controllers.models import ModelsController
 from .controllers.settings import SettingsController
 from .views.main_window import CHAT_PAGE, MainWindow
+from .widgets.message import MessageWidget
 
 __all__ = ["wire_chat_page"]
 
@@ -91,7 +92,7 @@ def wire_chat_page(
 
     def edit_last() -> None:
         widget = transcript.widget_for(chat.last_message_id("user"))
-        if widget is not None and not chat.busy:
+        if isinstance(widget, MessageWidget) and not chat.busy:  # (a summary has no editor)
             window.show_page(CHAT_PAGE)
             widget.start_edit()
 

@@ -1,10 +1,10 @@
 """The Python packages bench/gpu/check.sh needs on the GPU machine that its image lacks:
 Hearth's runtime dependencies (and llama-cpp-python's), closed over their requirements, minus
 what the image has (device-packages.txt, from the device tool's list of the 'cuda' image) and
-minus what is carried otherwise (the CUDA builds of ggml-python and llama-cpp-python) or not
-needed there (the desktop app's Qt, the default model's package, the scanned-page renderer:
-documents are read by the app and the CLI, never by the service the check runs). Versions are this venv's,
-so the GPU runs what CI tests. Prints `name==version`, one a line.
+minus what is carried otherwise (the CUDA builds of ggml-python and llama-cpp-python) or
+not needed there (the desktop app's Qt, the default model's package, the scanned-page
+renderer: the app and the CLI read documents, never the service the check runs). Versions
+are this venv's, so the GPU runs what CI tests. Prints `name==version`, one a line.
 
     .venv/bin/python bench/gpu/wheel_list.py
 """
