@@ -202,6 +202,8 @@ def write_f16(shape: Shape, path: Path, seed: int = 0) -> Path:
     import gguf
     import numpy as np
 
+    from hearth.plugins.testing import add_spm_vocab
+
     rng = np.random.default_rng(seed)
     # Matrices take windows of one pool of normal values (values do not change speed).
     pool = (rng.standard_normal(1 << 22) * 0.02).astype(np.float16)
@@ -233,17 +235,7 @@ def write_f16(shape: Shape, path: Path, seed: int = 0) -> Path:
             w.add_float32(f"{arch}.{key}", value)
         else:
             w.add_string(f"{arch}.{key}", str(value))
-    tokens, scores, types = vocabulary(shape.vocab)
-    w.add_tokenizer_model("llama")
-    w.add_tokenizer_pre("default")
-    w.add_token_list(tokens)
-    w.add_token_scores(scores)
-    w.add_token_types(types)
-    w.add_bos_token_id(1)
-    w.add_eos_token_id(2)
-    w.add_unk_token_id(0)
-    w.add_add_bos_token(True)
-    w.add_add_eos_token(False)
+    add_spm_vocab(w, vocabulary(shape.vocab))
     tensors = _tensors(shape)
     for name, dims, matrix in tensors:
         dtype = np.float16 if matrix else np.float32

@@ -152,7 +152,7 @@ def write_text_model(path: Path, s: Sizes) -> None:
     import gguf
     from gguf import GGMLQuantizationType as QT
 
-    from hearth.plugins.testing import add_tensor, spm_vocab
+    from hearth.plugins.testing import add_spm_vocab, add_tensor, spm_vocab
 
     tokens, scores, types = spm_vocab()
     for text, kind in (
@@ -183,16 +183,7 @@ def write_text_model(path: Path, s: Sizes) -> None:
     w.add_float32(f"{arch}.rope.freq_base_swa", 10_000.0)
     w.add_layer_norm_rms_eps(1e-6)
     w.add_uint32(f"{arch}.attention.sliding_window", 1024)
-    w.add_tokenizer_model("llama")
-    w.add_tokenizer_pre("default")
-    w.add_token_list(tokens)
-    w.add_token_scores(scores)
-    w.add_token_types(types)
-    w.add_bos_token_id(1)
-    w.add_eos_token_id(2)
-    w.add_unk_token_id(0)
-    w.add_add_bos_token(True)
-    w.add_add_eos_token(False)
+    add_spm_vocab(w, (tokens, scores, types))
 
     def matrix(name: str, out: int, inp: int, qtype: QT = QT.F16) -> None:
         data = rng.standard_normal((out, inp), dtype=np.float32) / np.float32(inp**0.5)

@@ -48,10 +48,12 @@ def spm_vocab(n_pieces: int = 300, seed: int = 0) -> tuple[list[str], list[float
     return tokens, scores, types
 
 
-def add_spm_vocab(w: gguf.GGUFWriter) -> int:
-    """Write `spm_vocab()` as a SentencePiece tokenizer (BOS 1, EOS 2, UNK 0, BOS added);
-    returns the vocabulary size."""
-    tokens, scores, types = spm_vocab()
+def add_spm_vocab(
+    w: gguf.GGUFWriter, vocab: tuple[list[str], list[float], list[int]] | None = None
+) -> int:
+    """Write `vocab` (tokens, scores, token types; default `spm_vocab()`) as a SentencePiece
+    tokenizer (BOS 1, EOS 2, UNK 0, BOS added); returns the vocabulary size."""
+    tokens, scores, types = vocab if vocab is not None else spm_vocab()
     w.add_tokenizer_model("llama")
     w.add_tokenizer_pre("default")
     w.add_token_list(tokens)
