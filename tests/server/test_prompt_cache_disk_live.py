@@ -56,10 +56,6 @@ def generate(server: LiveServer, model: str, prompt: str, n: int = 8, **extra: A
     return dict(resp.json())
 
 
-def answer(reply: dict) -> tuple[str, list]:
-    return reply["response"], reply["logprobs"]
-
-
 # Logprobs of one text may differ by this much between a prompt evaluated whole and the same
 # prompt as a prefix reused (from disk or a slot) plus a short batch. Bit for bit on the AMD
 # EPYC of earlier runs; on an AVX-512 Xeon with AMX the tiny Gemma 3 (its window slides)
