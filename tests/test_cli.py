@@ -31,7 +31,7 @@ def hearth(*args: str, home: Path, stdin: str | None = None) -> subprocess.Compl
 @pytest.mark.slow
 def test_run_raw_greedy_prints_what_llama_cpp_generates(gemma3_path, tmp_path):
     prompt = "The capital of France is"
-    # 10 tokens: on an AVX-512 Xeon with AMX the two engines' lone-row kernels part at a
+    # 10 tokens: on an AVX-512 Xeon (VNNI, BF16, FP16) the two engines' lone-row kernels part at a
     # near-tie at the 11th ("capital" / "largest"; equal for 24 on the AMD EPYC of earlier
     # runs). The engines' numbers, near-ties accounted for, are tests/engine/test_parity.py's.
     expected = llamacpp_greedy_text(gemma3_path, prompt, 10, tmp_path)

@@ -58,7 +58,7 @@ def generate(server: LiveServer, model: str, prompt: str, n: int = 8, **extra: A
 
 # Logprobs of one text may differ by this much between a prompt evaluated whole and the same
 # prompt as a prefix reused (from disk or a slot) plus a short batch. Bit for bit on the AMD
-# EPYC of earlier runs; on an AVX-512 Xeon with AMX the tiny Gemma 3 (its window slides)
+# EPYC of earlier runs; on an AVX-512 Xeon (VNNI, BF16, FP16) the tiny Gemma 3 (its window slides)
 # differed by up to 0.011 with every token equal, already at the commit this wave began on.
 # The cause (a big-batch kernel of that CPU, or the cells a restore takes) is not yet found:
 # until it is, the text must be equal and the numbers within this spread.
