@@ -41,6 +41,9 @@ QWEN3_CODER = "Qwen3-Coder"
 MISTRAL_SMALL32 = "Mistral-Small-3.2-24B-Instruct-2506"
 GEMMA2 = "google-gemma-2-2b-it"
 PHI35 = "microsoft-Phi-3.5-mini-instruct"
+PHI4_MINI = "microsoft-Phi-4-mini-instruct"  # Microsoft's own: tools on the system message
+PHI4_MINI_LLAMACPP = "llama-cpp-microsoft-Phi-4-mini-instruct"  # llama.cpp's, renders calls
+PHI4_TOKENS = {"<|tool|>", "<|/tool|>", "<|tool_call|>", "<|/tool_call|>", "<|end|>"}
 
 SPECIAL = {"type": "object", "properties": {"arg1": {"type": "integer"}}, "required": ["arg1"]}
 TOOLS = [
@@ -67,6 +70,8 @@ EMITTED = {
     MISTRAL_SMALL32: '[TOOL_CALLS]special_function[CALL_ID]123456789[ARGS]{"arg1": 1}',
     DEEPSEEK_V31: "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>special_function<｜tool▁sep｜>"
     '{"arg1": 1}<｜tool▁call▁end｜><｜tool▁calls▁end｜>',
+    PHI4_MINI_LLAMACPP: '<|tool_call|>{"name": "special_function", "arguments": {"arg1": 1}}'
+    "<|/tool_call|>",
 }
 
 
@@ -111,6 +116,8 @@ def parser_for(name: str, **kw) -> OutputParser:
         (QWEN3_CODER, "qwen_xml"),
         (MISTRAL_SMALL32, "mistral"),
         (DEEPSEEK_V31, "deepseek"),
+        (PHI4_MINI_LLAMACPP, "phi4"),
+        (PHI4_MINI, "generic"),  # names no call marker: the vocabulary decides (below)
     ],
 )
 def test_the_format_is_read_from_the_template(name, expected):
@@ -379,3 +386,37 @@ def test_mistral_small_32_text_then_parallel_calls():
 def test_deeply_nested_brackets_are_text_not_an_error():
     text = "[" * 5000
     assert run(OutputParser(tools=NAMES), text, 500)[1:3] == (text, [])
+
+
+def test_phi4_mini_tools_go_on_the_system_message_and_its_calls_parse():
+    """Microsoft's Phi-4 mini template reads the tools from the system message as a JSON
+    string (as the PhiCookBook renders it) and names no call marker; its vocabulary's
+    `<|tool_call|>` picks the format, and its model writes a list of calls in one block."""
+    from hearth.server.prompting.prompts import render
+
+    tpl = template(PHI4_MINI)
+    messages = [{"role": "user", "content": "Hey"}]
+    text = render(tpl, messages, "", "<|endoftext|>", tools=TOOLS)
+    assert text == (
+        "<|system|><|tool|>" + json.dumps(TOOLS) + "<|/tool|><|end|><|user|>Hey<|end|><|assistant|>"
+    )
+    with_system = [{"role": "system", "content": "Be brief."}, *messages]
+    text = render(tpl, with_system, "", "<|endoftext|>", tools=TOOLS)
+    assert text.startswith("<|system|>Be brief.<|tool|>[{")
+    plain = "<|system|>Be brief.<|end|><|user|>Hey<|end|><|assistant|>"
+    assert render(tpl, with_system, "", "") == plain
+    fmt = detect_tool_format(tpl, PHI4_TOKENS)
+    assert fmt.name == "phi4"
+    emitted = (
+        'Checking.<|tool_call|>[{"name": "special_function", "arguments": {"arg1": 1}}, '
+        '{"name": "python", "arguments": {"code": "1+1"}}]<|/tool_call|>'
+    )
+    for step in (1, 4, 1000):
+        parser = OutputParser(tools=NAMES, format=fmt)
+        _, content, calls, _ = run(parser, emitted, step)
+        assert content == "Checking."
+        assert calls == [CALL, ("python", {"code": "1+1"})]
+    parser = OutputParser(tools=NAMES, format=fmt)
+    _, content, calls, _ = run(parser, "<|tool_call|>[1, 2]<|/tool_call|>")
+    assert (content, calls) == ("<|tool_call|>[1, 2]<|/tool_call|>", [])
+    assert "<|tool_call|>" in marker_tokens(PHI4_TOKENS | {"hello"})

@@ -9,6 +9,7 @@ Ollama's Go-template syntax (`{{ .Prompt }}`) is recognised and refused with a s
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -32,6 +33,24 @@ FALLBACK_TEMPLATE = (
 )
 IMAGE_TAG = "[img-{}]"  # the runner replaces these with the images' embeddings
 _GO_TEMPLATE = re.compile(r"\{\{-?\s*(\.[A-Z]|if\s+\.|range\s+\.|end\s*-?\}\})")
+
+
+# Phi-4 mini's own template reads the offered tools from the system message, as a JSON string
+# (`message['tools']`; Microsoft's PhiCookBook sets `messages[0]['tools'] = json.dumps(tools)`)
+_TOOLS_IN_SYSTEM = re.compile(r"""message\[\s*['"]tools['"]\s*\]|message\.tools\b""")
+
+
+def tools_in_system_message(
+    source: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
+) -> list[dict[str, Any]]:
+    """`messages` with the tools on the system message (one added first when there is none)
+    where the template reads them from there; otherwise `messages` as they are."""
+    if not tools or not _TOOLS_IN_SYSTEM.search(source):
+        return messages
+    listed = json.dumps(tools, ensure_ascii=False)
+    if messages and messages[0].get("role") == "system":
+        return [{**messages[0], "tools": listed}, *messages[1:]]
+    return [{"role": "system", "content": "", "tools": listed}, *messages]
 
 
 def check_template(source: str) -> None:
@@ -129,7 +148,7 @@ def render(
     try:
         return render_chat(
             source,
-            messages,
+            tools_in_system_message(source, messages, tools),
             add_generation_prompt=True,
             bos_token=bos_text,
             eos_token=eos_text,

@@ -12,6 +12,8 @@ tokens, never from the model's name:
   `<|python_tag|>`, several separated by `;` (Llama 3.1/3.2/3.3: the `ipython` role);
 * `mistral`: `[TOOL_CALLS][{"name": ..., "arguments": ...}, ...]` (v3, Nemo) or
   `[TOOL_CALLS]name[CALL_ID]id[ARGS]{...}` / `[TOOL_CALLS]name[ARGS]{...}` per call (v11+);
+* `phi4`: `<|tool_call|>[{"name": ..., "arguments": ...}, ...]<|/tool_call|>` (Phi-4 mini;
+  a block may also hold one object, as llama.cpp's own Phi-4 mini template renders calls);
 * `deepseek`: `<｜tool▁call▁begin｜>function<｜tool▁sep｜>name` + a ```json fence
   (R1) or `name<｜tool▁sep｜>{...}` (V3.1), each closed by `<｜tool▁call▁end｜>`;
 * `generic`: a template that renders tools in no known way: any JSON call at the start of
@@ -177,7 +179,8 @@ def _leftover(calls: list[ParsedCall], pieces: list[str]) -> str:
 
 def _generic(text: str, names: Collection[str]) -> tuple[list[ParsedCall], str]:
     stripped = text
-    for marker in ("<tool_call>", "</tool_call>", "[TOOL_CALLS]", "<|python_tag|>"):
+    for marker in ("<tool_call>", "</tool_call>", "[TOOL_CALLS]", "<|python_tag|>",
+                   "<|tool_call|>", "<|/tool_call|>"):  # fmt: skip
         stripped = stripped.replace(marker, " ")
     calls, rest = _json_calls(stripped, names)
     return (calls, rest) if calls else ([], text)
@@ -186,25 +189,41 @@ def _generic(text: str, names: Collection[str]) -> tuple[list[ParsedCall], str]:
 _HERMES_BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.S)
 
 
-def _hermes(text: str, names: Collection[str]) -> tuple[list[ParsedCall], str]:
+def _marked_blocks(
+    block: re.Pattern[str], text: str, names: Collection[str]
+) -> tuple[list[ParsedCall], str]:
+    """The calls in `block`'s matches, each holding one call or a list of calls; a block
+    that is not wholly calls stays text."""
     calls: list[ParsedCall] = []
     rest: list[str] = []
     last = 0
-    if "<tool_call>" not in text:  # bare JSON at the start (Qwen sometimes drops the tags)
-        return _generic(text, names)
-    for m in _HERMES_BLOCK.finditer(text):
+    for m in block.finditer(text):
         inner = m.group(1).strip()
         found = json_at(inner, 0)
         if found is None or inner[found[1] :].strip():
             continue  # no call: the block stays text
-        call = as_call(found[0], names)
-        if call is None:
+        items = found[0] if isinstance(found[0], list) else [found[0]]
+        parsed = [as_call(item, names) for item in items]
+        if not items or any(p is None for p in parsed):
             continue
         rest.append(text[last : m.start()])
-        calls.append(call)
+        calls.extend(p for p in parsed if p is not None)
         last = m.end()
     rest.append(text[last:])
     return calls, _leftover(calls, rest)
+
+
+def _hermes(text: str, names: Collection[str]) -> tuple[list[ParsedCall], str]:
+    if "<tool_call>" not in text:  # bare JSON at the start (Qwen sometimes drops the tags)
+        return _generic(text, names)
+    return _marked_blocks(_HERMES_BLOCK, text, names)
+
+
+_PHI4_BLOCK = re.compile(r"<\|tool_call\|>(.*?)(?:<\|/tool_call\|>|$)", re.S)
+
+
+def _phi4(text: str, names: Collection[str]) -> tuple[list[ParsedCall], str]:
+    return _marked_blocks(_PHI4_BLOCK, text, names)
 
 
 def _llama3(text: str, names: Collection[str]) -> tuple[list[ParsedCall], str]:
@@ -334,10 +353,13 @@ LLAMA3 = ToolCallFormat("llama3", ("<|python_tag|>",), ("{",), _llama3, (_JSON_H
 MISTRAL = ToolCallFormat(
     "mistral", ("[TOOL_CALLS]",), ("[{", "{"), _mistral, (_JSON_HEAD, _MISTRAL_HEAD)
 )
+PHI4 = ToolCallFormat("phi4", ("<|tool_call|>",), (), _phi4, (_JSON_HEAD,))
 DEEPSEEK = ToolCallFormat(
     "deepseek", ("<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>"), (), _deepseek, _DEEPSEEK_HEADS
 )
-FORMATS = {f.name: f for f in (GENERIC, NO_TOOLS, HERMES, QWEN_XML, LLAMA3, MISTRAL, DEEPSEEK)}
+FORMATS = {
+    f.name: f for f in (GENERIC, NO_TOOLS, HERMES, QWEN_XML, LLAMA3, MISTRAL, DEEPSEEK, PHI4)
+}
 
 # Markers whose presence as a token decides a format or must be rendered by the runner.
 _MARKERS: tuple[tuple[str, ToolCallFormat], ...] = (
@@ -345,12 +367,13 @@ _MARKERS: tuple[tuple[str, ToolCallFormat], ...] = (
     ("[TOOL_CALLS]", MISTRAL),
     ("<｜tool▁call▁begin｜>", DEEPSEEK),
     ("<|python_tag|>", LLAMA3),
+    ("<|tool_call|>", PHI4),
 )
 MARKER_TEXTS = frozenset(
     [m for m, _ in _MARKERS]
     + ["</tool_call>", "[ARGS]", "[CALL_ID]", "<｜tool▁calls▁begin｜>", "<｜tool▁sep｜>"]
     + ["<｜tool▁call▁end｜>", "<｜tool▁calls▁end｜>", "<think>", "</think>", "[THINK]"]
-    + ["[/THINK]"]
+    + ["[/THINK]", "<|/tool_call|>"]
 )
 # gpt-oss's harmony (prompting/harmony.py), only in a vocabulary with its channels: `<|end|>`
 # is also Phi-3's end of turn
@@ -370,7 +393,9 @@ def detect_tool_format(template: str | None, tokens: Collection[str] = ()) -> To
     offered `tools` and earlier calls) and its marker tokens (`marker_tokens`): a family's
     marker in the template decides; a template that never mentions `tools` gives `NO_TOOLS`;
     one that renders them with no known marker `GENERIC`, unless the vocabulary has a
-    family's marker token."""
+    family's marker token. (Phi-4 mini's own template reads the tools from the system
+    message, `message['tools']`, and names no call marker: its vocabulary's `<|tool_call|>`
+    decides.)"""
     if not template:
         return NO_TOOLS
     if "<tool_call>" in template and "<function=" in template and "<parameter=" in template:
