@@ -28,7 +28,6 @@ from ...history.records import DONE, STREAMING, UNDONE
 from ..api_client import ApiClient, ApiError
 from ..item_models.conversation import ConversationModel, MessageItem
 from ..widgets.documents import ChipInfo
-from ..widgets.tool_call import ALWAYS
 from .agent_reply import AgentReply, PendingCall
 from .clipboard import copy_text
 from .compaction import Compactor, compaction_plan
@@ -296,13 +295,11 @@ class ChatController(QObject):
         return [n for n, on in self.tool_servers() if on]
 
     def answer_approval(self, choice: str) -> None:
-        """The user's answer on the approval card: ONCE, ALWAYS (remembered per tool) or
-        DENY."""
+        """The user's answer on the approval card: ONCE, ALWAYS (this tool), SERVER (every
+        tool of its server; both remembered by `ToolsController.policy`) or DENY."""
         reply = self._reply
         if not isinstance(reply, AgentReply) or reply.pending is None:
             return
-        if choice == ALWAYS and self._tools is not None:
-            self._tools.allow_always(reply.pending.spec.qualified_name)
         reply.answer(choice)
 
     def pending_approval(self) -> PendingCall | None:
@@ -521,7 +518,7 @@ class ChatController(QObject):
                 ModelTurn(self._client.base_url, self._client.token),
                 self._tools.hub(),
                 servers,
-                self._tools.always_allowed,
+                self._tools.policy,
                 self._settings().tool_max_steps,
                 self.can_see_images(),
                 self,
