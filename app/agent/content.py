@@ -10,8 +10,10 @@ or bytes with their MIME type). `parse_prompt_command` reads the composer's `/na
 from __future__ import annotations
 
 import base64
+import re
 import shlex
 from dataclasses import dataclass, field
+from pathlib import PurePosixPath
 from typing import Any
 
 __all__ = [
@@ -22,7 +24,19 @@ __all__ = [
     "parse_prompt_command",
     "prompt_messages",
     "resource_contents",
+    "resource_file_name",
 ]
+
+# A resource read as a document is given a file name whose suffix says its format to
+# hearth.documents (which chooses its reader by suffix).
+_SUFFIXES = {
+    "text/markdown": ".md",
+    "text/html": ".html",
+    "text/csv": ".csv",
+    "text/tab-separated-values": ".tsv",
+    "application/pdf": ".pdf",
+    "application/vnd.openxmlformats-officedocument.wordprocessingml.document": ".docx",
+}
 
 
 @dataclass(frozen=True)
@@ -122,6 +136,22 @@ def resource_contents(result: Any) -> list[ResourceContent]:
         else:
             out.append(ResourceContent(str(c.uri), mime, data=base64.b64decode(c.blob)))
     return out
+
+
+def resource_file_name(name: str, part: ResourceContent, known: frozenset[str]) -> str:
+    """The file name a read resource is kept under to be read as a document: `name` made safe,
+    with the suffix its MIME type says (the address's own suffix when it is one of `known`,
+    else `.txt` for text; "" for bytes no document reader takes)."""
+    stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("._") or "resource"
+    path_suffix = PurePosixPath(part.uri.split("?")[0]).suffix.lower()
+    suffix = _SUFFIXES.get(part.mime_type.split(";")[0].strip().lower(), "")
+    if not suffix and path_suffix in known:
+        suffix = path_suffix
+    if not suffix and part.text is not None:
+        suffix = ".txt"
+    if not suffix:
+        return ""
+    return stem if stem.lower().endswith(suffix) else stem + suffix
 
 
 @dataclass(frozen=True)

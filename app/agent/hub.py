@@ -52,6 +52,7 @@ from mcp.client import ClientRequestContext
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from ..paths import logs_dir
 from . import features
@@ -481,6 +482,9 @@ class ToolHub:
                     server.tools = [_spec(name, t) for t in tools]
                     server.protocol = client.protocol_version
                 server.session, server.client = session, client
+                if client.protocol_version in MODERN_PROTOCOL_VERSIONS:
+                    # 2026-07-28 sends "the tools changed" only on a subscription.
+                    group.start_soon(_watch_tools, client, server)
                 self._changed(name, server, "running")
                 server.ready.set()
                 async with anyio.create_task_group() as wait:
@@ -687,6 +691,17 @@ class ToolHub:
 async def _streams(read: Any, write: Any) -> AsyncIterator[tuple[Any, Any]]:
     """Streams already open, as the `Transport` `mcp.Client` enters."""
     yield read, write
+
+
+async def _watch_tools(client: Client, server: _Server) -> None:
+    """Mark `server` stale whenever it says its tools changed (a 2026-07-28 connection's
+    `subscriptions/listen`); a server that refuses the subscription is not watched."""
+    try:
+        async with client.listen(tools_list_changed=True) as events:
+            async for _event in events:
+                server.stale = True
+    except Exception as e:  # refused, or the connection ended: nothing to watch
+        log.debug("not watching the tools of %r: %s", server.config.name, e)
 
 
 async def _forward(source: Any, sink: Any, closed: anyio.Event) -> None:

@@ -6,7 +6,8 @@ config`) are started when the chat starts and stopped when it ends. Each turn ru
 tool / always this server / deny" (a line on stdin: o, t, s or d; end of input denies), or
 `--yes` allows all. The "always" answers are the desktop app's grants too (the app's settings,
 `hearth.agent.approvals`): a tool allowed always in either runs without asking in both, while
-the server's command or URL stays the same. Calls and
+the server's command or URL stays the same. A server's question during a call (elicitation)
+is asked on the terminal too (`terminal_elicit`). Calls and
 results are reported on stderr, so stdout is the conversation only; so is why a run stopped
 early (the step limit, a call the model repeated, a turn cut at its token cap).
 """
@@ -33,6 +34,7 @@ from ..agent.loop import (
     run_agent,
 )
 from .http_client import HearthClient, ServiceError
+from .terminal_elicit import TerminalElicit
 
 __all__ = ["TerminalApproval", "ToolSession", "ToolsUnavailable", "open_tools"]
 
@@ -180,6 +182,7 @@ def open_tools(
     if not offers_tools(show):
         raise ToolsUnavailable(no_tools_sentence(model))
     hub = ToolHub(enabled, call_timeout=args.tool_timeout)
+    hub.on_elicit(TerminalElicit(inp, err, decline_all=args.yes))
     try:
         tools = hub.tools()
         for status in hub.status().values():

@@ -90,6 +90,7 @@ def wire_tools(
     card.check_requested.connect(lambda: tools.check())
     card.max_steps_changed.connect(settings.set_tool_max_steps)
     card.call_timeout_changed.connect(set_call_timeout)
+
     def forget(row: int) -> None:
         grants = tools.grants()
         if 0 <= row < len(grants):

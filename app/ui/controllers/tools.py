@@ -26,7 +26,7 @@ from ...agent.config import (
     parse_config,
     save_config_file,
 )
-from ...agent.hub import ServerStatus, ToolHub, ToolSpec
+from ...agent.hub import ElicitHandler, ServerStatus, ToolHub, ToolSpec
 from ...agent.loop import Approve, Decision, ToolCall
 from .settings import SettingsController
 
@@ -65,6 +65,7 @@ class ToolsController(QObject):
         except (ConfigError, OSError, ValueError) as e:
             self.load_error = str(e)
         self._hub: ToolHub | None = None
+        self._elicit: ElicitHandler | None = None
         self._lock = threading.Lock()
         self._closed = False
         self._status_elsewhere.connect(self._relay)
@@ -145,10 +146,19 @@ class ToolsController(QObject):
                 self._hub = ToolHub(
                     self._servers, call_timeout=float(self._settings.current().tool_call_timeout)
                 )
+                if self._elicit is not None:
+                    self._hub.on_elicit(self._elicit)
                 on_status = getattr(self._hub, "on_status", None)
                 if on_status is not None:
                     on_status(lambda *_a: self._status_elsewhere.emit())
             return self._hub
+
+    def set_elicit_handler(self, handler: ElicitHandler) -> None:
+        """Who answers the servers' questions during calls (`McpController.ask`)."""
+        with self._lock:
+            self._elicit = handler
+            if self._hub is not None:
+                self._hub.on_elicit(handler)
 
     def set_call_timeout(self, seconds: int) -> None:
         self._settings.set_tool_call_timeout(seconds)

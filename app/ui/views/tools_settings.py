@@ -164,9 +164,7 @@ class ToolsCard(QFrame):
         self.allowed.setAccessibleName(self.tr("Tools and servers that run without asking"))
         self.allowed.setMaximumHeight(90)
         self.forget_btn = QPushButton(self.tr("Ask again"))
-        self.forget_btn.setAccessibleName(
-            self.tr("Ask before each call the selected grant allows")
-        )
+        self.forget_btn.setAccessibleName(self.tr("Ask before each call the selected grant allows"))
         self.forget_btn.clicked.connect(self._forget)
         arow.addWidget(self.allowed, 1)
         arow.addWidget(self.forget_btn, 0, Qt.AlignmentFlag.AlignTop)
