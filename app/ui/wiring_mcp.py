@@ -1,6 +1,5 @@
 """Wiring for MCP beyond tools: the composer's MCP menu (prompts and resources of the open
-chat's servers, listed again when it opens, when another chat opens and when the chat's servers
-change), the hint a `/name` being typed shows, the prompt argument form, and the form a
+chat's servers, listed again when it opens and when the open chat's servers change), the hint a `/name` being typed shows, the prompt argument form, and the form a
 server's question during a call is answered in."""
 
 from __future__ import annotations
@@ -34,9 +33,15 @@ def wire_mcp(window: MainWindow, mcp: McpController, chat: ChatController) -> No
         found = mcp.matching(text) if text.startswith("/") and "\n" not in text else []
         composer.hint.setText("   ".join(prompt_hint(p) for p in found[:3]) or default_hint)
 
+    listed_for: list[list[str] | None] = [None]
+
     def refresh() -> None:
+        """List again when the open chat's servers are not those last listed."""
         show_button()
-        mcp.refresh()
+        servers = [n for n, on in chat.tool_servers() if on]
+        if servers != listed_for[0]:
+            listed_for[0] = servers
+            mcp.refresh()
 
     mcp.listed.connect(listed)
     mcp.notice.connect(window.notify)
@@ -45,8 +50,7 @@ def wire_mcp(window: MainWindow, mcp: McpController, chat: ChatController) -> No
     button.resource_chosen.connect(mcp.attach_resource)
     composer.edit.textChanged.connect(hint)
     chat.chat_opened.connect(lambda _id: refresh())
-    chat.chat_meta_changed.connect(show_button)
-    window.chat_page.tool_server_toggled.connect(lambda *_a: refresh())
+    chat.chat_meta_changed.connect(refresh)  # a server turned on or off for the chat
 
     def ask_arguments(spec: object, values: dict[str, str]) -> None:
         dialog = PromptArgsDialog(spec, values, window)  # type: ignore[arg-type]

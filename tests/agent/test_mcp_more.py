@@ -80,7 +80,7 @@ def test_resources_are_listed_and_read(hub: ToolHub):
     assert pic.is_image and pic.mime_type == "image/png" and pic.data is not None
     got = Image.open(io.BytesIO(pic.data)).convert("RGB")
     want = Image.open(io.BytesIO(red_png())).convert("RGB")
-    assert got.size == want.size and list(got.getdata()) == list(want.getdata())
+    assert got.size == want.size and got.tobytes() == want.tobytes()
 
 
 def test_a_question_during_a_call_is_answered_declined_or_cancelled(hub: ToolHub):
