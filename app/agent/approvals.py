@@ -10,8 +10,9 @@ arguments or URL changed is asked about again, whatever its name (`Approvals.pru
 such grants, so the list the user sees holds only grants that apply).
 
 Grants are kept in the app's settings (`AppSettings.tool_grants`, a list of
-`Grant.to_json()` objects) by whoever owns them: the window's settings controller, or, for the
-CLI, `settings_store()` which rereads and rewrites settings.json around each change.
+`Grant.to_json()` objects) by whoever owns them (`save`): the window's settings controller,
+or, for the CLI, `hearth.cli.terminal_tools.settings_grants()`, which rereads and rewrites
+settings.json around each change.
 """
 
 from __future__ import annotations
@@ -31,7 +32,6 @@ __all__ = [
     "Grant",
     "policy_approve",
     "server_identity",
-    "settings_store",
 ]
 
 
@@ -180,16 +180,3 @@ def policy_approve(
         return decision
 
     return approve
-
-
-def settings_store() -> Approvals:
-    """The grants in the app's settings.json, for the CLI: each change rereads the file and
-    writes it back with only `tool_grants` changed (the app may have changed other keys)."""
-    from ..app_settings import load_settings, save_settings
-
-    def save(grants: list[Grant]) -> None:
-        settings = load_settings()
-        settings.tool_grants = [g.to_json() for g in grants]
-        save_settings(settings)
-
-    return Approvals.from_json(load_settings().tool_grants, save)

@@ -19,7 +19,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any, TextIO
 
-from ..agent.approvals import Approvals, Grant, policy_approve, settings_store
+from ..agent.approvals import Approvals, Grant, policy_approve
 from ..agent.config import ConfigError, ServerConfig, load_config_file
 from ..agent.hub import ToolHub, ToolSpec
 from ..agent.loop import (
@@ -33,10 +33,11 @@ from ..agent.loop import (
     repeated_sentence,
     run_agent,
 )
+from ..app_settings import load_settings, save_settings
 from .http_client import HearthClient, ServiceError
 from .terminal_elicit import TerminalElicit
 
-__all__ = ["TerminalApproval", "ToolSession", "ToolsUnavailable", "open_tools"]
+__all__ = ["TerminalApproval", "ToolSession", "ToolsUnavailable", "open_tools", "settings_grants"]
 
 _ANSWERS = {
     "o": Decision.ALLOW_ONCE,
@@ -71,7 +72,7 @@ class TerminalApproval:
     of input denies); `yes` allows every call. The "always" answers are grants in `approvals`
     (`hearth.agent.approvals`, the policy the desktop app uses too: tied to the server's
     command or URL in `servers`, kept in the app's settings when `approvals` is
-    `settings_store()`)."""
+    `settings_grants()`)."""
 
     def __init__(
         self,
@@ -112,6 +113,19 @@ class TerminalApproval:
             decision = _ANSWERS.get(line.strip().lower())
             if decision is not None:
                 return decision
+
+
+def settings_grants() -> Approvals:
+    """The "always allow" grants in the app's settings.json (the desktop app's too): each
+    change rereads the file and writes it back with only `tool_grants` changed (the app may
+    have changed other keys meanwhile)."""
+
+    def save(grants: list[Grant]) -> None:
+        settings = load_settings()
+        settings.tool_grants = [g.to_json() for g in grants]
+        save_settings(settings)
+
+    return Approvals.from_json(load_settings().tool_grants, save)
 
 
 class ToolSession:
@@ -196,5 +210,5 @@ def open_tools(
     names = ", ".join(t.qualified_name for t in tools)
     err.write(f"Tools: {names}\n")
     vision = "vision" in (show.get("capabilities") or [])
-    approve = TerminalApproval(inp, err, args.yes, settings_store(), enabled)
+    approve = TerminalApproval(inp, err, args.yes, settings_grants(), enabled)
     return ToolSession(hub, tools, approve, err, args.max_steps, vision)

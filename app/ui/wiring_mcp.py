@@ -1,6 +1,7 @@
 """Wiring for MCP beyond tools: the composer's MCP menu (prompts and resources of the open
-chat's servers, listed again when it opens and when the open chat's servers change), the hint a `/name` being typed shows, the prompt argument form, and the form a
-server's question during a call is answered in."""
+chat's servers, listed again when it opens and when the open chat's servers change), the hint
+a `/name` being typed shows, the prompt argument form, and the form a server's question during
+a call is answered in."""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from hearth.agent.approvals import Approvals, Grant, policy_approve, server_identity, settings_store
+from hearth.agent.approvals import Approvals, Grant, policy_approve, server_identity
 from hearth.agent.config import ServerConfig
 from hearth.agent.content import parse_prompt_command
 from hearth.agent.elicit import ElicitAnswer, Elicitation, check_values, parse_schema
@@ -23,7 +23,7 @@ from hearth.agent.hub import HubError, ToolHub, ToolSpec
 from hearth.agent.loop import Decision, ToolCall
 from hearth.app_settings import load_settings
 from hearth.cli.terminal_elicit import TerminalElicit
-from hearth.cli.terminal_tools import TerminalApproval
+from hearth.cli.terminal_tools import TerminalApproval, settings_grants
 
 from .mcp_more import red_png, write_server
 
@@ -139,20 +139,20 @@ def test_always_allow_this_server_is_kept_and_asked_again_when_its_command_chang
         asked.append(spec.name)
         return Decision.ALLOW_SERVER
 
-    approve = policy_approve(settings_store(), lambda: servers, ask)
+    approve = policy_approve(settings_grants(), lambda: servers, ask)
     book = ToolSpec("more", "book", "", {}), ToolCall("1", "more__book", {})
     echo = ToolSpec("more", "echo", "", {}), ToolCall("2", "more__echo", {})
     assert approve(book[1], book[0]) is Decision.ALLOW_SERVER and asked == ["book"]
     assert approve(echo[1], echo[0]) is Decision.ALLOW_ALWAYS and asked == ["book"]
     stored = load_settings().tool_grants  # in settings.json: a new policy (the CLI) has it
     assert stored == [{"server": "more", "identity": server_identity(servers["more"]), "tool": ""}]
-    again = policy_approve(settings_store(), lambda: servers, ask)
+    again = policy_approve(settings_grants(), lambda: servers, ask)
     assert again(echo[1], echo[0]) is Decision.ALLOW_ALWAYS and asked == ["book"]
 
     # The same name, another command: the grant does not hold, and pruning drops it.
     moved = write_server(tmp_path, "moved.py")
     servers = {"more": config(moved)}
-    store = settings_store()
+    store = settings_grants()
     assert not store.allows(servers["more"], "echo")
     approve = policy_approve(store, lambda: servers, lambda c, s: Decision.DENY)
     assert approve(echo[1], echo[0]) is Decision.DENY
