@@ -261,9 +261,7 @@ class ToolHub:
         """The prompts of `servers` (default: every enabled one), starting them; a server
         that offers none, cannot list them or failed adds none."""
         names = None if servers is None else list(servers)
-        result: list[PromptSpec] = self._run(
-            self._each(names, features.list_prompts), self.start_timeout + _STOP_WAIT * 2
-        )
+        result: list[PromptSpec] = self._listing(names, features.list_prompts)
         return result
 
     def get_prompt(
@@ -272,29 +270,33 @@ class ToolHub:
         """The messages of `server`'s prompt `name` filled with `arguments`, in /api/chat's
         shape (`content.prompt_messages`). Raises `HubError` with the sentence when it fails."""
         args = {str(k): str(v) for k, v in (arguments or {}).items()}
-        messages: list[dict[str, Any]] = self._run(
-            self._with_client(server, features.get_prompt, name, args), self._request_wait()
-        )
+        messages: list[dict[str, Any]] = self._request(server, features.get_prompt, name, args)
         return messages
 
     def resources(self, servers: Iterable[str] | None = None) -> list[ResourceSpec]:
         """The resources `servers` list (default: every enabled one), starting them."""
         names = None if servers is None else list(servers)
-        result: list[ResourceSpec] = self._run(
-            self._each(names, features.list_resources), self.start_timeout + _STOP_WAIT * 2
-        )
+        result: list[ResourceSpec] = self._listing(names, features.list_resources)
         return result
 
     def read_resource(self, server: str, uri: str) -> list[ResourceContent]:
         """What `server` gives for `uri` (`resources/read`). Raises `HubError` with the
         sentence when it fails."""
-        parts: list[ResourceContent] = self._run(
-            self._with_client(server, features.read_resource, uri), self._request_wait()
-        )
+        parts: list[ResourceContent] = self._request(server, features.read_resource, uri)
         return parts
 
-    def _request_wait(self) -> float:
-        return self.start_timeout + self.call_timeout + _STOP_WAIT
+    def _listing(self, names: list[str] | None, fetch: Any) -> Any:
+        try:
+            return self._run(self._each(names, fetch), self.start_timeout + self.call_timeout)
+        except FutureTimeout:
+            return []
+
+    def _request(self, server: str, request: Any, *args: Any) -> Any:
+        wait = self.start_timeout + self.call_timeout + _STOP_WAIT
+        try:
+            return self._run(self._with_client(server, request, *args), wait)
+        except FutureTimeout:
+            raise HubError(f"the MCP server '{server}' did not answer in time") from None
 
     def _cancel_soon(self, holder: dict[str, anyio.CancelScope]) -> None:
         scope = holder.get("scope")

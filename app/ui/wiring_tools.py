@@ -42,6 +42,7 @@ def wire_tools(
                     state=st.state if st else "stopped",
                     error=st.error if st else "",
                     tools=[(t.name, t.description) for t in (st.tools if st else [])],
+                    protocol=st.protocol if st else "",
                 )
             )
         return out

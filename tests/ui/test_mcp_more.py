@@ -87,6 +87,8 @@ def test_always_allow_this_server_is_kept_and_asked_again_when_its_command_chang
     qtbot.waitUntil(lambda: load_settings().tool_grants == [grant])  # in settings.json
     labels = app.window.settings_page.tools.allowed
     assert [labels.item(i).text() for i in range(labels.count())] == ["more: every tool"]
+    card = app.window.settings_page.tools
+    qtbot.waitUntil(lambda: "MCP 2026-07-28" in card.server_item("more").text(1))  # its version
     # Another tool of the server runs without a card.
     tool_stub.script = [{"tool_calls": [call("more__echo", text="two")]}, {"content": "Two."}]
     send_and_wait(qtbot, app, "Say two")

@@ -48,6 +48,7 @@ class ServerRow:
     state: str = "stopped"
     error: str = ""
     tools: list[tuple[str, str]] = field(default_factory=list)  # (name, description)
+    protocol: str = ""  # the MCP version agreed when it last started
 
 
 STATE_NAMES = {
@@ -182,6 +183,8 @@ class ToolsCard(QFrame):
                 state = self.tr("off")
             if r.state == "running":
                 state += " · " + self.tr("%1 tools").replace("%1", str(len(r.tools)))
+                if r.protocol:
+                    state += " · MCP " + r.protocol
             top = QTreeWidgetItem([f"{r.name}  —  {r.summary}", state])
             top.setData(0, Qt.ItemDataRole.UserRole, r.name)
             top.setToolTip(0, r.summary)
