@@ -31,18 +31,14 @@ def wire_mcp(window: MainWindow, mcp: McpController, chat: ChatController) -> No
 
     def hint() -> None:
         text = composer.text()
+        if text == "/":
+            mcp.want_prompts()
         found = mcp.matching(text) if text.startswith("/") and "\n" not in text else []
         composer.hint.setText("   ".join(prompt_hint(p) for p in found[:3]) or default_hint)
 
-    listed_for: list[list[str] | None] = [None]
-
     def refresh() -> None:
-        """List again when the open chat's servers are not those last listed."""
         show_button()
-        servers = [n for n, on in chat.tool_servers() if on]
-        if servers != listed_for[0]:
-            listed_for[0] = servers
-            mcp.refresh()
+        mcp.chat_changed()
 
     mcp.listed.connect(listed)
     mcp.notice.connect(window.notify)

@@ -112,12 +112,13 @@ def test_a_prompt_is_offered_as_a_slash_command_and_its_message_goes_to_the_mode
 ):
     app = more_app(make_app, tool_stub, tmp_path)
     mcp, composer = app.mcp, app.window.chat_page.composer
-    assert composer.mcp.isVisible() or not app.window.isVisible()
-    qtbot.waitUntil(lambda: [p.name for p in mcp.prompts] == ["review"], timeout=30_000)
-    composer.edit.setPlainText("/rev")
-    assert "/review code=… language=…?" in composer.hint.text()  # offered while typing
+    assert mcp.prompts == [] and app.tools.status()["more"].state == "stopped"  # not started
+    # Sent before the prompts are listed: it waits for the listing, then runs as the prompt.
     tool_stub.script = [{"content": "Looks fine."}]
     send_and_wait(qtbot, app, '/review code="x = 1" language=lua')
+    assert [p.name for p in mcp.prompts] == ["review"]
+    composer.edit.setPlainText("/rev")
+    assert "/review code=… language=…?" in composer.hint.text()  # offered while typing
     sent = chat_requests(tool_stub)[-1]["messages"]
     assert sent[-1] == {"role": "user", "content": "Review this lua code:\nx = 1"} or (
         sent[-1]["role"] == "user" and sent[-1]["content"] == "Review this lua code:\nx = 1"
@@ -137,11 +138,16 @@ def test_a_prompt_is_offered_as_a_slash_command_and_its_message_goes_to_the_mode
     with qtbot.waitSignal(app.chat.reply_finished, timeout=30_000):
         ok.click()
     assert app.store.path(app.chat.chat.id)[-2].content == "Review this python code:\nprint(2)"
+    # A "/" text that names no prompt goes to the model as typed.
+    tool_stub.script = [{"content": "A path."}]
+    send_and_wait(qtbot, app, "/usr/bin is a folder")
+    assert app.store.path(app.chat.chat.id)[-2].content == "/usr/bin is a folder"
 
 
 def test_a_resource_is_attached_like_a_document(make_app, tool_stub, qtbot, tmp_path):
     app = more_app(make_app, tool_stub, tmp_path)
     mcp = app.mcp
+    app.window.chat_page.composer.mcp.opening.emit()  # the MCP menu opens: listed
     qtbot.waitUntil(lambda: len(mcp.resources) == 2, timeout=30_000)
     note = next(r for r in mcp.resources if r.uri == "notes://today")
     mcp.attach_resource(note)

@@ -44,7 +44,7 @@ class McpController(QObject):
     question_closed = Signal(object)  # Elicitation: the call that asked ended; close its form
     notice = Signal(str, str)  # level, sentence
 
-    _w_listed = Signal(object, object)
+    _w_listed = Signal(object, object, object)
     _w_messages = Signal(object)
     _w_read = Signal(object, object)
     _w_failed = Signal(str)
@@ -65,6 +65,8 @@ class McpController(QObject):
         self.resources: list[ResourceSpec] = []
         self._answers: dict[int, queue.Queue[ElicitAnswer]] = {}
         self._closed = False
+        self._listed_for: list[str] | None = None  # the servers `prompts` are of (None: none)
+        self._waiting = ""  # a `/name` sent before the prompts were listed
         self._w_listed.connect(self._on_listed)
         self._w_messages.connect(self._on_messages)
         self._w_read.connect(self._on_read)
@@ -83,25 +85,51 @@ class McpController(QObject):
     # -- listing -----------------------------------------------------------------------------
 
     def refresh(self) -> None:
-        """List the prompts and resources of the open chat's servers again (off the GUI
-        thread; `listed` follows)."""
+        """List the prompts and resources of the open chat's servers again, starting them
+        (off the GUI thread; `listed` follows)."""
         servers = self._servers()
+        self._listed_for = servers
         if not servers:
-            self._on_listed([], [])
+            self._on_listed(servers, [], [])
             return
 
         def work() -> None:
             try:
                 hub = self._tools.hub()
-                self._w_listed.emit(hub.prompts(servers), hub.resources(servers))
+                self._w_listed.emit(servers, hub.prompts(servers), hub.resources(servers))
             except RuntimeError:  # the hub closed meanwhile (the app quit)
                 pass
 
         self._thread(work)
 
-    def _on_listed(self, prompts: list[PromptSpec], resources: list[ResourceSpec]) -> None:
+    def chat_changed(self) -> None:
+        """Another chat, or other servers for this one: what was listed is not theirs. It is
+        listed again now when those servers already run; otherwise when the user asks for it
+        (the MCP menu, a `/` typed), so opening a chat starts no server."""
+        servers = self._servers()
+        if servers == self._listed_for:
+            return
+        self._listed_for = None
+        self._on_listed(None, [], [])
+        running = self._tools.status()
+        if servers and all(running.get(n) and running[n].state == "running" for n in servers):
+            self.refresh()
+
+    def want_prompts(self) -> None:
+        """The user started typing a `/name`: list the prompts if they are not."""
+        if self._listed_for != self._servers():
+            self.refresh()
+
+    def _on_listed(
+        self, servers: list[str] | None, prompts: list[PromptSpec], resources: list[ResourceSpec]
+    ) -> None:
+        if servers is not None and servers != self._servers():
+            return  # listed for a chat that is no longer open
         self.prompts, self.resources = list(prompts), list(resources)
         self.listed.emit()
+        waiting, self._waiting = self._waiting, ""
+        if waiting and not self.handle_command(waiting):
+            self._chat.send(waiting)  # not a prompt after all: it goes as typed
 
     def matching(self, text: str) -> list[PromptSpec]:
         """The prompts whose `/name` starts the way `text` (a word after "/") does."""
@@ -113,7 +141,12 @@ class McpController(QObject):
     def handle_command(self, text: str) -> bool:
         """The composer's text, before it is sent: `/name arg=value ...` naming a prompt of
         the chat's servers runs it (asking for missing required arguments first) and is not
-        sent; True when it was such a command."""
+        sent; True when it was such a command. Before the prompts are listed, the text waits
+        for the listing (True), then runs or is sent as typed."""
+        if self._servers() and self._listed_for != self._servers():
+            self._waiting = text
+            self.refresh()
+            return True
         try:
             command = parse_prompt_command(text)
         except ValueError as e:
