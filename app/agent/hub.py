@@ -29,16 +29,15 @@ import asyncio
 import logging
 import math
 import threading
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from contextlib import AsyncExitStack, asynccontextmanager, suppress
+from contextlib import AsyncExitStack, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TextIO, TypeVar
 
 import anyio
-import httpx2
 import mcp.types as mcp_types
 import pydantic
 from mcp import (
@@ -57,6 +56,15 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from ..paths import logs_dir
 from . import features
 from .config import ServerConfig
+from .connection import (
+    cancel_when,
+    forward,
+    last_line,
+    list_tools,
+    start_failure,
+    streams,
+    watch_tools,
+)
 from .content import PromptSpec, ResourceContent, ResourceSpec
 from .elicit import ElicitAnswer, Elicitation, parse_schema
 from .results import tool_result
@@ -132,23 +140,14 @@ class _Server:
     def status(self) -> ServerStatus:
         return ServerStatus(self.state, self.error, list(self.tools), self.protocol)
 
+    def mark_stale(self) -> None:
+        self.stale = True
+
 
 def _spec(server: str, tool: mcp_types.Tool) -> ToolSpec:
     schema = dict(tool.input_schema or {})
     schema.setdefault("type", "object")
     return ToolSpec(server, tool.name, tool.description or "", schema)
-
-
-def _last_line(path: Path, start: int) -> str:
-    """The last non-empty line written to `path` after offset `start` (a server's stderr)."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(start)
-            lines = [ln.strip() for ln in f.read()[-4000:].decode("utf-8", "replace").splitlines()]
-    except OSError:
-        return ""
-    lines = [ln for ln in lines if ln]
-    return lines[-1][:300] if lines else ""
 
 
 class ToolHub:
@@ -460,7 +459,7 @@ class ToolHub:
                 send, receive = anyio.create_memory_object_stream[Any](0)
                 group = await stack.enter_async_context(anyio.create_task_group())
                 stack.callback(group.cancel_scope.cancel)
-                group.start_soon(_forward, read, send, closed)
+                group.start_soon(forward, read, send, closed)
 
                 async def on_message(message: object) -> None:
                     if isinstance(message, mcp_types.ToolListChangedNotification):
@@ -470,7 +469,7 @@ class ToolHub:
                 # `initialize` handshake with a server of an earlier version.
                 client = await stack.enter_async_context(
                     Client(
-                        _streams(receive, write),
+                        streams(receive, write),
                         mode="auto",
                         read_timeout_seconds=self.start_timeout,
                         message_handler=on_message,
@@ -479,19 +478,19 @@ class ToolHub:
                     )
                 )
                 session = client.session
-                tools = await _list_tools(session)
+                tools = await list_tools(session)
                 with self._lock:
                     server.tools = [_spec(name, t) for t in tools]
                     server.protocol = client.protocol_version
                 server.session, server.client = session, client
                 if client.protocol_version in MODERN_PROTOCOL_VERSIONS:
                     # 2026-07-28 sends "the tools changed" only on a subscription.
-                    group.start_soon(_watch_tools, client, server)
+                    group.start_soon(watch_tools, client, name, server.mark_stale)
                 self._changed(name, server, "running")
                 server.ready.set()
                 async with anyio.create_task_group() as wait:
                     for event in (server.stop, closed):
-                        wait.start_soon(_cancel_when, event, wait.cancel_scope)
+                        wait.start_soon(cancel_when, event, wait.cancel_scope)
                 server.session = server.client = None
                 if closed.is_set() and not server.stop.is_set():
                     self._changed(
@@ -500,8 +499,8 @@ class ToolHub:
                     )  # fmt: skip
         except Exception as e:  # every failure is this server's sentence
             server.session = server.client = None
-            why = _start_failure(name, config, e)
-            tail = _last_line(self._log_file(name), log_start) if config.command is not None else ""
+            why = start_failure(name, config, e)
+            tail = last_line(self._log_file(name), log_start) if config.command is not None else ""
             if tail and server.state == "starting":
                 why += f" (it said: {tail})"
             if server.state != "failed":
@@ -609,7 +608,7 @@ class ToolHub:
         if session is None:
             return
         try:
-            tools = await _list_tools(session)
+            tools = await list_tools(session)
         except (MCPError, pydantic.ValidationError, RuntimeError):
             return
         with self._lock:
@@ -687,72 +686,3 @@ class ToolHub:
         if not isinstance(result, mcp_types.CallToolResult):
             return error_result(f"the MCP server '{name}' sent a result Hearth cannot read")
         return tool_result(result, self.result_limit)
-
-
-@asynccontextmanager
-async def _streams(read: Any, write: Any) -> AsyncIterator[tuple[Any, Any]]:
-    """Streams already open, as the `Transport` `mcp.Client` enters."""
-    yield read, write
-
-
-async def _watch_tools(client: Client, server: _Server) -> None:
-    """Mark `server` stale whenever it says its tools changed (a 2026-07-28 connection's
-    `subscriptions/listen`); a server that refuses the subscription is not watched."""
-    try:
-        async with client.listen(tools_list_changed=True) as events:
-            async for _event in events:
-                server.stale = True
-    except Exception as e:  # refused, or the connection ended: nothing to watch
-        log.debug("not watching the tools of %r: %s", server.config.name, e)
-
-
-async def _forward(source: Any, sink: Any, closed: anyio.Event) -> None:
-    try:
-        async with sink:
-            async for item in source:
-                await sink.send(item)
-    except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream):
-        pass
-    finally:
-        closed.set()
-
-
-async def _cancel_when(event: asyncio.Event | anyio.Event, scope: anyio.CancelScope) -> None:
-    await event.wait()
-    scope.cancel()
-
-
-async def _list_tools(session: ClientSession) -> list[mcp_types.Tool]:
-    tools: list[mcp_types.Tool] = []
-    cursor: str | None = None
-    for _ in range(100):  # a server paging forever cannot hang the start
-        page = await session.list_tools(
-            params=mcp_types.PaginatedRequestParams(cursor=cursor) if cursor else None
-        )
-        tools.extend(page.tools)
-        cursor = page.next_cursor
-        if not cursor:
-            break
-    return tools
-
-
-def _start_failure(name: str, config: ServerConfig, e: BaseException) -> str:
-    """The sentence for a server that could not start or whose connection broke."""
-    if isinstance(e, BaseExceptionGroup):
-        leaves = [x for x in e.exceptions if not isinstance(x, anyio.get_cancelled_exc_class())]
-        if leaves:
-            return _start_failure(name, config, leaves[0])
-    if isinstance(e, FileNotFoundError) and config.command is not None:
-        return f"the MCP server '{name}' could not start: there is no program '{config.command}'"
-    if isinstance(e, OSError) and config.command is not None:
-        return f"the MCP server '{name}' could not start '{config.command}': {e.strerror or e}"
-    if isinstance(e, httpx2.HTTPError | OSError):
-        return f"the MCP server '{name}' at {config.url} cannot be reached: {e}"
-    if isinstance(e, MCPError):
-        if e.code == mcp_types.CONNECTION_CLOSED:
-            return f"the MCP server '{name}' closed the connection while starting"
-        if e.code == mcp_types.REQUEST_TIMEOUT:
-            return f"the MCP server '{name}' did not answer while starting"
-        where = f" at {config.url}" if config.url else ""
-        return f"the MCP server '{name}'{where} failed to start: {e.message}"
-    return f"the MCP server '{name}' failed: {e}"
