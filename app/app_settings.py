@@ -40,11 +40,13 @@ class AppSettings:
     work_offline: bool = False
     offered_models: bool = False
     # Tools (MCP servers; the servers themselves are in hearth.agent's mcp.json): the model
-    # turns one reply may take, how long one call may run, and the tools (qualified names)
-    # the user chose "Always allow" for.
+    # turns one reply may take, how long one call may run, and the user's "always allow"
+    # grants (`hearth.agent.approvals.Grant.to_json()` objects: a tool or a whole server, tied
+    # to the server's command/URL). The earlier `tools_always_allowed` (names only, not tied to
+    # a server's command) is not read: those tools are asked about again.
     tool_max_steps: int = 10
     tool_call_timeout: int = 60
-    tools_always_allowed: list[str] = field(default_factory=list)
+    tool_grants: list[dict[str, str]] = field(default_factory=list)
 
     def request_options(self) -> dict[str, int]:
         """The runtime options every chat request carries (below any per-chat override)."""
@@ -86,7 +88,7 @@ def load_settings(path: Path | None = None) -> AppSettings:
         settings.tool_max_steps = 10
     if not 1 <= settings.tool_call_timeout <= 3600:
         settings.tool_call_timeout = 60
-    settings.tools_always_allowed = [t for t in settings.tools_always_allowed if isinstance(t, str)]
+    settings.tool_grants = [g for g in settings.tool_grants if isinstance(g, dict)]
     return settings
 
 

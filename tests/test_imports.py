@@ -22,7 +22,8 @@ Programs (each a process, or the command that starts one):
 * server: the service; engine + plugins + convert + the runner's wire protocol
   (hearth.runner.protocol).
 * cli: the `hearth` command; starts the others, talks to the service over HTTP; `hearth chats`
-  exports and imports the chat history (history), as the desktop app does.
+  exports and imports the chat history (history), as the desktop app does; `hearth run
+  --tools` keeps its "always allow" grants in the app's settings (app_settings), as the app does.
 * ui: the desktop app; speaks HTTP only, never imports the engine, the runner or the server
   (it uses agent for tools).
 """
@@ -70,6 +71,7 @@ ALLOWED: dict[str, set[str]] = {
         "ui",
         "history",
         "documents",
+        "app_settings",
     },
     "ui": {"agent", "history", "app_settings", "launcher", "documents"},
     "paths": set(),

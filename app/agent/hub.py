@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
@@ -37,16 +38,35 @@ from pathlib import Path
 from typing import Any, Literal, TextIO, TypeVar
 
 import anyio
-import httpx2
 import mcp.types as mcp_types
 import pydantic
-from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp import (
+    Client,
+    ClientSession,
+    InputRequiredRoundsExceededError,
+    StdioServerParameters,
+    stdio_client,
+)
+from mcp.client import ClientRequestContext
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from ..paths import logs_dir
+from . import features
 from .config import ServerConfig
+from .connection import (
+    cancel_when,
+    forward,
+    last_line,
+    list_tools,
+    start_failure,
+    streams,
+    watch_tools,
+)
+from .content import PromptSpec, ResourceContent, ResourceSpec
+from .elicit import ElicitAnswer, Elicitation, parse_schema
 from .results import tool_result
 from .specs import (
     DEFAULT_CALL_TIMEOUT,
@@ -64,6 +84,8 @@ __all__ = [
     "DEFAULT_CALL_TIMEOUT",
     "DEFAULT_RESULT_LIMIT",
     "DEFAULT_START_TIMEOUT",
+    "ElicitHandler",
+    "HubError",
     "ServerStatus",
     "ToolHub",
     "ToolResult",
@@ -78,6 +100,14 @@ _STOP_WAIT = 10.0  # seconds `close()` waits for the servers to stop
 State = Literal["stopped", "starting", "running", "failed"]
 T = TypeVar("T")
 
+ElicitHandler = Callable[[Elicitation], ElicitAnswer]
+"""Asks the user a server's question (`elicit.Elicitation`); runs on a worker thread and may
+block until the user answers. Without one, every question is declined."""
+
+
+class HubError(Exception):
+    """A prompt or resource request that failed; the message is the sentence to show."""
+
 
 @dataclass(frozen=True)
 class ServerStatus:
@@ -87,6 +117,7 @@ class ServerStatus:
     state: State = "stopped"
     error: str = ""
     tools: list[ToolSpec] = field(default_factory=list)
+    protocol: str = ""  # the MCP version agreed with the server ("2026-07-28", "2025-11-25", ...)
 
 
 class _Server:
@@ -98,31 +129,25 @@ class _Server:
         self.error = ""
         self.tools: list[ToolSpec] = []
         self.session: ClientSession | None = None
+        self.client: Client | None = None
+        self.protocol = ""
+        self.deadlines: set[anyio.CancelScope] = set()  # calls running (their time limits)
         self.task: asyncio.Task[None] | None = None
         self.ready = asyncio.Event()
         self.stop = asyncio.Event()
         self.stale = False  # the server said its tools changed (tools/list_changed)
 
     def status(self) -> ServerStatus:
-        return ServerStatus(self.state, self.error, list(self.tools))
+        return ServerStatus(self.state, self.error, list(self.tools), self.protocol)
+
+    def mark_stale(self) -> None:
+        self.stale = True
 
 
 def _spec(server: str, tool: mcp_types.Tool) -> ToolSpec:
     schema = dict(tool.input_schema or {})
     schema.setdefault("type", "object")
     return ToolSpec(server, tool.name, tool.description or "", schema)
-
-
-def _last_line(path: Path, start: int) -> str:
-    """The last non-empty line written to `path` after offset `start` (a server's stderr)."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(start)
-            lines = [ln.strip() for ln in f.read()[-4000:].decode("utf-8", "replace").splitlines()]
-    except OSError:
-        return ""
-    lines = [ln for ln in lines if ln]
-    return lines[-1][:300] if lines else ""
 
 
 class ToolHub:
@@ -156,6 +181,7 @@ class ToolHub:
         )
         self._thread.start()
         self._servers: dict[str, _Server] = {}
+        self._elicit: ElicitHandler | None = None
         self._run(self._set_servers(dict(servers)))
 
     # -- the synchronous facade -------------------------------------------------------------
@@ -224,6 +250,52 @@ class ToolHub:
             if waited >= deadline:
                 fut.cancel()
                 return error_result(f"the tool '{qualified_name}' did not answer and was abandoned")
+
+    def on_elicit(self, handler: ElicitHandler | None) -> None:
+        """Who answers the servers' questions during calls (the window's form, the terminal's
+        prompt); None declines them all."""
+        self._elicit = handler
+
+    def prompts(self, servers: Iterable[str] | None = None) -> list[PromptSpec]:
+        """The prompts of `servers` (default: every enabled one), starting them; a server
+        that offers none, cannot list them or failed adds none."""
+        names = None if servers is None else list(servers)
+        result: list[PromptSpec] = self._listing(names, features.list_prompts)
+        return result
+
+    def get_prompt(
+        self, server: str, name: str, arguments: Mapping[str, str] | None = None
+    ) -> list[dict[str, Any]]:
+        """The messages of `server`'s prompt `name` filled with `arguments`, in /api/chat's
+        shape (`content.prompt_messages`). Raises `HubError` with the sentence when it fails."""
+        args = {str(k): str(v) for k, v in (arguments or {}).items()}
+        messages: list[dict[str, Any]] = self._request(server, features.get_prompt, name, args)
+        return messages
+
+    def resources(self, servers: Iterable[str] | None = None) -> list[ResourceSpec]:
+        """The resources `servers` list (default: every enabled one), starting them."""
+        names = None if servers is None else list(servers)
+        result: list[ResourceSpec] = self._listing(names, features.list_resources)
+        return result
+
+    def read_resource(self, server: str, uri: str) -> list[ResourceContent]:
+        """What `server` gives for `uri` (`resources/read`). Raises `HubError` with the
+        sentence when it fails."""
+        parts: list[ResourceContent] = self._request(server, features.read_resource, uri)
+        return parts
+
+    def _listing(self, names: list[str] | None, fetch: Any) -> Any:
+        try:
+            return self._run(self._each(names, fetch), self.start_timeout + self.call_timeout)
+        except FutureTimeout:
+            return []
+
+    def _request(self, server: str, request: Any, *args: Any) -> Any:
+        wait = self.start_timeout + self.call_timeout + _STOP_WAIT
+        try:
+            return self._run(self._with_client(server, request, *args), wait)
+        except FutureTimeout:
+            raise HubError(f"the MCP server '{server}' did not answer in time") from None
 
     def _cancel_soon(self, holder: dict[str, anyio.CancelScope]) -> None:
         scope = holder.get("scope")
@@ -387,46 +459,54 @@ class ToolHub:
                 send, receive = anyio.create_memory_object_stream[Any](0)
                 group = await stack.enter_async_context(anyio.create_task_group())
                 stack.callback(group.cancel_scope.cancel)
-                group.start_soon(_forward, read, send, closed)
+                group.start_soon(forward, read, send, closed)
 
                 async def on_message(message: object) -> None:
                     if isinstance(message, mcp_types.ToolListChangedNotification):
                         server.stale = True
 
-                session = await stack.enter_async_context(
-                    ClientSession(
-                        receive,
-                        write,
+                # Client's "auto" mode: the 2026-07-28 `server/discover` probe, and the
+                # `initialize` handshake with a server of an earlier version.
+                client = await stack.enter_async_context(
+                    Client(
+                        streams(receive, write),
+                        mode="auto",
                         read_timeout_seconds=self.start_timeout,
                         message_handler=on_message,
+                        elicitation_callback=self._elicitation_callback(name, server),
+                        cache=None,
                     )
                 )
-                await session.initialize()
-                tools = await _list_tools(session)
+                session = client.session
+                tools = await list_tools(session)
                 with self._lock:
                     server.tools = [_spec(name, t) for t in tools]
-                server.session = session
+                    server.protocol = client.protocol_version
+                server.session, server.client = session, client
+                if client.protocol_version in MODERN_PROTOCOL_VERSIONS:
+                    # 2026-07-28 sends "the tools changed" only on a subscription.
+                    group.start_soon(watch_tools, client, name, server.mark_stale)
                 self._changed(name, server, "running")
                 server.ready.set()
                 async with anyio.create_task_group() as wait:
                     for event in (server.stop, closed):
-                        wait.start_soon(_cancel_when, event, wait.cancel_scope)
-                server.session = None
+                        wait.start_soon(cancel_when, event, wait.cancel_scope)
+                server.session = server.client = None
                 if closed.is_set() and not server.stop.is_set():
                     self._changed(
                         name, server, "failed",
                         f"the MCP server '{name}' stopped; it will be started again when needed",
                     )  # fmt: skip
         except Exception as e:  # every failure is this server's sentence
-            server.session = None
-            why = _start_failure(name, config, e)
-            tail = _last_line(self._log_file(name), log_start) if config.command is not None else ""
+            server.session = server.client = None
+            why = start_failure(name, config, e)
+            tail = last_line(self._log_file(name), log_start) if config.command is not None else ""
             if tail and server.state == "starting":
                 why += f" (it said: {tail})"
             if server.state != "failed":
                 self._changed(name, server, "failed", why)
         finally:
-            server.session = None
+            server.session = server.client = None
             server.ready.set()
             if server.state in ("running", "starting"):
                 self._changed(name, server, "stopped")
@@ -438,6 +518,89 @@ class ToolHub:
         await asyncio.gather(*(self._refresh(s) for s in started if s is not None and s.stale))
         return [t for s in started if s is not None and s.state == "running" for t in s.tools]
 
+    async def _each(self, names: list[str] | None, fetch: Any) -> list[Any]:
+        """`fetch(client, server name)` for every running server of `names` (started first);
+        a server whose listing fails adds nothing (its calls say what is wrong)."""
+        if names is None:
+            names = [n for n, s in self._servers.items() if s.config.enabled]
+        started = await asyncio.gather(*(self._ensure_started(n) for n in names))
+        out: list[Any] = []
+        for name, server in zip(names, started, strict=True):
+            if server is None or server.client is None or server.state != "running":
+                continue
+            try:
+                out.extend(await self._timed(server, fetch(server.client, name)))
+            except (MCPError, TimeoutError, pydantic.ValidationError, RuntimeError) as e:
+                log.info("listing the MCP server %r failed: %s", name, e)
+        return out
+
+    async def _with_client(self, name: str, request: Any, *args: Any) -> Any:
+        """`request(client, server name, *args)` on the running server `name`, in its time
+        limit; every failure is `HubError` with a sentence."""
+        server = await self._ensure_started(name)
+        if server is None:
+            raise HubError(f"there is no enabled MCP server '{name}'")
+        if server.client is None or server.state != "running":
+            raise HubError(server.error or f"the MCP server '{name}' is not running")
+        try:
+            return await self._timed(server, request(server.client, name, *args))
+        except TimeoutError:
+            raise HubError(
+                f"the MCP server '{name}' did not answer within {self.call_timeout:g} s"
+            ) from None
+        except MCPError as e:
+            raise HubError(f"the MCP server '{name}' refused the request: {e.message}") from None
+        except (pydantic.ValidationError, RuntimeError) as e:
+            raise HubError(
+                f"the MCP server '{name}' sent an answer Hearth cannot read: {e}"
+            ) from None
+
+    async def _timed(self, server: _Server, awaitable: Any) -> Any:
+        """Await `awaitable` within `call_timeout`; TimeoutError past it. The limit is paused
+        while the user answers the server's question (`_elicitation_callback`)."""
+        with anyio.CancelScope(deadline=anyio.current_time() + self.call_timeout) as scope:
+            server.deadlines.add(scope)
+            try:
+                return await awaitable
+            finally:
+                server.deadlines.discard(scope)
+        raise TimeoutError
+
+    def _elicitation_callback(self, name: str, server: _Server) -> Any:
+        """The SDK's elicitation callback for server `name`: the question goes to the handler
+        (`on_elicit`) on a worker thread; the running calls' time limits wait meanwhile."""
+
+        async def callback(
+            _context: ClientRequestContext, params: mcp_types.ElicitRequestParams
+        ) -> mcp_types.ElicitResult | mcp_types.ErrorData:
+            handler = self._elicit
+            if handler is None:
+                return mcp_types.ElicitResult(action="decline")
+            url = str(getattr(params, "url", "") or "")
+            try:
+                fields = [] if url else parse_schema(getattr(params, "requested_schema", None))
+            except ValueError as e:
+                log.warning("declined a question of the MCP server %r: %s", name, e)
+                return mcp_types.ElicitResult(action="decline")
+            question = Elicitation(name, params.message, fields, url)
+            paused = {scope: scope.deadline for scope in server.deadlines}
+            started = anyio.current_time()
+            for scope in paused:
+                scope.deadline = math.inf
+            try:
+                answer = await asyncio.to_thread(handler, question)
+            except BaseException:
+                question.cancelled.set()
+                raise
+            finally:
+                spent = anyio.current_time() - started
+                for scope, deadline in paused.items():
+                    scope.deadline = deadline + spent
+            content = answer.content if answer.action == "accept" and not url else None
+            return mcp_types.ElicitResult(action=answer.action, content=content)
+
+        return callback
+
     async def _refresh(self, server: _Server) -> None:
         """List a server's tools again after it said they changed (kept as they were if the
         listing fails: the next call says what is wrong)."""
@@ -445,7 +608,7 @@ class ToolHub:
         if session is None:
             return
         try:
-            tools = await _list_tools(session)
+            tools = await list_tools(session)
         except (MCPError, pydantic.ValidationError, RuntimeError):
             return
         with self._lock:
@@ -485,15 +648,17 @@ class ToolHub:
         server = await self._ensure_started(name)
         if server is None:
             return error_result(f"the MCP server '{name}' is disabled")
-        session = server.session
-        if server.state != "running" or session is None:
+        client = server.client
+        if server.state != "running" or client is None:
             return error_result(server.error or f"the MCP server '{name}' is not running")
         try:
-            result = await session.call_tool(
-                tool, arguments, read_timeout_seconds=self.call_timeout
+            # The time limit is this scope's (`_timed`), not the SDK's read timeout: the time
+            # the user takes to answer the server's question (elicitation) does not count.
+            result = await self._timed(
+                server, client.call_tool(tool, arguments, read_timeout_seconds=math.inf)
             )
-        except MCPError as e:
-            if e.code == mcp_types.REQUEST_TIMEOUT:
+        except (MCPError, TimeoutError) as e:
+            if isinstance(e, TimeoutError) or e.code == mcp_types.REQUEST_TIMEOUT:
                 why = (
                     f"the tool '{tool}' of the MCP server '{name}' did not answer within "
                     f"{self.call_timeout:g} s; the call was stopped and the server is restarted"
@@ -512,60 +677,12 @@ class ToolHub:
             return error_result(
                 f"the MCP server '{name}' refused the call to '{tool}': {e.message}"
             )
+        except InputRequiredRoundsExceededError:
+            return error_result(
+                f"the MCP server '{name}' kept asking for input during the call to '{tool}'"
+            )
         except (pydantic.ValidationError, RuntimeError) as e:
             return error_result(f"the MCP server '{name}' sent a result Hearth cannot read: {e}")
         if not isinstance(result, mcp_types.CallToolResult):
             return error_result(f"the MCP server '{name}' sent a result Hearth cannot read")
         return tool_result(result, self.result_limit)
-
-
-async def _forward(source: Any, sink: Any, closed: anyio.Event) -> None:
-    try:
-        async with sink:
-            async for item in source:
-                await sink.send(item)
-    except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream):
-        pass
-    finally:
-        closed.set()
-
-
-async def _cancel_when(event: asyncio.Event | anyio.Event, scope: anyio.CancelScope) -> None:
-    await event.wait()
-    scope.cancel()
-
-
-async def _list_tools(session: ClientSession) -> list[mcp_types.Tool]:
-    tools: list[mcp_types.Tool] = []
-    cursor: str | None = None
-    for _ in range(100):  # a server paging forever cannot hang the start
-        page = await session.list_tools(
-            params=mcp_types.PaginatedRequestParams(cursor=cursor) if cursor else None
-        )
-        tools.extend(page.tools)
-        cursor = page.next_cursor
-        if not cursor:
-            break
-    return tools
-
-
-def _start_failure(name: str, config: ServerConfig, e: BaseException) -> str:
-    """The sentence for a server that could not start or whose connection broke."""
-    if isinstance(e, BaseExceptionGroup):
-        leaves = [x for x in e.exceptions if not isinstance(x, anyio.get_cancelled_exc_class())]
-        if leaves:
-            return _start_failure(name, config, leaves[0])
-    if isinstance(e, FileNotFoundError) and config.command is not None:
-        return f"the MCP server '{name}' could not start: there is no program '{config.command}'"
-    if isinstance(e, OSError) and config.command is not None:
-        return f"the MCP server '{name}' could not start '{config.command}': {e.strerror or e}"
-    if isinstance(e, httpx2.HTTPError | OSError):
-        return f"the MCP server '{name}' at {config.url} cannot be reached: {e}"
-    if isinstance(e, MCPError):
-        if e.code == mcp_types.CONNECTION_CLOSED:
-            return f"the MCP server '{name}' closed the connection while starting"
-        if e.code == mcp_types.REQUEST_TIMEOUT:
-            return f"the MCP server '{name}' did not answer while starting"
-        where = f" at {config.url}" if config.url else ""
-        return f"the MCP server '{name}'{where} failed to start: {e.message}"
-    return f"the MCP server '{name}' failed: {e}"

@@ -119,21 +119,23 @@ ChatStep = Callable[[list[dict[str, Any]], list[dict[str, Any]]], StepReply]
 
 class Decision(enum.Enum):
     ALLOW_ONCE = "allow_once"
-    ALLOW_ALWAYS = "allow_always"
+    ALLOW_ALWAYS = "allow_always"  # always allow this tool (of this server)
+    ALLOW_SERVER = "allow_server"  # always allow every tool of this server
     DENY = "deny"
 
 
 Approve = Callable[[ToolCall, ToolSpec], Decision]
-"""Asked before each call; remembering "always" for a tool is the caller's (the loop passes
-every call to it). Only ALLOW_ONCE and ALLOW_ALWAYS run the call (see `_ask`)."""
+"""Asked before each call; remembering "always" is the caller's (`approvals.policy_approve`;
+the loop passes every call to it). Only ALLOW_ONCE, ALLOW_ALWAYS and ALLOW_SERVER run the
+call (see `_ask`)."""
 
-_ALLOWING = (Decision.ALLOW_ONCE, Decision.ALLOW_ALWAYS)
+_ALLOWING = (Decision.ALLOW_ONCE, Decision.ALLOW_ALWAYS, Decision.ALLOW_SERVER)
 
 
 def _ask(approve: Approve, call: ToolCall, spec: ToolSpec) -> Decision:
-    """`approve`'s decision on `call`, failing closed: only an explicit ALLOW_ONCE or
-    ALLOW_ALWAYS allows it; anything else (DENY, None, a string, another value) or an exception
-    raised by `approve` is DENY (the exception is logged)."""
+    """`approve`'s decision on `call`, failing closed: only an explicit ALLOW_ONCE,
+    ALLOW_ALWAYS or ALLOW_SERVER allows it; anything else (DENY, None, a string, another
+    value) or an exception raised by `approve` is DENY (the exception is logged)."""
     try:
         decision = approve(call, spec)
     except Exception:

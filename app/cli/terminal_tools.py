@@ -2,8 +2,12 @@
 
 The servers in CONFIG.json (Claude Desktop's `{"mcpServers": ...}` shape, `hearth.agent.
 config`) are started when the chat starts and stopped when it ends. Each turn runs
-`hearth.agent.loop.run_agent`: before every call the terminal asks "Allow once / always /
-deny" (a line on stdin: o, a or d; end of input denies), or `--yes` allows all. Calls and
+`hearth.agent.loop.run_agent`: before every call the terminal asks "Allow once / always this
+tool / always this server / deny" (a line on stdin: o, t, s or d; end of input denies), or
+`--yes` allows all. The "always" answers are the desktop app's grants too (the app's settings,
+`hearth.agent.approvals`): a tool allowed always in either runs without asking in both, while
+the server's command or URL stays the same. A server's question during a call (elicitation)
+is asked on the terminal too (`terminal_elicit`). Calls and
 results are reported on stderr, so stdout is the conversation only; so is why a run stopped
 early (the step limit, a call the model repeated, a turn cut at its token cap).
 """
@@ -12,9 +16,11 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Mapping
 from typing import Any, TextIO
 
-from ..agent.config import ConfigError, load_config_file
+from ..agent.approvals import Approvals, Grant, policy_approve
+from ..agent.config import ConfigError, ServerConfig, load_config_file
 from ..agent.hub import ToolHub, ToolSpec
 from ..agent.loop import (
     AgentEvent,
@@ -27,22 +33,29 @@ from ..agent.loop import (
     repeated_sentence,
     run_agent,
 )
+from ..app_settings import load_settings, save_settings
 from .http_client import HearthClient, ServiceError
+from .terminal_elicit import TerminalElicit
 
-__all__ = ["TerminalApproval", "ToolSession", "ToolsUnavailable", "open_tools"]
+__all__ = ["TerminalApproval", "ToolSession", "ToolsUnavailable", "open_tools", "settings_grants"]
 
 _ANSWERS = {
     "o": Decision.ALLOW_ONCE,
     "once": Decision.ALLOW_ONCE,
     "y": Decision.ALLOW_ONCE,
     "yes": Decision.ALLOW_ONCE,
+    "t": Decision.ALLOW_ALWAYS,
+    "tool": Decision.ALLOW_ALWAYS,
     "a": Decision.ALLOW_ALWAYS,
     "always": Decision.ALLOW_ALWAYS,
+    "s": Decision.ALLOW_SERVER,
+    "server": Decision.ALLOW_SERVER,
     "d": Decision.DENY,
     "deny": Decision.DENY,
     "n": Decision.DENY,
     "no": Decision.DENY,
 }
+_QUESTION = "Allow once, always this tool, always this server, or deny? [o/t/s/d] "
 _SHOWN = 300  # characters of a result shown on the terminal
 
 
@@ -55,34 +68,64 @@ def _arguments(call: ToolCall) -> str:
 
 
 class TerminalApproval:
-    """`Approve` on a terminal: asks on `err`, reads the answer from `inp`; "always" is
-    remembered for that tool for the rest of the chat; `yes` allows every call."""
+    """`Approve` on a terminal: asks on `err`, reads the answer from `inp` (o, t, s or d; end
+    of input denies); `yes` allows every call. The "always" answers are grants in `approvals`
+    (`hearth.agent.approvals`, the policy the desktop app uses too: tied to the server's
+    command or URL in `servers`, kept in the app's settings when `approvals` is
+    `settings_grants()`)."""
 
-    def __init__(self, inp: TextIO, err: TextIO, yes: bool = False) -> None:
+    def __init__(
+        self,
+        inp: TextIO,
+        err: TextIO,
+        yes: bool = False,
+        approvals: Approvals | None = None,
+        servers: Mapping[str, ServerConfig] | None = None,
+    ) -> None:
         self.inp, self.err, self.yes = inp, err, yes
-        self.always: set[str] = set()
+        self.approvals = approvals if approvals is not None else Approvals()
+        self.servers = dict(servers or {})
+        self._approve = policy_approve(self.approvals, lambda: self.servers, self._ask, self._said)
 
     def __call__(self, call: ToolCall, spec: ToolSpec) -> Decision:
-        if self.yes or spec.qualified_name in self.always:
-            why = "--yes" if self.yes else "always allowed"
-            self.err.write(f"\n[tool] {call.name} {_arguments(call)} ({why})\n")
-            return Decision.ALLOW_ONCE if self.yes else Decision.ALLOW_ALWAYS
+        if self.yes:
+            self.err.write(f"\n[tool] {call.name} {_arguments(call)} (--yes)\n")
+            return Decision.ALLOW_ONCE
+        return self._approve(call, spec)
+
+    def _said(self, call: ToolCall, _spec: ToolSpec, grant: Grant) -> None:
+        self.err.write(
+            f"\n[tool] {call.name} {_arguments(call)} (always allowed: {grant.label()})\n"
+        )
+
+    def _ask(self, call: ToolCall, spec: ToolSpec) -> Decision:
         self.err.write(
             f"\n[tool] the model calls {spec.name} (MCP server '{spec.server}') with "
             f"{_arguments(call)}\n"
         )
         while True:
-            self.err.write("Allow once, always, or deny? [o/a/d] ")
+            self.err.write(_QUESTION)
             self.err.flush()
             line = self.inp.readline()
             if not line:
                 self.err.write("\n")
                 return Decision.DENY
             decision = _ANSWERS.get(line.strip().lower())
-            if decision is Decision.ALLOW_ALWAYS:
-                self.always.add(spec.qualified_name)
             if decision is not None:
                 return decision
+
+
+def settings_grants() -> Approvals:
+    """The "always allow" grants in the app's settings.json (the desktop app's too): each
+    change rereads the file and writes it back with only `tool_grants` changed (the app may
+    have changed other keys meanwhile)."""
+
+    def save(grants: list[Grant]) -> None:
+        settings = load_settings()
+        settings.tool_grants = [g.to_json() for g in grants]
+        save_settings(settings)
+
+    return Approvals.from_json(load_settings().tool_grants, save)
 
 
 class ToolSession:
@@ -153,6 +196,7 @@ def open_tools(
     if not offers_tools(show):
         raise ToolsUnavailable(no_tools_sentence(model))
     hub = ToolHub(enabled, call_timeout=args.tool_timeout)
+    hub.on_elicit(TerminalElicit(inp, err, decline_all=args.yes))
     try:
         tools = hub.tools()
         for status in hub.status().values():
@@ -166,5 +210,5 @@ def open_tools(
     names = ", ".join(t.qualified_name for t in tools)
     err.write(f"Tools: {names}\n")
     vision = "vision" in (show.get("capabilities") or [])
-    approve = TerminalApproval(inp, err, yes=args.yes)
+    approve = TerminalApproval(inp, err, args.yes, settings_grants(), enabled)
     return ToolSession(hub, tools, approve, err, args.max_steps, vision)

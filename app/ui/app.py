@@ -33,6 +33,7 @@ from .controllers.chat import ChatController
 from .controllers.downloads import DownloadsController
 from .controllers.drops import DropController
 from .controllers.history import HistoryController
+from .controllers.mcp import McpController
 from .controllers.models import ModelsController
 from .controllers.settings import SettingsController
 from .controllers.tools import ToolsController
@@ -40,6 +41,7 @@ from .service_manager import ServiceManager
 from .views.main_window import MainWindow
 from .wiring_chat import wire_chat_page
 from .wiring_downloads import wire_get_models
+from .wiring_mcp import wire_mcp
 from .wiring_models import wire_models_page
 from .wiring_service import wire_service
 from .wiring_settings import wire_settings_page
@@ -88,6 +90,7 @@ class HearthApp:
         self.chat = ChatController(
             self.store, self.client, self.models, lambda: self.settings, self.tools
         )
+        self.mcp = McpController(self.tools, self.chat)  # prompts, resources, questions
         self.drops = DropController(self.chat, self.models)
         self.window = MainWindow(
             self.history.model, self.chat.conversation, self.models.model, self.drops, palette
@@ -116,6 +119,7 @@ class HearthApp:
             w.notify,
         )
         wire_tools(w, self.tools, self.chat, self.models, self.settings_ctrl)
+        wire_mcp(w, self.mcp, self.chat)
 
     def _open_first_chat(self) -> None:
         self.history.refresh()
@@ -161,6 +165,7 @@ class HearthApp:
         self.settings.window_geometry = bytes(self.window.saveGeometry().toBase64().data()).decode()
         save_settings(self.settings)
         self.chat.shutdown()
+        self.mcp.close()
         self.tools.close()
         self.service.stop()
         self.store.close()

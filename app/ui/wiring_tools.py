@@ -42,6 +42,7 @@ def wire_tools(
                     state=st.state if st else "stopped",
                     error=st.error if st else "",
                     tools=[(t.name, t.description) for t in (st.tools if st else [])],
+                    protocol=st.protocol if st else "",
                 )
             )
         return out
@@ -50,7 +51,7 @@ def wire_tools(
         s = settings.current()
         card.show_servers(rows(), tools.load_error)
         card.show_limits(s.tool_max_steps, s.tool_call_timeout)
-        card.show_allowed(list(s.tools_always_allowed))
+        card.show_allowed([g.label() for g in tools.grants()])
 
     def validate(document: object) -> str:
         return tools.validate(document)[1]  # type: ignore[arg-type]
@@ -90,7 +91,13 @@ def wire_tools(
     card.check_requested.connect(lambda: tools.check())
     card.max_steps_changed.connect(settings.set_tool_max_steps)
     card.call_timeout_changed.connect(set_call_timeout)
-    card.forget_allowed.connect(settings.forget_tool_allowed)
+
+    def forget(row: int) -> None:
+        grants = tools.grants()
+        if 0 <= row < len(grants):
+            tools.revoke(grants[row])
+
+    card.forget_allowed.connect(forget)
     show_card()
 
     # -- the chat: which servers it uses, and whether its model can -------------------------------

@@ -102,6 +102,8 @@ async def grow(name: str, ctx: Context) -> str:
         return f"I am {name}"
 
     server.add_tool(said, name=name, description=f"The tool {name}.")
+    # Both eras: the handshake era's notification, and 2026-07-28's subscription event.
+    await ctx.notify_tools_changed()
     await ctx.session.send_tool_list_changed()
     return f"added {name}"
 

@@ -146,7 +146,7 @@ def test_hearth_run_tools_as_a_new_user(service, tmp_path):
     assert run.returncode == 0, run.stderr
     assert "Tools: t__echo" in run.stderr
     assert "the model calls echo (MCP server 't') with {\"text\": " in run.stderr
-    assert "Allow once, always, or deny? [o/a/d]" in run.stderr
+    assert "Allow once, always this tool, always this server, or deny? [o/t/s/d]" in run.stderr
     [call] = _calls(log)
     assert f"[tool] t__echo -> echo: {call['arguments']['text']}" in run.stderr
     assert "stopped after 1 steps with tool calls: the step limit" in run.stderr

@@ -8,6 +8,7 @@ import io
 
 import pytest
 
+from hearth.agent.config import ServerConfig
 from hearth.agent.hub import ToolSpec
 from hearth.agent.loop import Decision, ToolCall
 from hearth.cli import build_parser
@@ -20,7 +21,8 @@ CALL = ToolCall("c1", "files__read", {"path": "/tmp/x"})
 
 def _ask(answers: str, yes: bool = False) -> tuple[list[Decision], str, TerminalApproval]:
     err = io.StringIO()
-    approve = TerminalApproval(io.StringIO(answers), err, yes=yes)
+    servers = {"files": ServerConfig("files", command="files-server")}
+    approve = TerminalApproval(io.StringIO(answers), err, yes=yes, servers=servers)
     decisions = [approve(CALL, SPEC) for _ in range(2)]
     return decisions, err.getvalue(), approve
 
@@ -28,24 +30,24 @@ def _ask(answers: str, yes: bool = False) -> tuple[list[Decision], str, Terminal
 def test_once_asks_again_and_always_is_remembered():
     decisions, said, _ = _ask("o\na\n")
     assert decisions == [Decision.ALLOW_ONCE, Decision.ALLOW_ALWAYS]
-    assert said.count("Allow once, always, or deny? [o/a/d]") == 2
+    assert said.count("Allow once, always this tool, always this server, or deny? [o/t/s/d]") == 2
     assert 'the model calls read (MCP server \'files\') with {"path": "/tmp/x"}' in said
     decisions, said, approve = _ask("always\n")
     assert decisions == [Decision.ALLOW_ALWAYS, Decision.ALLOW_ALWAYS]
-    assert said.count("[o/a/d]") == 1 and "(always allowed)" in said
-    assert approve.always == {"files__read"}
+    assert said.count("[o/t/s/d]") == 1 and "(always allowed: files: read)" in said
+    assert [g.label() for g in approve.approvals.grants()] == ["files: read"]
 
 
 def test_deny_a_wrong_answer_and_the_end_of_input():
     decisions, said, _ = _ask("maybe\nd\n")
     assert decisions == [Decision.DENY, Decision.DENY]  # the second: no input left
-    assert said.count("[o/a/d]") == 3
+    assert said.count("[o/t/s/d]") == 3
 
 
 def test_yes_allows_every_call_without_asking():
     decisions, said, _ = _ask("", yes=True)
     assert decisions == [Decision.ALLOW_ONCE] * 2
-    assert "[o/a/d]" not in said and said.count("(--yes)") == 2
+    assert "[o/t/s/d]" not in said and said.count("(--yes)") == 2
 
 
 def test_the_run_flags_and_their_defaults():

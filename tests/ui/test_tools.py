@@ -97,7 +97,7 @@ def test_allow_once_runs_the_call_and_the_result_reaches_the_model(make_app, too
     assert path[2].tool["call_id"] == path[1].tool_calls[0]["id"]
     assert path[2].tool["server"] == "weather" and path[2].tool["decision"]
     assert path[3].content == "Tomorrow Lisbon will be sunny."
-    assert "forecast" not in " ".join(app.settings.tools_always_allowed)
+    assert app.settings.tool_grants == []
     # The call shows collapsed in the transcript, and opens to its arguments and result.
     widget = app.window.chat_page.transcript.widget_for(path[2].id)
     view = widget.tool_view
@@ -146,7 +146,14 @@ def test_an_answer_that_is_not_an_allow_denies(make_app, tool_stub, qtbot):
     denied = app.store.path(app.chat.chat.id)[2]
     assert denied.content == f"the user denied the call to '{name}'"
     assert denied.tool["decision"] == "deny"
-    assert not app.settings.tools_always_allowed
+    assert not app.settings.tool_grants
+
+
+def weather_grant(app, tool: str = "") -> dict:
+    from hearth.agent.approvals import server_identity
+
+    config = app.tools.servers()["weather"]
+    return {"server": "weather", "identity": server_identity(config), "tool": tool}
 
 
 def test_always_allow_is_remembered_per_tool(make_app, tool_stub, qtbot):
@@ -160,10 +167,10 @@ def test_always_allow_is_remembered_per_tool(make_app, tool_stub, qtbot):
     card = wait_card(qtbot, app)
     with qtbot.waitSignal(app.chat.reply_finished, timeout=30_000):
         qtbot.mouseClick(card.always_btn, Qt.MouseButton.LeftButton)
-    assert app.settings.tools_always_allowed == [name]
+    qtbot.waitUntil(lambda: app.settings.tool_grants == [weather_grant(app, "forecast")])
     from hearth.app_settings import load_settings
 
-    assert load_settings().tools_always_allowed == [name]  # saved, so it survives a restart
+    assert load_settings().tool_grants == [weather_grant(app, "forecast")]  # survives a restart
     # Next time the same tool runs without a card; another tool still asks.
     chart = qualified(app, "chart")
     tool_stub.script = [
@@ -186,9 +193,10 @@ def test_always_allow_is_remembered_per_tool(make_app, tool_stub, qtbot):
     assert len(view.thumbnails) == 1 and view.thumbnails[0].pixmap() is not None
     # Settings → Tools lists it, and "Ask again" forgets it.
     tools_card = app.window.settings_page.tools
-    assert [tools_card.allowed.item(i).text() for i in range(tools_card.allowed.count())] == [name]
+    labels = [tools_card.allowed.item(i).text() for i in range(tools_card.allowed.count())]
+    assert labels == ["weather: forecast"]
     qtbot.mouseClick(tools_card.forget_btn, Qt.MouseButton.LeftButton)
-    assert app.settings.tools_always_allowed == []
+    assert app.settings.tool_grants == [] and tools_card.allowed.count() == 0
 
 
 def test_cancel_while_a_call_waits_denies_it_and_stops(make_app, tool_stub, qtbot):
@@ -346,7 +354,7 @@ def test_the_step_limit_stops_the_loop(make_app, tool_stub, qtbot):
     app = tool_app(make_app, tool_stub, qtbot)
     name = qualified(app, "forecast")
     app.settings_ctrl.set_tool_max_steps(2)
-    app.tools.allow_always(name)
+    app.tools.approvals.grant(app.tools.servers()["weather"], "forecast")
     tool_stub.script = [{"tool_calls": [call(name, city=f"C{n}")]} for n in range(5)]
     send_and_wait(qtbot, app, "Loop forever")
     assert len([r for r in tool_stub.requests if r["path"] == "/api/chat"]) == 2
@@ -361,7 +369,7 @@ def test_a_repeated_call_stops_the_loop_with_a_notice(make_app, tool_stub, qtbot
 
     app = tool_app(make_app, tool_stub, qtbot)
     name = qualified(app, "forecast")
-    app.tools.allow_always(name)
+    app.tools.approvals.grant(app.tools.servers()["weather"], "forecast")
     tool_stub.script = [{"tool_calls": [call(name, city="Lisbon")]} for _ in range(5)]
     send_and_wait(qtbot, app, "Weather in Lisbon?")
     chats = [r for r in tool_stub.requests if r["path"] == "/api/chat"]

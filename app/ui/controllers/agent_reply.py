@@ -21,17 +21,30 @@ from typing import Any
 from PySide6.QtCore import QObject, Signal
 
 from ...agent.hub import ToolHub, ToolSpec
-from ...agent.loop import AgentEvent, Decision, StepReply, ToolCall, run_agent, turn_options
+from ...agent.loop import (
+    AgentEvent,
+    Approve,
+    Decision,
+    StepReply,
+    ToolCall,
+    run_agent,
+    turn_options,
+)
 from ...history import ChatStore
 from ...history.records import DONE, ERROR, STOPPED, STREAMING
 from ..api_client import ApiError
-from ..widgets.tool_call import ALWAYS, DENY, ONCE
+from ..widgets.tool_call import ALWAYS, DENY, ONCE, SERVER
 from .model_turn import ModelTurn
 from .reply import ReplyClock
 
 __all__ = ["AgentReply", "PendingCall", "tool_record"]
 
-_DECISIONS = {ONCE: Decision.ALLOW_ONCE, ALWAYS: Decision.ALLOW_ALWAYS, DENY: Decision.DENY}
+_DECISIONS = {
+    ONCE: Decision.ALLOW_ONCE,
+    ALWAYS: Decision.ALLOW_ALWAYS,
+    SERVER: Decision.ALLOW_SERVER,
+    DENY: Decision.DENY,
+}
 
 
 class PendingCall:
@@ -45,7 +58,8 @@ class PendingCall:
 class AgentReply(QObject):
     """The same surface as StreamingReply (`grew`, `ended`, `cancel`, `abandon`,
     `message_id` = the assistant message being written) plus `changed` (a message was added),
-    `approval_needed` (a PendingCall; answer with `answer(ONCE|ALWAYS|DENY)`) and `steps`
+    `approval_needed` (a PendingCall; answer with `answer(ONCE|ALWAYS|SERVER|DENY)`; `policy`
+    wraps the asking in the user's grants, `ToolsController.policy`) and `steps`
     (model turns taken). `ended` carries `"max_steps": True` in its stats when the loop
     stopped at the step limit, `"repeated": name` when it stopped because the model called
     the tool `name` again with the same arguments. Each model turn's length is capped
@@ -76,7 +90,7 @@ class AgentReply(QObject):
         turn: ModelTurn,
         hub: ToolHub,
         servers: list[str],
-        always: Callable[[str], bool],
+        policy: Callable[[Callable[[ToolCall, ToolSpec], Decision]], Approve],
         max_steps: int,
         images: bool = True,
         parent: QObject | None = None,
@@ -92,7 +106,7 @@ class AgentReply(QObject):
         self._turn = turn
         self._hub = hub
         self._servers = servers
-        self._always = always
+        self._approve = policy(self._ask)
         self._max_steps = max_steps
         self._images = images  # False: the model cannot see a result's images (a note instead)
         self._cancel = threading.Event()
@@ -121,7 +135,7 @@ class AgentReply(QObject):
         self._thread.start()
 
     def answer(self, choice: str) -> None:
-        """The user's answer to the pending call: ONCE, ALWAYS or DENY."""
+        """The user's answer to the pending call: ONCE, ALWAYS, SERVER or DENY."""
         if self.pending is not None:
             self.pending = None
             self._answers.put(choice)
@@ -268,11 +282,9 @@ class AgentReply(QObject):
         self._w_turn_done.emit(calls, final, reply.content)
         return reply
 
-    def _approve(self, call: ToolCall, spec: ToolSpec) -> Decision:
+    def _ask(self, call: ToolCall, spec: ToolSpec) -> Decision:
         if self._cancel.is_set():
             return Decision.DENY
-        if self._always(spec.qualified_name):
-            return Decision.ALLOW_ALWAYS
         self._w_ask.emit(PendingCall(call, spec))
         choice = self._answers.get()
         return _DECISIONS.get(choice, Decision.DENY)

@@ -12,6 +12,7 @@ the summary is a message under the question, and the reply goes under it.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 from collections.abc import Callable
 from pathlib import Path
@@ -28,7 +29,6 @@ from ...history.records import DONE, STREAMING, UNDONE
 from ..api_client import ApiClient, ApiError
 from ..item_models.conversation import ConversationModel, MessageItem
 from ..widgets.documents import ChipInfo
-from ..widgets.tool_call import ALWAYS
 from .agent_reply import AgentReply, PendingCall
 from .clipboard import copy_text
 from .compaction import Compactor, compaction_plan
@@ -84,6 +84,9 @@ class ChatController(QObject):
         self._compactor.done.connect(self._on_compacted)
         self._compacting: Message | None = None  # the question waiting for its summary
         self._compact_covers = 0
+        # Checked before a text starting with "/" is sent: one that returns True ran it as a
+        # command (McpController.handle_command: an MCP prompt), and it is not sent.
+        self.commands: list[Callable[[str], bool]] = []
 
     # -- state -------------------------------------------------------------------------------
 
@@ -296,13 +299,11 @@ class ChatController(QObject):
         return [n for n, on in self.tool_servers() if on]
 
     def answer_approval(self, choice: str) -> None:
-        """The user's answer on the approval card: ONCE, ALWAYS (remembered per tool) or
-        DENY."""
+        """The user's answer on the approval card: ONCE, ALWAYS (this tool), SERVER (every
+        tool of its server; both remembered by `ToolsController.policy`) or DENY."""
         reply = self._reply
         if not isinstance(reply, AgentReply) or reply.pending is None:
             return
-        if choice == ALWAYS and self._tools is not None:
-            self._tools.allow_always(reply.pending.spec.qualified_name)
         reply.answer(choice)
 
     def pending_approval(self) -> PendingCall | None:
@@ -340,6 +341,9 @@ class ChatController(QObject):
 
     def send(self, text: str) -> bool:
         text = text.strip()
+        # A command the composer offers (an MCP prompt's `/name`) is run, not sent.
+        if text.startswith("/") and any(command(text) for command in self.commands):
+            return True
         docs = self.documents
         if self.busy or (not text and not self.pending_images and not docs.pending):
             return False
@@ -359,6 +363,32 @@ class ChatController(QObject):
         self._store.set_auto_title(self.chat.id, title)
         self._prepare_reply(user, earlier)
         self.attachments_changed.emit()
+        self.chat_meta_changed.emit()
+        return True
+
+    def send_messages(self, messages: list[dict[str, Any]]) -> bool:
+        """Messages from elsewhere (an MCP prompt: /api/chat's shape, images in base64) added
+        to the chat in order; when the last is the user's, the model answers it as if typed."""
+        if self.busy or not messages or self.documents.reading:
+            return False
+        if self.chat is None:
+            self.new_chat()
+        assert self.chat is not None
+        earlier = self._store.path(self.chat.id)
+        parent, last = self.chat.current_leaf, None
+        for m in messages:
+            images = [base64.b64decode(i) for i in m.get("images") or ()]
+            role = "assistant" if m.get("role") == "assistant" else "user"
+            last = self._store.add_message(
+                self.chat.id, parent, role, str(m.get("content") or ""), images=images
+            )
+            parent = last.id
+        assert last is not None
+        self._store.set_auto_title(self.chat.id, make_title(last.content) or self.tr("Prompt"))
+        if last.role == "user":
+            self._prepare_reply(last, earlier)
+        else:
+            self._reload()
         self.chat_meta_changed.emit()
         return True
 
@@ -521,7 +551,7 @@ class ChatController(QObject):
                 ModelTurn(self._client.base_url, self._client.token),
                 self._tools.hub(),
                 servers,
-                self._tools.always_allowed,
+                self._tools.policy,
                 self._settings().tool_max_steps,
                 self.can_see_images(),
                 self,

@@ -124,14 +124,8 @@ class SettingsController(QObject):
             self.settings.tool_call_timeout = seconds
             self._save()
 
-    def allow_tool_always(self, qualified_name: str) -> None:
-        """The user chose "Always allow this tool": later calls of it run without asking."""
-        if qualified_name and qualified_name not in self.settings.tools_always_allowed:
-            self.settings.tools_always_allowed.append(qualified_name)
-            self._save()
-
-    def forget_tool_allowed(self, qualified_name: str) -> None:
-        """Ask again before each call of this tool."""
-        if qualified_name in self.settings.tools_always_allowed:
-            self.settings.tools_always_allowed.remove(qualified_name)
+    def set_tool_grants(self, grants: list[dict[str, str]]) -> None:
+        """The "always allow" grants (`hearth.agent.approvals`, which owns their meaning)."""
+        if grants != self.settings.tool_grants:
+            self.settings.tool_grants = [dict(g) for g in grants]
             self._save()

@@ -11,12 +11,13 @@ from __future__ import annotations
 import contextlib
 import shutil
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
+from ...agent.approvals import Approvals, Grant, policy_approve
 from ...agent.config import (
     ConfigError,
     ServerConfig,
@@ -25,7 +26,8 @@ from ...agent.config import (
     parse_config,
     save_config_file,
 )
-from ...agent.hub import ServerStatus, ToolHub, ToolSpec
+from ...agent.hub import ElicitHandler, ServerStatus, ToolHub, ToolSpec
+from ...agent.loop import Approve, Decision, ToolCall
 from .settings import SettingsController
 
 __all__ = ["ToolsController", "server_entry"]
@@ -42,6 +44,7 @@ class ToolsController(QObject):
     servers_changed = Signal()
     status_changed = Signal()  # always on the GUI thread
     _status_elsewhere = Signal()  # emitted on other threads; queued to `_relay`
+    _grants_elsewhere = Signal(object)  # list[Grant] from any thread; saved on the GUI thread
 
     def __init__(
         self,
@@ -62,9 +65,15 @@ class ToolsController(QObject):
         except (ConfigError, OSError, ValueError) as e:
             self.load_error = str(e)
         self._hub: ToolHub | None = None
+        self._elicit: ElicitHandler | None = None
         self._lock = threading.Lock()
         self._closed = False
         self._status_elsewhere.connect(self._relay)
+        self._grants_elsewhere.connect(self._save_grants)
+        # "Always allow" grants: an agent loop's thread adds them, the settings file keeps them.
+        self.approvals = Approvals.from_json(
+            settings.current().tool_grants, self._grants_elsewhere.emit
+        )
 
     def _relay(self) -> None:
         if not self._closed:
@@ -113,6 +122,7 @@ class ToolsController(QObject):
         self.path.parent.mkdir(parents=True, exist_ok=True)
         save_config_file(self.path, servers)
         self._servers = servers
+        self.approvals.prune(servers)  # a changed command or URL is asked about again
         with self._lock:
             hub = self._hub
         if hub is not None:  # stopping a changed server may take seconds: not on the GUI thread
@@ -136,10 +146,19 @@ class ToolsController(QObject):
                 self._hub = ToolHub(
                     self._servers, call_timeout=float(self._settings.current().tool_call_timeout)
                 )
+                if self._elicit is not None:
+                    self._hub.on_elicit(self._elicit)
                 on_status = getattr(self._hub, "on_status", None)
                 if on_status is not None:
                     on_status(lambda *_a: self._status_elsewhere.emit())
             return self._hub
+
+    def set_elicit_handler(self, handler: ElicitHandler) -> None:
+        """Who answers the servers' questions during calls (`McpController.ask`)."""
+        with self._lock:
+            self._elicit = handler
+            if self._hub is not None:
+                self._hub.on_elicit(handler)
 
     def set_call_timeout(self, seconds: int) -> None:
         self._settings.set_tool_call_timeout(seconds)
@@ -148,12 +167,20 @@ class ToolsController(QObject):
         if hub is not None:
             hub.call_timeout = float(seconds)
 
-    def always_allowed(self, qualified_name: str) -> bool:
-        """Whether the user chose "Always allow" for this tool (any thread may ask)."""
-        return qualified_name in tuple(self._settings.current().tools_always_allowed)
+    def _save_grants(self, grants: list[Grant]) -> None:
+        self._settings.set_tool_grants([g.to_json() for g in grants])
 
-    def allow_always(self, qualified_name: str) -> None:
-        self._settings.allow_tool_always(qualified_name)
+    def policy(self, ask: Callable[[ToolCall, ToolSpec], Decision]) -> Approve:
+        """The loop's `Approve`: the grants first, then `ask` (the approval card); an
+        "always" answer becomes a grant tied to the server's command or URL."""
+        return policy_approve(self.approvals, self.servers, ask)
+
+    def grants(self) -> list[Grant]:
+        return self.approvals.grants()
+
+    def revoke(self, grant: Grant) -> None:
+        """Ask again before the calls `grant` allowed."""
+        self.approvals.revoke(grant)
 
     def status(self) -> dict[str, ServerStatus]:
         """Each known server's state, error sentence and tools ("stopped" before first use)."""

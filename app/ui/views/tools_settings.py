@@ -48,6 +48,7 @@ class ServerRow:
     state: str = "stopped"
     error: str = ""
     tools: list[tuple[str, str]] = field(default_factory=list)  # (name, description)
+    protocol: str = ""  # the MCP version agreed when it last started
 
 
 STATE_NAMES = {
@@ -66,7 +67,7 @@ class ToolsCard(QFrame):
     check_requested = Signal()
     max_steps_changed = Signal(int)
     call_timeout_changed = Signal(int)
-    forget_allowed = Signal(str)  # qualified tool name
+    forget_allowed = Signal(int)  # the row of the "always allow" grant to revoke
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -154,14 +155,17 @@ class ToolsCard(QFrame):
         self.max_steps.valueChanged.connect(self.max_steps_changed)
         self.call_timeout.valueChanged.connect(self.call_timeout_changed)
 
-        allowed_title = QLabel(self.tr("Tools that run without asking"))
+        allowed_title = QLabel(self.tr("Tools and servers that run without asking"))
+        allowed_title.setToolTip(
+            self.tr("A grant holds while the server's command or address stays the same")
+        )
         lay.addWidget(allowed_title)
         arow = QHBoxLayout()
         self.allowed = QListWidget()
-        self.allowed.setAccessibleName(self.tr("Tools that run without asking"))
+        self.allowed.setAccessibleName(self.tr("Tools and servers that run without asking"))
         self.allowed.setMaximumHeight(90)
         self.forget_btn = QPushButton(self.tr("Ask again"))
-        self.forget_btn.setAccessibleName(self.tr("Ask before each call of the selected tool"))
+        self.forget_btn.setAccessibleName(self.tr("Ask before each call the selected grant allows"))
         self.forget_btn.clicked.connect(self._forget)
         arow.addWidget(self.allowed, 1)
         arow.addWidget(self.forget_btn, 0, Qt.AlignmentFlag.AlignTop)
@@ -179,6 +183,8 @@ class ToolsCard(QFrame):
                 state = self.tr("off")
             if r.state == "running":
                 state += " · " + self.tr("%1 tools").replace("%1", str(len(r.tools)))
+                if r.protocol:
+                    state += " · MCP " + r.protocol
             top = QTreeWidgetItem([f"{r.name}  —  {r.summary}", state])
             top.setData(0, Qt.ItemDataRole.UserRole, r.name)
             top.setToolTip(0, r.summary)
@@ -210,10 +216,11 @@ class ToolsCard(QFrame):
             spin.setValue(value)
             spin.blockSignals(False)
 
-    def show_allowed(self, names: list[str]) -> None:
+    def show_allowed(self, labels: list[str]) -> None:
+        """The "always allow" grants, as "server: tool" or "server: every tool"."""
         self.allowed.clear()
-        self.allowed.addItems(names)
-        self.forget_btn.setEnabled(bool(names))
+        self.allowed.addItems(labels)
+        self.forget_btn.setEnabled(bool(labels))
 
     def _server_items(self) -> list[QTreeWidgetItem]:
         found = (self.tree.topLevelItem(i) for i in range(self.tree.topLevelItemCount()))
@@ -254,9 +261,9 @@ class ToolsCard(QFrame):
             self.edit_requested.emit(str(name))
 
     def _forget(self) -> None:
-        item = self.allowed.currentItem() or self.allowed.item(0)
-        if item is not None:
-            self.forget_allowed.emit(item.text())
+        row = self.allowed.currentRow()
+        if self.allowed.count():
+            self.forget_allowed.emit(max(row, 0))
 
 
 def _pairs(text: str, sep: str) -> dict[str, str]:

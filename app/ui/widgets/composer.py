@@ -120,11 +120,16 @@ class Composer(QFrame):
         self.send_btn.clicked.connect(self._on_button)
         for w in (self.attach_btn, self.doc_btn, self.think_btn):
             row.addWidget(w)
+        self._row = row  # `add_button` puts more buttons after these
         row.addStretch(1)
         row.addWidget(self.hint)
         row.addWidget(self.send_btn)
         lay.addLayout(row)
         self._grow()
+
+    def add_button(self, button: QWidget) -> None:
+        """Another button beside "+ Document" (the MCP menu)."""
+        self._row.insertWidget(self._row.indexOf(self.think_btn) + 1, button)
 
     def text(self) -> str:
         return self.edit.toPlainText()

@@ -22,10 +22,10 @@ from PySide6.QtWidgets import (
 
 from .bits import thumbnail_row
 
-__all__ = ["ToolCallView", "ApprovalCard", "arguments_text", "ONCE", "ALWAYS", "DENY"]
+__all__ = ["ToolCallView", "ApprovalCard", "arguments_text", "ONCE", "ALWAYS", "SERVER", "DENY"]
 
 # The user's answers on the approval card (the chat controller maps them to the loop's Decision).
-ONCE, ALWAYS, DENY = "allow_once", "allow_always", "deny"
+ONCE, ALWAYS, SERVER, DENY = "allow_once", "allow_always", "allow_server", "deny"
 
 _RESULT_LINES = 14  # the result box's height before it scrolls
 
@@ -153,7 +153,9 @@ class ToolCallView(QFrame):
 
 class ApprovalCard(QFrame):
     """Asks before one call runs: the tool, its server and description, its arguments, and
-    Allow once / Always allow this tool / Deny. `decided` carries ONCE, ALWAYS or DENY."""
+    Allow once / Always allow this tool / Always allow this server / Deny. `decided` carries
+    ONCE, ALWAYS, SERVER or DENY (the "always" answers hold while the server's command or URL
+    stays as it is: `hearth.agent.approvals`)."""
 
     decided = Signal(str)
 
@@ -190,21 +192,27 @@ class ApprovalCard(QFrame):
         self.allow_btn = QPushButton(self.tr("Allow once"))
         self.allow_btn.setProperty("kind", "primary")
         self.always_btn = QPushButton(self.tr("Always allow this tool"))
+        self.server_btn = QPushButton(self.tr("Always allow this server"))
         self.deny_btn = QPushButton(self.tr("Deny"))
         self.allow_btn.setAccessibleName(self.tr("Allow this call once"))
         self.always_btn.setAccessibleName(self.tr("Always allow %1").replace("%1", tool))
+        self.server_btn.setAccessibleName(
+            self.tr("Always allow every tool of %1").replace("%1", server)
+        )
         self.deny_btn.setAccessibleName(self.tr("Deny this call"))
         row.addWidget(self.allow_btn)
         row.addWidget(self.always_btn)
+        row.addWidget(self.server_btn)
         row.addStretch(1)
         row.addWidget(self.deny_btn)
         lay.addLayout(row)
         self.allow_btn.clicked.connect(lambda: self._decide(ONCE))
         self.always_btn.clicked.connect(lambda: self._decide(ALWAYS))
+        self.server_btn.clicked.connect(lambda: self._decide(SERVER))
         self.deny_btn.clicked.connect(lambda: self._decide(DENY))
         self.setAccessibleName(self.tr("Allow the tool call %1?").replace("%1", tool))
 
     def _decide(self, answer: str) -> None:
-        for b in (self.allow_btn, self.always_btn, self.deny_btn):
+        for b in (self.allow_btn, self.always_btn, self.server_btn, self.deny_btn):
             b.setEnabled(False)
         self.decided.emit(answer)
