@@ -15,7 +15,8 @@ The service starts::
         [--projector PATH] [--layout JSON] [--engine hearth|llamacpp]
         [--draft-model PATH]
 
-(`RunnerOptions.args`; `--kv-type` is a `KVCacheType`, `--engine` an `EngineKind`).
+(`RunnerOptions.args`: one `--NAME` per `RunnerOptions` field, whose metadata gives its help
+and reload rule; `--kv-type` is a `KVCacheType`, `--engine` an `EngineKind`).
 `--engine` picks the forward engine under the same protocol: Hearth's own (default) or
 llama.cpp's (llama-cpp-python; for architectures no Hearth plugin registers). The service
 decides which (see hearth.server.store.engines); `ready`'s `info.engine` says which runs.
@@ -180,12 +181,13 @@ class RunnerOptions:
     )
 
     def args(self) -> list[str]:
-        """These options as `hearth runner` arguments (those at their default left out)."""
+        """These options as `hearth runner` arguments (those at their default, or unset: None,
+        0, false, left out, unless the field says `always`)."""
         out: list[str] = []
         for f in fields(self):
             value = getattr(self, f.name)
             flag = "--" + f.name.replace("_", "-")
-            if not f.metadata["always"] and (value is None or value == f.default):
+            if not f.metadata["always"] and (not value or value == f.default):
                 continue
             if isinstance(value, bool):
                 out += [flag] if value else []
