@@ -14,8 +14,9 @@ Libraries:
   database holds them. The desktop app and the CLI use it.
 * launcher: starts or finds a `hearth serve` (for the CLI and the desktop app); no server code.
 * hearth.paths, hearth.default_model, hearth.hostport, hearth.program (the desktop id, the
-  command that runs `hearth` again, frozen or not), hearth.desktop (the menu entry and icons):
-  leaf modules anyone may use.
+  command that runs `hearth` again, frozen or not), hearth.desktop (the menu entry and icons),
+  hearth.options (every model option, declared once with its default): leaf modules anyone
+  may use.
 
 Programs (each a process, or the command that starts one):
 * runner: the runner process (one model); engine + plugins.
@@ -34,7 +35,7 @@ import ast
 from pathlib import Path
 
 APP = Path(__file__).resolve().parents[1] / "app"
-LEAVES = {"paths", "default_model", "hostport", "program", "desktop"}
+LEAVES = {"paths", "default_model", "hostport", "program", "desktop", "options"}
 PACKAGES = {
     "agent",
     "engine",
@@ -79,6 +80,7 @@ ALLOWED: dict[str, set[str]] = {
     "hostport": set(),
     "program": set(),
     "desktop": {"program"},
+    "options": set(),
 }
 
 

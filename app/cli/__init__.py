@@ -13,7 +13,8 @@ import sys
 from .. import __version__
 from ..agent.specs import DEFAULT_CALL_TIMEOUT, DEFAULT_MAX_STEPS
 from ..default_model import DEFAULT_MODEL
-from ..runner.protocol import ENGINES, EngineKind, KVCacheType, RunnerOptions
+from ..options import run_flags
+from ..runner.protocol import RunnerOptions
 from .chats import add_chats
 from .desktop import add_install_desktop, display_libraries_sentence, install_desktop_command
 
@@ -39,18 +40,12 @@ def _add_run(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     run.add_argument("model", nargs="?", default=DEFAULT_MODEL, help="model name or .gguf path")
     run.add_argument("prompt", nargs="?", help="reply once to this prompt and exit")
     run.add_argument("--raw", action="store_true", help="no chat template; BOS per the file")
-    # Unset options are left to the model's parameters and Ollama's defaults (shown).
-    run.add_argument("--num-predict", type=int, default=None, help="max tokens to generate")
-    run.add_argument("--temperature", type=float, default=None, help="default 0.8")
-    run.add_argument("--top-k", type=int, default=None, help="default 40")
-    run.add_argument("--top-p", type=float, default=None, help="default 0.9")
-    run.add_argument("--min-p", type=float, default=None, help="default 0")
-    run.add_argument("--repeat-penalty", type=float, default=None, help="default 1.1; 1 = off")
-    run.add_argument("--seed", type=int, default=None, help="same seed, same text (-1: random)")
-    run.add_argument("--num-ctx", type=int, default=None, help="context length (default 4096)")
-    run.add_argument("--num-batch", type=int, default=None, help="prompt tokens per pass")
-    run.add_argument("--threads", type=int, default=None, help="CPU threads (physical cores)")
-    run.add_argument("--flash-attention", action="store_true", help="use flash attention")
+    # Unset options are left to the model's parameters and the defaults (shown; hearth.options).
+    for f in run_flags():
+        if f.kind is bool:
+            run.add_argument(f.flag, action="store_true", default=None, help=f.help)
+        else:
+            run.add_argument(f.flag, type=f.kind, default=None, help=f.help)
     run.add_argument("--verbose", action="store_true", help="print prompt and generation speed")
     run.add_argument("--keep-alive", default=None, help="how long the model stays loaded")
     run.add_argument(
@@ -90,26 +85,7 @@ def _add_run(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def _add_runner(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     runner = sub.add_parser("runner", help="(internal) serve one model for `hearth serve`")
     runner.add_argument("--model", required=True, help="path to the .gguf file")
-    d = RunnerOptions()  # the defaults; the argument names are its fields
-    runner.add_argument("--num-ctx", type=int, default=d.num_ctx, help="context per sequence")
-    runner.add_argument("--parallel", type=int, default=d.parallel, help="sequences at once")
-    runner.add_argument("--num-batch", type=int, default=d.num_batch)
-    runner.add_argument("--threads", type=int, default=d.threads)
-    runner.add_argument("--flash-attention", action="store_true", default=d.flash_attention)
-    runner.add_argument("--kv-type", type=KVCacheType, default=d.kv_type, choices=list(KVCacheType))
-    runner.add_argument("--memory-limit", type=int, default=d.memory_limit, help="bytes at most")
-    runner.add_argument("--projector", default=d.projector, help="vision projector .gguf")
-    runner.add_argument(
-        "--engine",
-        type=EngineKind,
-        default=d.engine,
-        choices=list(ENGINES),
-        help="forward engine: hearth or llama.cpp",
-    )
-    runner.add_argument("--layout", default=d.layout, help="layers per device (JSON)")
-    runner.add_argument(
-        "--draft-model", default=d.draft_model, help="a .gguf that drafts tokens (speculation)"
-    )
+    RunnerOptions.add_arguments(runner)  # its fields, with their defaults and help
 
 
 def _add_models(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

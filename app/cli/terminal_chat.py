@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from ..agent.loop import StepReply, turn_options
 from ..default_model import DEFAULT_MODEL
+from ..options import run_flags
 from .attachments import TerminalAttachments, format_sources
 from .connection import Connection, connect
 from .http_client import HearthClient, ServiceError
@@ -79,22 +80,8 @@ def resolve_model(client: HearthClient, name: str, projector: str | None = None)
 
 def request_options(args: Any) -> dict[str, Any]:
     """The options the user set (the rest come from the model and the defaults)."""
-    names = {
-        "num_predict": args.num_predict,
-        "temperature": args.temperature,
-        "top_k": args.top_k,
-        "top_p": args.top_p,
-        "min_p": args.min_p,
-        "repeat_penalty": args.repeat_penalty,
-        "seed": args.seed,
-        "num_ctx": args.num_ctx,
-        "num_batch": args.num_batch,
-        "num_thread": args.threads,
-    }
-    options = {k: v for k, v in names.items() if v is not None}
-    if args.flash_attention:
-        options["flash_attention"] = True
-    return options
+    given = {f.name: getattr(args, f.dest, None) for f in run_flags()}
+    return {name: value for name, value in given.items() if value is not None}
 
 
 def response_format(value: str | None) -> str | dict[str, Any] | None:

@@ -9,26 +9,24 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+
+from ..options import GenerationOptions, default
 
 __all__ = ["SamplingOptions", "Sampler", "log_softmax", "top_logprobs"]
 
 
-@dataclass(frozen=True)
-class SamplingOptions:
-    """Ollama's option names and defaults."""
+# The sampler's options are a completion's (hearth.options.GenerationOptions: Ollama's names,
+# declared there once with their defaults); a field left None takes its declared default.
+SamplingOptions = GenerationOptions
 
-    temperature: float = 0.8
-    top_k: int = 40
-    top_p: float = 0.9
-    min_p: float = 0.0
-    seed: int = -1
-    repeat_penalty: float = 1.1
-    repeat_last_n: int = 64
-    presence_penalty: float = 0.0
-    frequency_penalty: float = 0.0
+
+def _given(opts: SamplingOptions, name: str) -> Any:
+    """Option `name` of `opts`, or its declared default when it is None."""
+    value = getattr(opts, name)
+    return default(name) if value is None else value
 
 
 class Sampler:
@@ -36,13 +34,16 @@ class Sampler:
 
     def __init__(self, opts: SamplingOptions, history: Iterable[int] = ()) -> None:
         self.opts = opts
-        self.temperature = max(0.0, opts.temperature)
-        self.top_p = min(max(opts.top_p, 0.0), 1.0)
-        self.min_p = min(max(opts.min_p, 0.0), 1.0)
-        seed = opts.seed if opts.seed >= 0 else None
-        self.rng = np.random.Generator(np.random.PCG64(seed))
-        last_n = opts.repeat_last_n
-        self._window = max(0, last_n)
+        self.temperature = max(0.0, float(_given(opts, "temperature")))
+        self.top_k = int(_given(opts, "top_k"))
+        self.top_p = min(max(float(_given(opts, "top_p")), 0.0), 1.0)
+        self.min_p = min(max(float(_given(opts, "min_p")), 0.0), 1.0)
+        self.repeat_penalty = float(_given(opts, "repeat_penalty"))
+        self.presence_penalty = float(_given(opts, "presence_penalty"))
+        self.frequency_penalty = float(_given(opts, "frequency_penalty"))
+        seed = int(_given(opts, "seed"))
+        self.rng = np.random.Generator(np.random.PCG64(seed if seed >= 0 else None))
+        self._window = max(0, int(_given(opts, "repeat_last_n")))
         self.history: list[int] = list(history)
 
     def accept(self, token: int) -> None:
@@ -50,10 +51,14 @@ class Sampler:
         self.history.append(token)
 
     def _penalised(self, logits: np.ndarray) -> np.ndarray:
-        o = self.opts
+        repeat, presence, frequency = (
+            self.repeat_penalty,
+            self.presence_penalty,
+            self.frequency_penalty,
+        )
         if self._window == 0 or not self.history:
             return logits
-        if o.repeat_penalty == 1.0 and o.presence_penalty == 0.0 and o.frequency_penalty == 0.0:
+        if repeat == 1.0 and presence == 0.0 and frequency == 0.0:
             return logits
         recent = Counter(self.history[-self._window :])
         ids = np.fromiter(recent.keys(), dtype=np.int64, count=len(recent))
@@ -63,9 +68,9 @@ class Sampler:
         counts = np.array([recent[int(i)] for i in ids], dtype=np.float32)
         out = logits.astype(np.float32, copy=True)
         vals = out[ids]
-        if o.repeat_penalty != 1.0:
-            vals = np.where(vals > 0, vals / o.repeat_penalty, vals * o.repeat_penalty)
-        vals = vals - counts * o.frequency_penalty - o.presence_penalty
+        if repeat != 1.0:
+            vals = np.where(vals > 0, vals / repeat, vals * repeat)
+        vals = vals - counts * frequency - presence
         out[ids] = vals
         return out
 
@@ -74,7 +79,7 @@ class Sampler:
         logits = self._penalised(np.asarray(logits, dtype=np.float32))
         if self.temperature == 0.0:
             return int(np.argmax(logits))
-        k = self.opts.top_k
+        k = self.top_k
         n = logits.shape[0]
         if 0 < k < n:
             idx = np.argpartition(logits, n - k)[n - k :]

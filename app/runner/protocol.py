@@ -15,7 +15,8 @@ The service starts::
         [--projector PATH] [--layout JSON] [--engine hearth|llamacpp]
         [--draft-model PATH]
 
-(`RunnerOptions.args`; `--kv-type` is a `KVCacheType`, `--engine` an `EngineKind`).
+(`RunnerOptions.args`: one `--NAME` per `RunnerOptions` field, whose metadata gives its help
+and reload rule; `--kv-type` is a `KVCacheType`, `--engine` an `EngineKind`).
 `--engine` picks the forward engine under the same protocol: Hearth's own (default) or
 llama.cpp's (llama-cpp-python; for architectures no Hearth plugin registers). The service
 decides which (see hearth.server.store.engines); `ready`'s `info.engine` says which runs.
@@ -74,6 +75,7 @@ happened (`truncated`, `shifted`, `prompt_cached`) so the service can tell its c
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import types
 from dataclasses import MISSING, dataclass, field, fields, is_dataclass
@@ -81,6 +83,7 @@ from enum import Enum, StrEnum
 from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
 
 from ..engine.kvcache.types import KVCacheType
+from ..options import GenerationOptions, default
 
 __all__ = [
     "TOKEN_ENV",
@@ -120,77 +123,120 @@ class ProtocolError(ValueError):
     The sentence names the field (`options.temperature`)."""
 
 
+def runner_option(
+    default: Any, help: str, *, reload: str | None = None, explicit: str = "", always: bool = False
+) -> Any:
+    """A `hearth runner` option: its default and help (`--NAME`, the field's name with dashes),
+    whether `args()` always writes it (`always`; else only when it is not the default), and
+    its reload rule, which `reloads()` reads: "same" (a runner started otherwise cannot serve
+    the request), "larger" (one started with less cannot), "asked" (one started otherwise
+    cannot when the request asks for a value), "explicit" (one started otherwise cannot when
+    the request's option `explicit` set it) or None (any runner can)."""
+    meta = {"help": help, "reload": reload, "explicit": explicit, "always": always}
+    return field(default=default, metadata=meta)
+
+
 @dataclass(frozen=True, kw_only=True)
 class RunnerOptions:
-    """How a runner serves its model: the command-line options above, with their defaults."""
+    """How a runner serves its model: the command-line options above, with their defaults.
+    The runner's argument parser (`add_arguments`), its command line (`args`) and whether a
+    runner can take a request as it is (`reloads`) are read from the fields' metadata."""
 
-    num_ctx: int = 4096
-    parallel: int = 1
-    num_batch: int = 512
-    threads: int | None = None  # None = physical cores
-    flash_attention: bool = False
-    kv_type: KVCacheType = KVCacheType.F16  # q8_0 and q4_0 need flash attention
-    memory_limit: int | None = None  # bytes; a model needing more fails at load
-    projector: str | None = None  # a vision projector GGUF beside the model (mmproj-*.gguf)
-    engine: EngineKind = EngineKind.HEARTH
+    num_ctx: int = runner_option(
+        default("num_ctx"), "context per sequence", reload="larger", always=True
+    )
+    parallel: int = runner_option(1, "sequences at once", always=True)
+    num_batch: int = runner_option(
+        default("num_batch"), "prompt tokens per pass", reload="explicit",
+        explicit="num_batch", always=True,
+    )  # fmt: skip
+    threads: int | None = runner_option(
+        None, "CPU threads (default: the physical cores)", reload="explicit",
+        explicit="num_thread",
+    )  # fmt: skip
+    flash_attention: bool = runner_option(False, "use flash attention", reload="same")
+    # q8_0 and q4_0 need flash attention
+    kv_type: KVCacheType = runner_option(
+        KVCacheType.F16, "the KV cache's type", reload="same", always=True
+    )
+    memory_limit: int | None = runner_option(
+        None, "bytes at most; a model needing more fails at load"
+    )
+    # a vision projector GGUF beside the model (mmproj-*.gguf)
+    projector: str | None = runner_option(None, "vision projector .gguf", reload="asked")
+    engine: EngineKind = runner_option(
+        EngineKind.HEARTH, "forward engine: hearth or llama.cpp", reload="same"
+    )
     # Where layers go: the service's layout as JSON, {"gpus": [{"device": "CUDA0" | "RPC0",
     # "layers": [0, 1, ...]}], "projector": device | null} (layer `blocks` is the output
-    # layer); None: everything on the CPU. RPC devices come from HEARTH_RPC_SERVERS.
-    layout: str | None = None
+    # layer); None: everything on the CPU. RPC devices come from HEARTH_RPC_SERVERS. (The
+    # scheduler compares the request's placement itself: LoadSpec.layout_options.)
+    layout: str | None = runner_option(None, "layers per device (JSON)")
     # A smaller GGUF with the same vocabulary that drafts tokens for speculative decoding
-    # (runner/draft_model.py), loaded beside the model on Hearth's engine; None: prompt lookup.
-    draft_model: str | None = None
+    # (runner/draft_model.py), loaded beside the model on Hearth's engine; None: prompt
+    # lookup. A runner without it, or with another, gives the same text, only its speed
+    # differs: so only a request that asks for one needs a runner that has it.
+    draft_model: str | None = runner_option(
+        None, "a .gguf that drafts tokens (speculation)", reload="asked"
+    )
 
     def args(self) -> list[str]:
-        """These options as `hearth runner` arguments."""
-        out = ["--num-ctx", str(self.num_ctx), "--parallel", str(self.parallel)]
-        out += ["--num-batch", str(self.num_batch), "--kv-type", str(self.kv_type)]
-        if self.threads:
-            out += ["--threads", str(self.threads)]
-        if self.flash_attention:
-            out.append("--flash-attention")
-        if self.memory_limit:
-            out += ["--memory-limit", str(self.memory_limit)]
-        if self.projector:
-            out += ["--projector", self.projector]
-        if self.engine != EngineKind.HEARTH:
-            out += ["--engine", str(self.engine)]
-        if self.draft_model:
-            out += ["--draft-model", self.draft_model]
-        if self.layout:
-            out += ["--layout", self.layout]
+        """These options as `hearth runner` arguments (those at their default, or unset: None,
+        0, false, left out, unless the field says `always`)."""
+        out: list[str] = []
+        for f in fields(self):
+            value = getattr(self, f.name)
+            flag = "--" + f.name.replace("_", "-")
+            if not f.metadata["always"] and (not value or value == f.default):
+                continue
+            if isinstance(value, bool):
+                out += [flag] if value else []
+            else:
+                out += [flag, str(value)]
         return out
+
+    @classmethod
+    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
+        """The runner's argument parser's options (`--NAME`; parsed into the field's name)."""
+        hints = _hints(cls)
+        for f in fields(cls):
+            flag, kind = "--" + f.name.replace("_", "-"), _plain(hints[f.name])
+            text = f.metadata["help"]
+            if kind is bool:
+                parser.add_argument(flag, action="store_true", default=f.default, help=text)
+            elif isinstance(kind, type) and issubclass(kind, Enum):
+                choices = list(kind)
+                parser.add_argument(flag, type=kind, default=f.default, choices=choices, help=text)
+            else:
+                parser.add_argument(flag, type=kind, default=f.default, help=text)
+
+    def reloads(self, want: RunnerOptions, explicit: frozenset[str]) -> str | None:
+        """The option that keeps a runner started with these options from serving a request
+        that wants `want` (`explicit`: the request options it set), or None when it can."""
+        for f in fields(self):
+            rule, have, asked = f.metadata["reload"], getattr(self, f.name), getattr(want, f.name)
+            if (
+                (rule == "same" and asked != have)
+                or (rule == "larger" and asked > have)
+                or (rule == "asked" and asked is not None and asked != have)
+                or (rule == "explicit" and f.metadata["explicit"] in explicit and asked != have)
+            ):
+                return f.name
+        return None
+
+
+def _plain(hint: Any) -> Any:
+    """`X | None` -> X."""
+    if get_origin(hint) in (Union, types.UnionType):
+        return next(h for h in get_args(hint) if h is not type(None))
+    return hint
 
 
 @dataclass(frozen=True, kw_only=True)
-class CompletionOptions:
+class CompletionOptions(GenerationOptions):
     """A completion's sampling and length options, with Ollama's names: everything the runner
-    honours per request. None (left out of the JSON) means the runner's default (Ollama's:
-    temperature 0.8, top_k 40, top_p 0.9, min_p 0, seed -1 = random, repeat_penalty 1.1,
-    repeat_last_n 64, presence and frequency penalty 0, num_predict -1 = until the end of
-    the turn, num_keep 4)."""
-
-    temperature: float | None = None
-    top_k: int | None = None
-    top_p: float | None = None
-    min_p: float | None = None
-    seed: int | None = None
-    repeat_penalty: float | None = None
-    repeat_last_n: int | None = None
-    presence_penalty: float | None = None
-    frequency_penalty: float | None = None
-    num_predict: int | None = None  # tokens to generate at most; negative: no limit
-    num_keep: int | None = None  # prompt tokens kept by truncation and shifts; -1: all
-    stop: list[str] = field(default_factory=list)  # the output ends before any of these
-    # Speculative decoding (runner/drafting.py): None or true drafts where the runner can
-    # check drafts exactly (`RunnerInfo.speculation`); false never drafts. The output is
-    # the same either way; only its speed differs.
-    speculate: bool | None = None
-
-    @classmethod
-    def names(cls) -> frozenset[str]:
-        """The option names this record carries (Ollama's)."""
-        return frozenset(f.name for f in fields(cls))
+    honours per request. Its fields, their defaults and ranges are declared once, in
+    hearth.options.GenerationOptions; None (left out of the JSON) means the default."""
 
 
 @dataclass(kw_only=True)

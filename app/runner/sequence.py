@@ -29,7 +29,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -38,6 +38,7 @@ from .. import env
 from ..engine.prompt_cache import group_start
 from ..engine.sampling import Sampler, SamplingOptions, log_softmax
 from ..engine.tokenizer import StreamDecoder, Tokenizer
+from ..options import default
 from .protocol import (
     CompletionChunk,
     CompletionDone,
@@ -65,8 +66,8 @@ class PromptTooLongError(ValueError):
 @dataclass
 class SequenceSettings:
     sampling: SamplingOptions = field(default_factory=SamplingOptions)
-    num_predict: int = -1
-    num_keep: int = 4
+    num_predict: int = default("num_predict")
+    num_keep: int = default("num_keep")
     stop: tuple[str, ...] = ()
     logprobs: bool = False
     top_logprobs: int = 0
@@ -81,14 +82,13 @@ def settings_from_request(req: CompletionRequest) -> SequenceSettings:
     """A request's settings (its options' types were checked on arrival: protocol.from_wire);
     options left out take the defaults. ValueError says what is wrong."""
     opts: CompletionOptions = req.options
-    given = {f.name: getattr(opts, f.name) for f in fields(SamplingOptions)}
     top = req.top_logprobs
     if not 0 <= top <= 20:
         raise ValueError("top_logprobs must be between 0 and 20")
     return SequenceSettings(
-        sampling=SamplingOptions(**{k: v for k, v in given.items() if v is not None}),
-        num_predict=-1 if opts.num_predict is None else opts.num_predict,
-        num_keep=4 if opts.num_keep is None else opts.num_keep,
+        sampling=opts,  # the sampler takes the declared defaults of options left out
+        num_predict=default("num_predict") if opts.num_predict is None else opts.num_predict,
+        num_keep=default("num_keep") if opts.num_keep is None else opts.num_keep,
         stop=tuple(opts.stop),
         logprobs=req.logprobs or top > 0,
         top_logprobs=top,

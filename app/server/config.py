@@ -16,6 +16,7 @@ from .. import env as hearth_env
 from ..engine.kvcache.types import KVCacheType
 from ..env import EnvError
 from ..hostport import DEFAULT_HOST, DEFAULT_PORT, HostError, env_host, is_loopback, parse_host
+from ..options import default
 from .store.engines import ENGINE_CHOICES
 
 __all__ = [
@@ -85,7 +86,7 @@ class ServerConfig:
     origins: tuple[str, ...] = ()  # extra CORS origins (HEARTH_ORIGINS), `*` wildcards allowed
     max_loaded_models: int = 3
     num_parallel: int = 0  # 0 = automatic: 4 slots per model where the memory allows, else 1
-    context_length: int = 4096
+    context_length: int = default("num_ctx")  # HEARTH_CONTEXT_LENGTH
     keep_alive: float = 300.0
     max_queue: int = 512
     load_timeout: float = 300.0
@@ -146,7 +147,7 @@ class ServerConfig:
             origins=origins,
             max_loaded_models=max_loaded or 3,  # 0 = automatic: 3 on CPU, as Ollama
             num_parallel=hearth_env.whole("HEARTH_NUM_PARALLEL", 0, 0, env),  # 0: automatic
-            context_length=hearth_env.whole("HEARTH_CONTEXT_LENGTH", 4096, 4, env),
+            context_length=hearth_env.whole("HEARTH_CONTEXT_LENGTH", default("num_ctx"), 4, env),
             keep_alive=keep_alive,
             max_queue=hearth_env.whole("HEARTH_MAX_QUEUE", 512, 0, env),
             load_timeout=300.0 if load_timeout == FOREVER else load_timeout,

@@ -11,17 +11,21 @@ is pydantic's: a wrong type or range is a 400 naming the field (`api/errors.py`)
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, get_args
+from collections.abc import Mapping
+from dataclasses import Field as DataclassField
+from dataclasses import fields
+from typing import Annotated, Any, Literal, get_args, get_origin, get_type_hints
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
 from pydantic_core import PydanticCustomError
 
-from ..runner.protocol import CompletionOptions
+from ..options import GenerationOptions, LoadOptions
 
 __all__ = [
     "Body",
     "Options",
     "RUNTIME_OPTIONS",
+    "layered_options",
     "refuse_unsampled",
     "Role",
     "ROLES",
@@ -30,8 +34,6 @@ __all__ = [
     "ChatMessage",
 ]
 
-_I64 = 2**63 - 1
-
 
 class Body(BaseModel):
     """A request body or part of one: unknown fields ignored (as Ollama does), no NaN."""
@@ -39,49 +41,67 @@ class Body(BaseModel):
     model_config = ConfigDict(extra="ignore", allow_inf_nan=False, populate_by_name=True)
 
 
-class Options(Body):
-    """Ollama's `options`: sampling settings reach the runner, runtime ones pick the runner."""
+def _request_field(f: DataclassField[Any], hint: Any) -> tuple[Any, Any]:
+    """A pydantic field for option `f` (hearth.options): None unless given, its range, its
+    length, and for a list, the number of items and each item's length."""
+    meta = f.metadata
+    low, high = meta.get("low"), meta.get("high")
+    least, most = meta.get("length") or (None, None)
+    if get_origin(hint) is list:  # stop: up to `items` strings of up to `most` characters
+        return list[Annotated[str, Field(max_length=most)]] | None, Field(
+            None, max_length=meta["items"]
+        )
+    bounds = Field(
+        None, ge=low, le=high, min_length=least, max_length=most, description=meta["help"]
+    )
+    return (hint if type(None) in get_args(hint) else hint | None), bounds
 
-    # runtime (choose or reload the runner)
-    num_ctx: int | None = Field(None, ge=1, le=1 << 24)
-    num_batch: int | None = Field(None, ge=1, le=1 << 16)
-    num_thread: int | None = Field(None, ge=0, le=1024)
-    num_gpu: int | None = Field(None, ge=-1, le=1 << 16)
-    main_gpu: int | None = Field(None, ge=0, le=1024)
-    use_mmap: bool | None = None
-    numa: bool | None = None
-    flash_attention: bool | None = None  # Hearth extension
-    engine: Literal["auto", "hearth", "llamacpp"] | None = None  # Hearth: store/engines.py
-    # Hearth extension (LM Studio's name): a model of the same vocabulary, by name, that
-    # drafts tokens for speculative decoding, loaded in the same runner
-    draft_model: str | None = Field(None, min_length=1, max_length=500)
-    # sampling (passed to the runner)
-    num_keep: int | None = Field(None, ge=-1, le=1 << 24)
-    seed: int | None = Field(None, ge=-1, le=_I64)
-    num_predict: int | None = Field(None, ge=-2, le=1 << 24)
-    top_k: int | None = Field(None, ge=0, le=1 << 20)
-    top_p: float | None = Field(None, ge=0.0, le=1.0)
-    min_p: float | None = Field(None, ge=0.0, le=1.0)
-    typical_p: float | None = Field(None, ge=0.0, le=1.0)
-    repeat_last_n: int | None = Field(None, ge=-1, le=1 << 24)
-    temperature: float | None = Field(None, ge=0.0, le=100.0)
-    repeat_penalty: float | None = Field(None, ge=0.0, le=100.0)
-    presence_penalty: float | None = Field(None, ge=-100.0, le=100.0)
-    frequency_penalty: float | None = Field(None, ge=-100.0, le=100.0)
-    stop: list[Annotated[str, Field(max_length=1000)]] | None = Field(None, max_length=64)
-    # Hearth extension: speculative decoding (drafting; the output is the same either way).
-    speculate: bool | None = None
 
-    @field_validator("stop", mode="before")
-    @classmethod
-    def _one_stop(cls, v: Any) -> Any:
-        return [v] if isinstance(v, str) else v
+def _one_stop(v: Any) -> Any:
+    return [v] if isinstance(v, str) else v
+
+
+_FIELDS: dict[str, Any] = {
+    f.name: _request_field(f, hints[f.name])
+    for record in (LoadOptions, GenerationOptions)
+    if (hints := get_type_hints(record))
+    for f in fields(record)
+}
+# refused unless off (refuse_unsampled): a sampling option the sampler lacks
+_FIELDS["typical_p"] = (float | None, Field(None, ge=0.0, le=1.0))
+_DECLARED: Any = create_model(
+    "Options",
+    __base__=Body,
+    __module__=__name__,
+    __validators__={"_one_stop": field_validator("stop", mode="before")(_one_stop)},
+    **_FIELDS,
+)
+
+
+class Options(_DECLARED):  # type: ignore[misc]  # its fields are hearth.options' records'
+    """Ollama's `options`: sampling settings reach the runner, runtime ones pick the runner.
+    Its fields are those of hearth.options' two records (their ranges and lengths checked
+    here), and typical_p (refused unless off)."""
 
 
 # The options that choose (or reload) the runner: all but those a completion sends it
-# (the runner protocol's CompletionOptions) and typical_p (a sampling option the sampler lacks:
-# refused unless off, see refuse_unsampled).
-RUNTIME_OPTIONS = frozenset(Options.model_fields) - CompletionOptions.names() - {"typical_p"}
+# (GenerationOptions) and typical_p (a sampling option the sampler lacks: refused unless off,
+# see refuse_unsampled).
+RUNTIME_OPTIONS = LoadOptions.names()
+
+
+def layered_options(
+    options: Options | None, fields: Mapping[str, Any], defaults: Mapping[str, Any]
+) -> Options:
+    """The options of a request to an API with its own sampling fields (OpenAI's, Anthropic's),
+    by one rule for every such route: a field the request sends (`fields`, Ollama's names; None:
+    not sent) wins; then the same option in the body's Hearth `options`; then the API's own
+    default (`defaults`: OpenAI's temperature 1, ...). An option none of them sets is left to
+    the model's parameters and the declared defaults (the service merges those)."""
+    given = options.model_dump(exclude_none=True) if options is not None else {}
+    sent = {name: value for name, value in fields.items() if value is not None}
+    layered: Options = Options.model_validate({**defaults, **given, **sent})
+    return layered
 
 
 def refuse_unsampled(options: dict[str, Any] | None) -> None:

@@ -188,6 +188,19 @@ def test_the_chat_settings_dialog_applies_what_is_ticked(qtbot, stub, make_app):
     assert app.chat.chat.options == {"temperature": 0.3}
 
 
+def test_the_chat_settings_dialog_shows_the_model_s_defaults_else_ollama_s(qtbot, stub, make_app):
+    """Unticked rows show what applies: the model's parameters (the stub's: temperature 1,
+    top_k 64, top_p 0.95), else Ollama's defaults (min_p 0, repeat_penalty 1.1, seed -1)."""
+    app = make_app(stub.url)
+    app.window.act_chat_settings.trigger()
+    dlg = next(d for d in app.window.findChildren(QDialog) if d.isVisible())
+    shown = {key: spin.value() for key, (_box, spin) in dlg.rows.items()}
+    dlg.reject()
+    expected = {"temperature": 1, "top_k": 64, "top_p": 0.95, "min_p": 0, "repeat_penalty": 1.1}
+    assert {k: round(shown[k], 2) for k in expected} == expected
+    assert (shown["seed"], shown["num_predict"]) == (-1, -1)
+
+
 def test_thinking_is_collapsible_and_code_has_a_copy_link(qtbot, stub, make_app):
     from stub_server import StubModel
 

@@ -11,7 +11,7 @@ import secrets
 from typing import Any
 
 from ..prompting.outputs import ParsedCall
-from ..request_types import ChatMessage, FunctionCall, Options, ToolCall
+from ..request_types import ChatMessage, FunctionCall, Options, ToolCall, layered_options
 from . import openai_convert
 from .anthropic_schemas import (
     MessageParam,
@@ -155,18 +155,16 @@ def think(thinking: ThinkingConfig | None) -> bool | None:
 
 
 def options(body: MessagesRequest) -> Options:
-    """Anthropic's sampling fields over the body's Ollama `options` (temperature 1 unless
-    either sets it: Anthropic's default)."""
-    given = body.options.model_dump(exclude_none=True) if body.options else {}
-    mapped: dict[str, Any] = {"num_predict": body.max_tokens}
-    if body.temperature is not None or "temperature" not in given:
-        mapped["temperature"] = 1.0 if body.temperature is None else body.temperature
-    for key in ("top_p", "top_k"):
-        if getattr(body, key) is not None:
-            mapped[key] = getattr(body, key)
-    if body.stop_sequences:
-        mapped["stop"] = body.stop_sequences
-    return Options.model_validate({**given, **mapped})
+    """Anthropic's sampling fields over the body's Hearth `options` (request_types.
+    layered_options; Anthropic's default temperature is 1)."""
+    fields = {
+        "num_predict": body.max_tokens,
+        "temperature": body.temperature,
+        "top_p": body.top_p,
+        "top_k": body.top_k,
+        "stop": body.stop_sequences or None,
+    }
+    return layered_options(body.options, fields, {"temperature": 1.0})
 
 
 def stop(

@@ -13,7 +13,7 @@ from typing import Any
 from ...engine.grammar.schema import compile_schema
 from ..prompting.images import data_url_payload
 from ..prompting.outputs import ParsedCall
-from ..request_types import ChatMessage, FunctionCall, Options, ToolCall
+from ..request_types import ChatMessage, FunctionCall, Options, ToolCall, layered_options
 from .common import hearth_extras
 from .errors import APIError
 from .openai_schemas import OAChatRequest, OAMessage, OAToolCall, ResponseFormat, SamplingFields
@@ -131,15 +131,21 @@ def tool_choice(
     return offered, (_forced_schema(offered) if required else None)
 
 
+# OpenAI's defaults where neither its field nor `options` sets the option.
+OPENAI_DEFAULTS = {"temperature": 1.0, "top_p": 1.0}
+
+
 def options(body: SamplingFields, max_tokens: int | None) -> Options:
-    """OpenAI's sampling fields as Ollama options (Ollama's defaults: temperature 1, top_p 1)."""
-    mapped: dict[str, Any] = {}
-    for key in ("frequency_penalty", "presence_penalty", "seed"):
-        if getattr(body, key) is not None:
-            mapped[key] = getattr(body, key)
-    if body.stop is not None:
-        mapped["stop"] = [body.stop] if isinstance(body.stop, str) else body.stop
-    return sampling_options(body.options, body.temperature, body.top_p, max_tokens, mapped)
+    """OpenAI's sampling fields over the body's Hearth `options` (request_types.
+    layered_options); `max_tokens` is num_predict."""
+    stop = [body.stop] if isinstance(body.stop, str) else body.stop
+    fields = {
+        "frequency_penalty": body.frequency_penalty,
+        "presence_penalty": body.presence_penalty,
+        "seed": body.seed,
+        "stop": stop,
+    }
+    return sampling_options(body.options, body.temperature, body.top_p, max_tokens, fields)
 
 
 def sampling_options(
@@ -149,17 +155,10 @@ def sampling_options(
     max_tokens: int | None,
     more: dict[str, Any] | None = None,
 ) -> Options:
-    """The request's Ollama `options` with OpenAI's sampling fields over them (OpenAI's
-    defaults: temperature 1, top_p 1); `max_tokens` is num_predict. Shared by /v1 routes."""
-    mapped: dict[str, Any] = {
-        "temperature": 1.0 if temperature is None else temperature,
-        "top_p": 1.0 if top_p is None else top_p,
-        **(more or {}),
-    }
-    if max_tokens is not None:
-        mapped["num_predict"] = max_tokens
-    base = given.model_dump(exclude_none=True) if given else {}
-    return Options.model_validate({**base, **mapped})
+    """The options of a /v1 route with OpenAI's sampling fields (chat completions, completions,
+    responses): those fields over the body's `options`, then OpenAI's defaults."""
+    fields = {"temperature": temperature, "top_p": top_p, "num_predict": max_tokens}
+    return layered_options(given, {**fields, **(more or {})}, OPENAI_DEFAULTS)
 
 
 def output_format(

@@ -25,7 +25,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from ..prompting.outputs import OutputParser, ParsedCall
-from ..request_types import ChatMessage
+from ..request_types import ChatMessage, Options
 from ..scheduling.service import Generation, Piece, pieces
 from . import openai_convert
 from . import responses_convert as convert
@@ -249,7 +249,7 @@ def _loads(text: str) -> Any:
         return None
 
 
-def _base(body: ResponsesRequest, model: str) -> dict[str, Any]:
+def _base(body: ResponsesRequest, model: str, opts: Options) -> dict[str, Any]:
     """The response object's fields that echo the request."""
     fmt = body.text.format if body.text is not None else None
     return {
@@ -269,13 +269,13 @@ def _base(body: ResponsesRequest, model: str) -> dict[str, Any]:
         "reasoning": {"effort": body.reasoning.effort if body.reasoning else None, "summary": None},
         "service_tier": "default",
         "store": body.store is not False,
-        "temperature": 1.0 if body.temperature is None else body.temperature,
+        "temperature": opts.temperature,  # as sampled (layered_options)
         "text": {
             "format": fmt.model_dump(by_alias=True, exclude_none=True) if fmt else {"type": "text"}
         },
         "tool_choice": body.tool_choice if body.tool_choice is not None else "auto",
         "tools": [t.model_dump(exclude_none=True) for t in body.tools or []],
-        "top_p": 1.0 if body.top_p is None else body.top_p,
+        "top_p": opts.top_p,
         "truncation": "disabled",
         "usage": None,
         "user": body.user,
@@ -330,7 +330,8 @@ async def create_response(body: ResponsesRequest, request: Request) -> Response:
     )
     gen = await generate(svc, target, opts, prompt, images, fmt, body.keep_alive)
     parser = target.output_parser(think, tools, prompt, body.parallel_tool_calls is False)
-    reply = ReplyAssembler(_base(body, target.name), one_call=body.parallel_tool_calls is False)
+    one_call = body.parallel_tool_calls is False
+    reply = ReplyAssembler(_base(body, target.name, opts), one_call=one_call)
 
     def keep(response: dict[str, Any]) -> None:
         if body.store is not False:

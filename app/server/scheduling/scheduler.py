@@ -180,27 +180,17 @@ class Loaded:
 
     def serves(self, spec: LoadSpec) -> bool:
         """Whether this runner can take the request as it is (no reload)."""
-        have, want = self.spec.options, spec.options
-        if self.retiring or not self.runner.alive or want.num_ctx > have.num_ctx:
+        if self.retiring or not self.runner.alive:
             return False
-        if (want.flash_attention, want.kv_type) != (have.flash_attention, have.kv_type):
-            return False
-        if want.engine != have.engine:  # two models may share a file, each on its engine
-            return False
-        if want.projector is not None and want.projector != have.projector:
-            return False
-        # A draft model asked for needs a runner that has it (one without a draft model,
-        # or with another, gives the same text; only its speed differs).
-        if want.draft_model is not None and want.draft_model != have.draft_model:
-            return False
-        if "num_batch" in spec.explicit and want.num_batch != have.num_batch:
+        # The runner options' reload rules (protocol.RunnerOptions: num_ctx larger, flash
+        # attention, KV type or engine different, a projector or draft model asked for and
+        # different, num_batch or num_thread set and different).
+        if self.spec.options.reloads(spec.options, spec.explicit) is not None:
             return False
         want_layout, have_layout = spec.layout_options, self.spec.layout_options
         if "num_gpu" in spec.explicit and want_layout.num_gpu != have_layout.num_gpu:
             return False
-        if "main_gpu" in spec.explicit and want_layout.main_gpu != have_layout.main_gpu:
-            return False
-        return not ("num_thread" in spec.explicit and want.threads != have.threads)
+        return not ("main_gpu" in spec.explicit and want_layout.main_gpu != have_layout.main_gpu)
 
 
 @overload

@@ -18,6 +18,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from ...engine.gguf import GGUFError
+from ...options import LoadOptions, default
 from ...runner.protocol import (
     CompletionChunk,
     CompletionDone,
@@ -212,7 +213,8 @@ class Service:
     def _params(self, record: ModelRecord) -> dict[str, Any]:
         try:
             raw = json.loads(self.store.read_text(record.layer("params")) or "{}")
-            return Options.model_validate(raw).model_dump(exclude_none=True)
+            params: dict[str, Any] = Options.model_validate(raw).model_dump(exclude_none=True)
+            return params
         except (ValueError, ValidationError):
             return {}  # checked at create time; a hand-edited bad layer is ignored
 
@@ -250,24 +252,27 @@ class Service:
     def settings(self, target: Target, options: Options | None) -> GenerationSettings:
         given = options.model_dump(exclude_none=True) if options is not None else {}
         merged = {**target.params, **given}
+        load = LoadOptions(**{k: v for k, v in merged.items() if k in RUNTIME_OPTIONS})
         choice = self.engine(target, options) if target.info.supported else None
         engine = choice.engine if choice is not None else EngineKind.HEARTH
         trained = target.info.context_length or 1 << 24
-        num_ctx = max(4, min(int(merged.get("num_ctx") or self.config.context_length), trained))
-        flash = bool(merged.get("flash_attention", self.config.flash_attention))
+        num_ctx = max(4, min(load.num_ctx or self.config.context_length, trained))
+        flash = (
+            self.config.flash_attention if load.flash_attention is None else load.flash_attention
+        )
         runner = RunnerOptions(
             num_ctx=num_ctx,
             parallel=self.config.num_parallel or 1,  # automatic: 1 here, see spec()
-            num_batch=min(int(merged.get("num_batch") or 512), num_ctx),
+            num_batch=min(load.num_batch or default("num_batch"), num_ctx),
             # More threads than CPUs only wait busily on each other (num_thread 1000 took the
             # machine): at most one per logical CPU.
-            threads=min(int(merged.get("num_thread") or 0), os.cpu_count() or 1) or None,
+            threads=min(load.num_thread or 0, os.cpu_count() or 1) or None,
             flash_attention=flash,
             # quantized K/V needs flash attention
             kv_type=KVCacheType(self.config.kv_cache_type) if flash else KVCacheType.F16,
             projector=str(target.projector) if target.projector is not None else None,
             engine=engine,
-            draft_model=self._draft_model(merged.get("draft_model"), engine),
+            draft_model=self._draft_model(load.draft_model, engine),
         )
         sampling = completion_options(merged, num_ctx)
         return GenerationSettings(

@@ -30,21 +30,23 @@ from PySide6.QtWidgets import (
 
 from ...documents import DOCUMENT_SUFFIXES
 from ...history.export_files import format_for
+from ...options import default as declared_default
 
 __all__ = ["ChatSettingsDialog", "Dialogs", "ShortcutsDialog", "SHORTCUTS", "service_failed_box"]
 
 _IMAGE_FILTER = "Images (*.png *.jpg *.jpeg *.webp *.gif *.bmp)"
 
-# (option, label, kind, low, high, step, fallback shown when the model gives no default)
-_OPTIONS: tuple[tuple[str, str, str, float, float, float, float], ...] = (
-    ("temperature", "Temperature", "float", 0.0, 2.0, 0.05, 0.8),
-    ("top_p", "Top P", "float", 0.0, 1.0, 0.05, 0.9),
-    ("top_k", "Top K", "int", 0, 500, 1, 40),
-    ("min_p", "Min P", "float", 0.0, 1.0, 0.01, 0.0),
-    ("repeat_penalty", "Repeat penalty", "float", 0.5, 2.0, 0.05, 1.1),
-    ("num_predict", "Max tokens", "int", -1, 131072, 16, -1),
-    ("seed", "Seed", "int", -1, 2**31 - 1, 1, -1),
-    ("num_ctx", "Context length", "int", 256, 1 << 20, 1024, 4096),
+# (option, label, kind, low, high, step); the value shown when the model gives no default is
+# the option's declared one (hearth.options).
+_OPTIONS: tuple[tuple[str, str, str, float, float, float], ...] = (
+    ("temperature", "Temperature", "float", 0.0, 2.0, 0.05),
+    ("top_p", "Top P", "float", 0.0, 1.0, 0.05),
+    ("top_k", "Top K", "int", 0, 500, 1),
+    ("min_p", "Min P", "float", 0.0, 1.0, 0.01),
+    ("repeat_penalty", "Repeat penalty", "float", 0.5, 2.0, 0.05),
+    ("num_predict", "Max tokens", "int", -1, 131072, 16),
+    ("seed", "Seed", "int", -1, 2**31 - 1, 1),
+    ("num_ctx", "Context length", "int", 256, 1 << 20, 1024),
 )
 
 
@@ -80,7 +82,7 @@ class ChatSettingsDialog(QDialog):
         form = QFormLayout()
         form.setVerticalSpacing(6)
         self.rows: dict[str, tuple[QCheckBox, QSpinBox | QDoubleSpinBox]] = {}
-        for key, label, kind, low, high, step, fallback in _OPTIONS:
+        for key, label, kind, low, high, step in _OPTIONS:
             box = QCheckBox(self.tr(label))
             box.setAccessibleName(self.tr("Override %1").replace("%1", self.tr(label)))
             spin: QSpinBox | QDoubleSpinBox
@@ -94,7 +96,7 @@ class ChatSettingsDialog(QDialog):
                 spin.setSingleStep(step)
                 spin.setDecimals(2)
             spin.setAccessibleName(self.tr(label))
-            default = model_defaults.get(key, fallback)
+            default = model_defaults.get(key, declared_default(key))
             value = overrides.get(key, default)
             spin.setValue(value)
             if key == "num_predict":
