@@ -28,6 +28,7 @@ class CompareBar(QFrame):
         self.model_box.setModelColumn(0)
         self.model_box.setMinimumWidth(180)
         self.model_box.setAccessibleName(self.tr("Model to compare with"))
+        self.model_box.view().setAccessibleName(self.tr("Installed models"))
         self.model_box.activated.connect(lambda _i: self.model_chosen.emit(self.other()))
         self.close_btn = QToolButton()
         self.close_btn.setText("✕")
