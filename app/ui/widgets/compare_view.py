@@ -9,7 +9,15 @@ from __future__ import annotations
 from dataclasses import replace
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QPushButton,
+    QSizePolicy,
+    QVBoxLayout,
+    QWidget,
+)
 
 from ...history.records import STREAMING
 from ..item_models.conversation import MessageItem
@@ -27,17 +35,21 @@ class CompareColumn(QFrame):
     def __init__(self, item: MessageItem, palette: Palette, parent: QWidget | None = None):
         super().__init__(parent)
         self.setObjectName("CompareColumn")
+        # Columns share the width equally, whatever their text asks for.
+        self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(12, 6, 12, 10)
         self.message = MessageWidget(item, palette)
         self.message.regen_btn.hide()  # a column is answered once; Regenerate is for the branch
-        lay.addWidget(self.message, 1)
+        self.message.stats_label.setWordWrap(True)  # the figures fit half the width
+        lay.addWidget(self.message)
         self.choose_btn = QPushButton(self.tr("Continue with this reply"))
         self.choose_btn.clicked.connect(lambda: self.continue_requested.emit(self.item.id))
         self.chosen_label = QLabel(self.tr("✓ The chat continues with this reply"))
         self.chosen_label.setObjectName("Stats")
         lay.addWidget(self.choose_btn, 0, Qt.AlignmentFlag.AlignLeft)
         lay.addWidget(self.chosen_label)
+        lay.addStretch(1)
         self._busy = False
         self._chosen = False
 
