@@ -49,6 +49,7 @@ def wire_compare(window: MainWindow, chat: ChatController, models: ModelsControl
             compare.set_other(name)
 
     compare.other_changed.connect(show)
+    compare.finished.connect(lambda *_a: models.refresh_running())  # where each model runs
     chat.chat_meta_changed.connect(lambda: show(compare.other))  # the chat's model may change
     bar.model_chosen.connect(pick)
     bar.close_requested.connect(lambda: compare.set_other(""))

@@ -8,6 +8,9 @@ service gives that model for the same request asked directly: greedy decoding) a
 as the transcript shows them; continuing with the right-hand reply moves the chat onto that
 model, the left one stays as a branch (in the history, the JSON export, and on screen when the
 chat is reopened, where it can be chosen again). Stop ends both replies.
+
+Against the stub service (fast): Compare needs a second model, refuses the chat's own, is for
+one question; both replies stream at the same time; a column that fails leaves the other.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import Any
 
 import pytest
 from PySide6.QtCore import Qt
+from stub_server import StubModel
 
 from hearth.history.records import DONE, STOPPED, STREAMING
 from hearth.ui.controllers.reply import format_stats
@@ -25,8 +29,6 @@ from hearth.ui.controllers.request import chat_body
 from hearth.ui.widgets.compare_view import CompareView
 
 from conftest import send_and_wait, service_api
-
-pytestmark = pytest.mark.slow
 
 DEFAULT = "gemma3:270m"
 OTHER = "tiny-llama:latest"
@@ -86,6 +88,7 @@ def _view(app) -> CompareView:
     return views[0]
 
 
+@pytest.mark.slow
 def test_one_question_to_two_models_then_continue_with_either(
     qtbot, make_app, real_service, second_model, tmp_path
 ):
@@ -165,6 +168,7 @@ def test_one_question_to_two_models_then_continue_with_either(
     assert [m.id for m in app.store.path(chat_id)] == [user.id, left.id]
 
 
+@pytest.mark.slow
 def test_stop_ends_both_replies(qtbot, make_app, real_service, second_model):
     app = _app(make_app, real_service, {**OPTIONS, "num_predict": 400})
     _compare_on(app, second_model)
@@ -184,3 +188,72 @@ def test_stop_ends_both_replies(qtbot, make_app, real_service, second_model):
         assert stored.state == STOPPED and stored.stats.get("eval_count") is None
     assert not app.chat.busy
     assert any(app.store.message(i).content for i in states)
+
+
+# -- against the stub service (fast): the bar, both requests in flight, a failing column ------
+
+
+def _stub_app(stub, make_app, *names: str):
+    stub.models = [StubModel(n) for n in (DEFAULT, *names)]
+    app = make_app(stub.url)
+    app.chat.new_chat(DEFAULT)
+    return app
+
+
+def test_compare_needs_a_second_model_and_is_for_one_question(qtbot, stub, make_app):
+    app = _stub_app(stub, make_app)
+    page = app.window.chat_page
+    page.compare_btn.click()  # only the chat's own model is installed
+    assert not page.compare_btn.isChecked() and not page.compare_bar.isVisibleTo(page)
+    assert "second model" in app.window.toast.label.text()
+    stub.models.append(StubModel("llama3.2:1b"))
+    app.models.refresh()
+    qtbot.waitUntil(lambda: "llama3.2:1b" in app.models.names(), timeout=10_000)
+    page.compare_btn.click()
+    assert app.chat.compare.other == "llama3.2:1b" and page.compare_bar.isVisibleTo(page)
+    page.compare_bar.model_box.setCurrentIndex(page.compare_bar.model_box.findText(DEFAULT))
+    page.compare_bar.model_box.activated.emit(0)  # the chat's own model: refused
+    assert app.chat.compare.other == "llama3.2:1b"
+    assert "other than the chat's own" in app.window.toast.label.text()
+    page.compare_bar.close_btn.click()
+    assert not app.chat.compare.other and not page.compare_btn.isChecked()
+    app.window.act_compare.trigger()  # Ctrl+Shift+M
+    assert app.chat.compare.other == "llama3.2:1b"
+    assert len(_ask_both(qtbot, app, "hello", timeout=30_000)) == 2
+    assert not app.chat.compare.other
+    send_and_wait(qtbot, app, "and again", timeout=30_000)  # one model: Compare was for one
+    assert [r["model"] for r in stub.requests if r["path"] == "/api/chat"] == [
+        DEFAULT,
+        "llama3.2:1b",
+        DEFAULT,
+    ]
+
+
+def test_both_stream_at_once_and_a_failing_column_leaves_the_other(qtbot, stub, make_app):
+    app = _stub_app(stub, make_app, "llama3.2:1b")
+    stub.delay = 0.2
+    app.chat.compare.set_other("llama3.2:1b")
+    stub.models = stub.models[:1]  # the second model is gone by the time the question goes
+    edit = app.window.chat_page.composer.edit
+    edit.setPlainText("hello")
+    with qtbot.waitSignal(app.chat.compare.finished, timeout=30_000) as finished:
+        qtbot.keyClick(edit, Qt.Key.Key_Return)
+    left, right = (app.store.message(i) for i in finished.args[1])
+    assert (left.state, right.state) == (DONE, "error")
+    assert left.content == stub.reply and "llama3.2:1b" in right.error
+    view = _view(app)
+    assert view.columns[1].message.error_card.isVisibleTo(view)
+    assert view.columns[0].message.stats_label.text() == format_stats(left.stats)
+    # both in flight at once: with the model back, each column streams while the other does
+    stub.models.append(StubModel("llama3.2:1b"))
+    app.chat.compare.set_other("llama3.2:1b")
+    edit.setPlainText("again")
+    with qtbot.waitSignal(app.chat.compare.finished, timeout=30_000):
+        qtbot.keyClick(edit, Qt.Key.Key_Return)
+        qtbot.waitUntil(
+            lambda: all(
+                c.content and c.state == STREAMING
+                for c in app.chat.conversation.items()[-1].compared
+            ),
+            timeout=10_000,
+        )

@@ -542,6 +542,8 @@ class ChatController(QObject):
         body = self._body(self.chat.model, path)
         other, self._compare_with = self._compare_with, ""
         if other:  # Compare: two replies side by side (no tools), the chat's model on the left
+            if self._active_tool_servers():
+                self.notice.emit("info", self.tr("Compared replies do not use tools."))
             self.compare.start(self.chat.id, user_id, [body, self._body(other, path)])
             self._reload()
             self.busy_changed.emit(True)

@@ -40,7 +40,7 @@ class CompareController(QObject):
     also goes to. `extras(message)` are a compared reply's columns for the transcript."""
 
     other_changed = Signal(str)  # the second model for the next question ('' : Compare is off)
-    finished = Signal(int, object)  # chat id, {message id: final state} once both ended
+    finished = Signal(int, object)  # chat id, {message id: final state} by column, once all ended
 
     def __init__(
         self,
@@ -166,6 +166,6 @@ class CompareController(QObject):
         reply.deleteLater()
         self._show()
         if not self._replies:
-            states, self._states = self._states, {}
-            self._columns = []
+            states = {c.id: self._states[c.id] for c in self._columns}  # by column
+            self._states, self._columns = {}, []
             self.finished.emit(self.chat_id, states)
