@@ -97,7 +97,8 @@ class ChatController(QObject):
 
     @property
     def busy(self) -> bool:
-        """A reply is being written, or its question prepared (its vector fetched)."""
+        """A reply (or a comparison) is being written, or its question prepared (its vector
+        fetched)."""
         return self._reply is not None or self._preparing or self.compare.busy
 
     @property
