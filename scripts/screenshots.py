@@ -21,6 +21,9 @@ held by a JSON schema to a call of the weather server's `forecast` (tests/ui/mcp
 a real MCP server over stdio), the call allowed on the approval card as a user would, the
 result sent back and the model's own answer to it.
 
+The compare scene (compare.png) is one question answered side by side by two models (sample
+text and figures written for it), the chat going on with the left reply.
+
 The compaction scene (compaction.png) is a chat that outgrew a 512-token context: its earlier
 turns summarised (sample text written for them) and the notice opened on the summary.
 """
@@ -359,6 +362,7 @@ def seed_history() -> None:
             "UPDATE chats SET updated_at=? WHERE id=?", (now - 86400 * (n + 1) * 1.3, chat.id)
         )
     seed_compaction_chat(store, now - 4 * 3600)
+    seed_compare_chat(store, now - 5 * 3600)
     seed_vision_chat(store, now - 3 * 3600)
     seed_documents_chat(store, now - 2 * 3600, Path(os.environ["HEARTH_HOME"]))
     chat = store.create_chat("gemma3:270m")
@@ -451,6 +455,66 @@ def shoot_tools(h, spin, out: Path) -> None:  # type: ignore[no-untyped-def]
     print("wrote", out / "tools.png")
 
 
+COMPARE_MODEL = "llama3.2:1b"  # named as a second model a user would have installed
+COMPARE_QUESTION = "What should I pack for a weekend of hiking in the mountains?"
+COMPARE_LEFT = """For two days in the mountains, pack in layers:
+
+- **Clothing**: a waterproof jacket, a warm fleece, quick-drying shirts, spare socks.
+- **Footwear**: broken-in hiking boots with good grip.
+- **Navigation**: a paper map and compass, even if you carry a phone.
+- **Food and water**: 2 litres of water a day, snacks that keep, a simple stove.
+- **Safety**: a first-aid kit, a head torch, a whistle and sun cream.
+
+Check the forecast the evening before you set off."""
+COMPARE_RIGHT = """Keep the pack light but ready for bad weather:
+
+1. Rain jacket and a warm hat, because mountain weather turns fast.
+2. Sturdy boots and two pairs of wool socks.
+3. Water, lunch and high-energy snacks.
+4. Map, phone and a small power bank.
+5. A basic first-aid kit.
+
+Tell someone your route and when you expect to be back."""
+
+
+def seed_compare_chat(store, when: float) -> None:
+    """A question answered side by side by two models (Compare), the chat going on with the
+    left one; sample text and figures."""
+    chat = store.create_chat("gemma3:270m")
+    store.set_auto_title(chat.id, "Packing for a mountain weekend")
+    q = store.add_message(chat.id, None, "user", COMPARE_QUESTION)
+    base = {"prompt_eval_count": 24, "prompt_tokens": 24, "done_reason": "stop"}
+    for column, (model, text, speed, first, count) in enumerate(
+        (
+            ("gemma3:270m", COMPARE_LEFT, 44.6, 0.28, 112),
+            (COMPARE_MODEL, COMPARE_RIGHT, 17.9, 0.74, 86),
+        ),
+        start=1,
+    ):
+        a = store.add_message(chat.id, q.id, "assistant", text, model=model, compare=column)
+        stats = {**base, "eval_count": count, "tokens_per_second": speed, "ttft": first}
+        store.update_message(a.id, stats=stats)
+        if column == 1:
+            left = a.id
+    store.select(chat.id, left)
+    store._conn.execute("UPDATE chats SET updated_at=? WHERE id=?", (when, chat.id))
+
+
+def shoot_compare(h, spin, out: Path) -> None:  # type: ignore[no-untyped-def]
+    """The comparison: both replies side by side with their figures, the left one chosen."""
+    offer = getattr(h.window, "first_model_offer", None)
+    if offer is not None:
+        offer.later_btn.click()  # the first-run offer of a chat model: "Not now"
+    compared = next(c for c in h.store.chats() if c.title == "Packing for a mountain weekend")
+    h.chat.open_chat(compared.id)
+    h.window.chat_page.composer.edit.setPlainText("Which of these can I leave out if it is sunny")
+    spin(1.0)
+    h.window.chat_page.transcript.verticalScrollBar().setValue(0)
+    spin(1.0)
+    h.window.grab().save(str(out / "compare.png"))
+    print("wrote", out / "compare.png")
+
+
 def shoot(out: Path, only: str = "") -> None:
     from PySide6.QtCore import QEvent, QEventLoop
     from PySide6.QtWidgets import QApplication
@@ -477,9 +541,9 @@ def shoot(out: Path, only: str = "") -> None:
     if h.service.state != "ready":
         raise SystemExit(f"the engine did not start; see {h.service.log_path}")
     spin(30, lambda: h.models.loaded and all(m.details_loaded for m in h.models.model.models()))
-    if only == "tools.png":
+    if only in ("tools.png", "compare.png"):
         h.window.show_page(CHAT_PAGE)
-        shoot_tools(h, spin, out)
+        (shoot_tools if only == "tools.png" else shoot_compare)(h, spin, out)
         h.shutdown()
         return
     h.chat.open_chat(h.store.chats()[0].id)
@@ -566,6 +630,7 @@ def shoot(out: Path, only: str = "") -> None:
     if not only:
         h.window.show_page(CHAT_PAGE)
         shoot_tools(h, spin, out)
+        shoot_compare(h, spin, out)
     h.shutdown()
 
 

@@ -164,18 +164,21 @@ class ChatStore:
         tool_calls: Sequence[dict[str, Any]] = (),
         tool: dict[str, Any] | None = None,
         covers: int = 0,
+        compare: int = 0,
     ) -> Message:
         """Append a message under `parent_id` and make it the chat's current leaf.
 
         `tool_calls` (assistant) and `tool` (role "tool": the call it answers) are described on
         records.Message; a tool result's images go in `images`, as a user's do; `covers`
-        (role "summary") how many messages of the branch before it the summary stands for.
+        (role "summary") how many messages of the branch before it the summary stands for;
+        `compare` (an assistant reply of a comparison) its column, 1 or 2.
         """
         now = time.time()
         with self._tx() as db:
             cur = db.execute(
                 "INSERT INTO messages(chat_id, parent_id, role, content, model, state,"
-                " tool_calls, tool, covers, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " tool_calls, tool, covers, compare, created_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     chat_id,
                     parent_id,
@@ -186,6 +189,7 @@ class ChatStore:
                     json.dumps(list(tool_calls)),
                     json.dumps(tool or {}),
                     covers,
+                    compare,
                     now,
                 ),
             )
@@ -248,6 +252,7 @@ class ChatStore:
             tool_calls=json.loads(row["tool_calls"] or "[]"),
             tool=json.loads(row["tool"] or "{}"),
             covers=row["covers"],
+            compare=row["compare"],
         )
 
     def tree(self, chat_id: int) -> list[Message]:
@@ -295,8 +300,8 @@ class ChatStore:
                         )
                     cur = db.execute(
                         "INSERT INTO messages(chat_id, parent_id, role, content, thinking, model,"
-                        " state, error, stats, tool_calls, tool, covers, created_at)"
-                        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        " state, error, stats, tool_calls, tool, covers, compare, created_at)"
+                        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                         (
                             chat_id,
                             None if m.parent_id is None else ids[m.parent_id],
@@ -310,6 +315,7 @@ class ChatStore:
                             json.dumps(m.tool_calls),
                             json.dumps(m.tool),
                             m.covers,
+                            m.compare,
                             m.created_at,
                         ),
                     )
@@ -358,6 +364,21 @@ class ChatStore:
             (row["chat_id"], row["parent_id"]),
         )
         return [r[0] for r in rows]
+
+    def comparison(self, message_id: int) -> list[Message]:
+        """The replies of the comparison `message_id` belongs to (Compare, schema 6), by
+        column; empty when it is not a compared reply."""
+        row = self._conn.execute(
+            "SELECT chat_id, parent_id, compare FROM messages WHERE id=?", (message_id,)
+        ).fetchone()
+        if row is None or not row["compare"]:
+            return []
+        rows = self._conn.execute(
+            "SELECT * FROM messages WHERE chat_id=? AND parent_id IS ? AND compare > 0"
+            " ORDER BY compare, id",
+            (row["chat_id"], row["parent_id"]),
+        ).fetchall()
+        return [self._message(r) for r in rows]
 
     def path(self, chat_id: int) -> list[Message]:
         """The conversation on screen: root → current leaf, each with its version numbers."""

@@ -6,7 +6,8 @@ The file (UTF-8 JSON, written by `hearth chats export` and the app's Export chat
      "chats": [{"title", "title_auto", "model", "system_prompt", "options", "tools",
                 "created_at", "updated_at", "current_leaf",
                 "messages": [{"id", "parent_id", "role", "content", "thinking", "model", "state",
-                              "error", "stats", "tool_calls", "tool", "covers", "created_at",
+                              "error", "stats", "tool_calls", "tool", "covers", "compare",
+                              "created_at",
                               "images": [<base64>...],
                               "documents": [<document>...], "sources": [<source>...]},
                              ...]}, ...]}
@@ -33,6 +34,12 @@ says how many messages of its branch, root first, it stands for in the prompt (l
 0), and the state "undone" for a summary the user took back. The messages it covers are in the
 file as every other message. Files of versions 1 and 2 (which have no summaries) import as
 before; an older Hearth refuses a version-3 file rather than send a summary as a message.
+
+A reply written side by side with another model's (the app's Compare) has `compare`, its
+column (1 or 2), written only where it is not 0; the replies of one comparison are siblings
+(versions of the reply to the same message), every one of them in the file, and
+`current_leaf` names the branch the conversation continued on. An older Hearth ignores
+`compare` and imports them as versions of the reply, so it needed no new version.
 
 Every message of every branch is there (parents before their replies); `id` and `parent_id`
 number the messages within their chat (1, 2, ...) and `current_leaf` names the one whose
@@ -151,6 +158,7 @@ def _chat_to_json(store: ChatStore, chat: Chat) -> dict[str, Any]:
                 "tool_calls": m.tool_calls,
                 "tool": m.tool,
                 **({"covers": m.covers} if m.covers else {}),
+                **({"compare": m.compare} if m.compare else {}),
                 "created_at": m.created_at,
                 "images": [base64.b64encode(b).decode("ascii") for b in m.images],
                 **_documents_to_json(documents.get(m.id, []), sources.get(m.id, []), number),
@@ -346,6 +354,7 @@ def _message_from_json(
         tool_calls=fields.list_of("tool_calls", dict),
         tool=get("tool", dict, {}),
         covers=get("covers", int, 0),
+        compare=get("compare", int, 0),
         created_at=float(get("created_at", float, 0.0)),
         images=images,
     )

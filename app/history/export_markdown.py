@@ -6,7 +6,8 @@ shown with their arguments and text; an interrupted, stopped or failed reply say
 question names the documents attached to it (extent, and whether it was sent whole or
 searched); a reply lists the sources its question's prompt drew on (document and page or
 section, [n] as numbered in the prompt; "read from an image of page N" for a scanned page a vision
-model transcribed).
+model transcribed). A reply written side by side with another model's (Compare) is followed by
+the other reply, quoted in a collapsed block, "Compared with <model>".
 """
 
 from __future__ import annotations
@@ -104,7 +105,17 @@ def _chat(store: ChatStore, chat: Chat) -> str:
             out.append(_attached(documents[msg.id]))
         if msg.role == "assistant" and msg.parent_id in sources:
             out.append(_sources(sources[msg.parent_id], documents))
+        if msg.compare:
+            out.extend(_compared(m) for m in store.comparison(msg.id) if m.id != msg.id)
     return "\n".join(out)
+
+
+def _compared(other: Message) -> str:
+    """Another model's reply to the same question (Compare), which the chat did not go on with."""
+    return (
+        f"<details><summary>Compared with {other.model or 'another model'}</summary>\n\n"
+        f"{_closed(other.content)}\n\n</details>\n"
+    )
 
 
 def _extent(doc: DocumentRecord) -> str:

@@ -214,6 +214,14 @@ _SCHEMA_5 = """
 ALTER TABLE messages ADD COLUMN covers INTEGER NOT NULL DEFAULT 0;
 """
 
+# Schema 6 (Compare, ui/controllers/compare.py): a reply written side by side with another
+# model's reply to the same message has its column here (1 = left, 2 = right); 0 for every
+# other message. The replies of one comparison are siblings (versions) whose `compare` > 0;
+# the one on the chat's current branch is the one the conversation continued with.
+_SCHEMA_6 = """
+ALTER TABLE messages ADD COLUMN compare INTEGER NOT NULL DEFAULT 0;
+"""
+
 STEPS: list[Step] = [
     Step(
         1,
@@ -233,6 +241,7 @@ STEPS: list[Step] = [
         4, "where each document passage's text comes from (a page's image)", sql_script(_SCHEMA_4)
     ),
     Step(5, "summaries of earlier messages (compaction)", sql_script(_SCHEMA_5)),
+    Step(6, "replies of two models side by side (Compare)", sql_script(_SCHEMA_6)),
 ]
 
 SCHEMA_VERSION = STEPS[-1].version

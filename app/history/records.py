@@ -71,6 +71,9 @@ class Message:
     # Schema 4. A role "summary" message (history.compaction) stands in the prompt for the
     # first `covers` messages of its branch; 0 for every other message.
     covers: int = 0
+    # Schema 6. An assistant reply written side by side with another model's (Compare): its
+    # column, 1 (left) or 2 (right); its comparison is its siblings with `compare` > 0.
+    compare: int = 0
     # Filled by ChatStore.path(): where this message sits among its siblings (versions).
     version: int = 1
     versions: int = 1

@@ -40,6 +40,7 @@ from .controllers.tools import ToolsController
 from .service_manager import ServiceManager
 from .views.main_window import MainWindow
 from .wiring_chat import wire_chat_page
+from .wiring_compare import wire_compare
 from .wiring_downloads import wire_get_models
 from .wiring_mcp import wire_mcp
 from .wiring_models import wire_models_page
@@ -107,6 +108,7 @@ class HearthApp:
         w = self.window
         wire_service(self.service, self.client, self.models, w.sidebar, w.chat_page, w.dialogs)
         wire_chat_page(w, self.chat, self.models, self.settings_ctrl, self.drops)
+        wire_compare(w, self.chat, self.models)
         wire_sidebar(w.sidebar, self.history, self.chat, w.dialogs, w.notify)
         wire_models_page(w, self.models, self.chat)
         wire_get_models(w, self.models, self.downloads, self.settings_ctrl)

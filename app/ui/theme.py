@@ -159,6 +159,8 @@ QToolButton:disabled {{ color: {p.border}; }}
 #ErrorCard {{ background: {p.warning_bg}; border-radius: 8px; }}
 #ErrorCard QLabel {{ color: {p.warning_text}; }}
 #SummaryNotice {{ background: {p.surface}; border: 1px dashed {p.border}; border-radius: 8px; }}
+#CompareColumn {{ border: 1px solid {p.border}; border-radius: 8px; }}
+#CompareColumn[chosen="true"] {{ border: 1px solid {p.accent}; }}
 #ApprovalCard {{ background: {p.accent_soft}; border: 1px solid {p.border}; border-radius: 8px; }}
 #Stats {{ color: {p.muted}; font-size: 11px; }}
 #RoleLabel {{ font-weight: 600; }}

@@ -7,7 +7,8 @@ screen; ChatStore marks such a reply interrupted on next start. When the chat ha
 servers on and its model can use tools, the reply is an AgentReply (agent_reply.py): the
 same, plus its tool calls (each asked for through `approval_needed`) and their results.
 When the turn would not fit the context, the oldest turns are summarised first (compaction.py);
-the summary is a message under the question, and the reply goes under it.
+the summary is a message under the question, and the reply goes under it. With Compare on
+(compare.py), the question is answered by two models side by side instead.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import base64
 import contextlib
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +34,7 @@ from ..widgets.documents import ChipInfo
 from .agent_reply import AgentReply, PendingCall
 from .clipboard import copy_text
 from .compaction import Compactor, compaction_plan
+from .compare import CompareController
 from .documents import DocumentsController
 from .errors import friendly_error
 from .images import attachable_images
@@ -78,7 +81,12 @@ class ChatController(QObject):
         self.documents = DocumentsController(store, client, models, self)
         self.documents.changed.connect(self.attachments_changed)
         self.documents.notice.connect(self.notice)
-        self.conversation.extras = self.documents.extras
+        self.compare = CompareController(
+            store, client, self.conversation, self.documents.extras, self
+        )
+        self.compare.finished.connect(self._on_compared)
+        self._compare_with = ""  # the second model of the question being prepared (Compare)
+        self.conversation.extras = lambda m: self.documents.extras(m) | self.compare.extras(m)
         models.model_updated.connect(self._on_model_info)
         self._compactor = Compactor(client, self)
         self._compactor.done.connect(self._on_compacted)
@@ -92,8 +100,9 @@ class ChatController(QObject):
 
     @property
     def busy(self) -> bool:
-        """A reply is being written, or its question prepared (its vector fetched)."""
-        return self._reply is not None or self._preparing
+        """A reply (or a comparison) is being written, or its question prepared (its vector
+        fetched)."""
+        return self._reply is not None or self._preparing or self.compare.busy
 
     @property
     def model(self) -> str:
@@ -399,6 +408,7 @@ class ChatController(QObject):
         Regenerate (its documents are stored)."""
         assert self.chat is not None
         self._preparing = True
+        self._compare_with = self.compare.take_other(self.chat.model)
         self.busy_changed.emit(True)
 
         def start() -> None:
@@ -477,6 +487,7 @@ class ChatController(QObject):
         """Answer the same question again; the new reply is a sibling version of the old."""
         if self.busy or self.chat is None:
             return False
+        self._compare_with = ""  # (a question prepared for Compare in another chat never ran)
         target = self._store.message(message_id) if message_id else self._last("assistant")
         if target is None or target.role != "assistant" or target.parent_id is None:
             return False
@@ -511,6 +522,23 @@ class ChatController(QObject):
         self._reload()
         return True
 
+    def continue_with(self, message_id: int) -> bool:
+        """Go on with reply `message_id` of a comparison (Compare): its branch goes on screen
+        and its model becomes the chat's."""
+        msg = self._store.message(message_id)
+        if self.busy or self.chat is None or msg is None or msg.chat_id != self.chat.id:
+            return False
+        self._store.select(self.chat.id, message_id)
+        self._switch_model(msg.model)
+        self._reload()
+        return True
+
+    def _on_compared(self, chat_id: int, _states: dict[int, str]) -> None:
+        if self.chat is not None and self.chat.id == chat_id:
+            self._reload()
+        self.busy_changed.emit(False)
+        self.chat_meta_changed.emit()
+
     def copy_message(self, message_id: int) -> str:
         msg = self._store.message(message_id)
         text = msg.content if msg else ""
@@ -529,14 +557,28 @@ class ChatController(QObject):
 
     # -- the reply ---------------------------------------------------------------------------
 
+    def _body(self, model: str, path: list[Message]) -> dict[str, Any]:
+        """The /api/chat request answering `path` on `model` (the chat's, or Compare's other)."""
+        assert self.chat is not None
+        info = self._models.info(model)
+        think = self._settings().think if info and info.thinking else None
+        runtime = self._settings().request_options()
+        chat = replace(self.chat, model=model)
+        return chat_body(chat, path, runtime, think, self.documents.message_text, self._pinned)
+
     def _start_reply(self, user_id: int) -> None:
         assert self.chat is not None
         self._store.set_leaf(self.chat.id, user_id)
         path = self._store.path(self.chat.id)
-        info = self._models.info(self.chat.model)
-        think = self._settings().think if info and info.thinking else None
-        runtime = self._settings().request_options()
-        body = chat_body(self.chat, path, runtime, think, self.documents.message_text, self._pinned)
+        body = self._body(self.chat.model, path)
+        other, self._compare_with = self._compare_with, ""
+        if other:  # Compare: two replies side by side (no tools), the chat's model on the left
+            if self._active_tool_servers():
+                self.notice.emit("info", self.tr("Compared replies do not use tools."))
+            self.compare.start(self.chat.id, user_id, [body, self._body(other, path)])
+            self._reload()
+            self.busy_changed.emit(True)
+            return
         message = self._store.add_message(
             self.chat.id, user_id, "assistant", model=self.chat.model, state=STREAMING
         )
@@ -573,6 +615,7 @@ class ChatController(QObject):
         self.busy_changed.emit(True)
 
     def stop(self) -> None:
+        self.compare.stop()
         if self._compacting is not None:
             self._compacting = None
             self._compactor.abort()
@@ -626,6 +669,7 @@ class ChatController(QObject):
 
     def shutdown(self) -> None:
         """At exit: a reply still streaming is kept as it stands, marked stopped."""
+        self.compare.abandon()
         self._compacting = None
         self._compactor.abort()
         if self._reply is not None:

@@ -38,6 +38,8 @@ class MessageItem:
     documents: list[Any] = field(default_factory=list)  # a question's document chips
     sources: list[Any] = field(default_factory=list)  # the passages a reply draws on
     covers: int = 0  # a summary's: the earlier messages it stands for (history.compaction)
+    compare: int = 0  # a compared reply's column (1, 2); Compare: controllers/compare.py
+    compared: list[Any] = field(default_factory=list)  # its comparison's replies (MessageItem)
 
     @classmethod
     def from_message(cls, m: Message) -> MessageItem:
@@ -57,6 +59,7 @@ class MessageItem:
             tool_calls=[dict(c) for c in m.tool_calls],
             tool=dict(m.tool),
             covers=m.covers,
+            compare=m.compare,
         )
 
 

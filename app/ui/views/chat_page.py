@@ -22,6 +22,7 @@ from ..item_models.conversation import ConversationModel
 from ..item_models.model_list import ModelListModel
 from ..theme import Palette
 from ..widgets.bits import ContextMeter
+from ..widgets.compare_bar import CompareBar
 from ..widgets.composer import Composer
 from ..widgets.transcript import Transcript
 
@@ -76,12 +77,20 @@ class ChatPage(QWidget):
         self.tools_btn.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
         self.tools_menu = QMenu(self.tools_btn)
         self.tools_btn.setMenu(self.tools_menu)
+        self.compare_btn = QToolButton()  # Compare: the next question to two models
+        self.compare_btn.setText(self.tr("Compare"))
+        self.compare_btn.setCheckable(True)
+        self.compare_btn.setAccessibleName(self.tr("Compare two models on the next question"))
+        self.compare_btn.setToolTip(
+            self.tr("Send the next question to two models, side by side (Ctrl+Shift+M)")
+        )
         self.settings_btn = QPushButton(self.tr("Chat settings"))
         self.settings_btn.setAccessibleName(self.tr("Chat settings: system prompt and sampling"))
         self.settings_btn.setToolTip(self.tr("System prompt and sampling for this chat (Ctrl+;)"))
         hl.addWidget(self.title, 1)
         hl.addWidget(self.model_box)
         hl.addWidget(self.runs_on)
+        hl.addWidget(self.compare_btn)
         hl.addWidget(self.tools_btn)
         hl.addWidget(self.meter)
         hl.addWidget(self.settings_btn)
@@ -115,6 +124,8 @@ class ChatPage(QWidget):
         bottom = QWidget()
         bot = QVBoxLayout(bottom)
         bot.setContentsMargins(24, 4, 24, 16)
+        self.compare_bar = CompareBar(models)
+        bot.addWidget(self.compare_bar, 0, Qt.AlignmentFlag.AlignHCenter)
         self.composer = Composer()
         self.composer.setMaximumWidth(820)
         bot.addWidget(self.composer, 0, Qt.AlignmentFlag.AlignHCenter)
@@ -182,3 +193,4 @@ class ChatPage(QWidget):
     def resizeEvent(self, e: QResizeEvent) -> None:  # the composer as wide as the transcript
         super().resizeEvent(e)
         self.composer.setFixedWidth(min(820, max(360, self.width() - 48)))
+        self.compare_bar.setFixedWidth(self.composer.width())

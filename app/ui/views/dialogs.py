@@ -145,6 +145,7 @@ SHORTCUTS: tuple[tuple[str, str], ...] = (
     ("Ctrl+O", "Attach an image"),
     ("Ctrl+V", "Paste an image or text"),
     ("Ctrl+M", "Choose the model"),
+    ("Ctrl+Shift+M", "Compare: the next question to two models, side by side"),
     ("Ctrl+;", "Chat settings (system prompt, sampling)"),
     ("F2", "Rename the selected chat"),
     ("Delete", "Delete the selected chat"),

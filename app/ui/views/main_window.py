@@ -91,6 +91,7 @@ class MainWindow(QMainWindow):
         self.act_attach = act(self.tr("Attach an image"), ["Ctrl+O"])
         self.act_model = act(self.tr("Choose the model"), ["Ctrl+M"])
         self.act_chat_settings = act(self.tr("Chat settings"), ["Ctrl+;"])
+        self.act_compare = act(self.tr("Compare two models"), ["Ctrl+Shift+M"])
         self.act_import = act(self.tr("Import a model"), ["Ctrl+I"])
         self.act_settings = act(self.tr("Settings"), ["Ctrl+,", "Ctrl+3"])
         self.act_chats = act(self.tr("Chats"), ["Ctrl+1"])

@@ -9,6 +9,7 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QScrollArea, QSizePolicy, QVB
 from ...history.compaction import SUMMARY
 from ..item_models.conversation import ConversationModel
 from ..theme import Palette
+from .compare_view import CompareView
 from .message import MessageWidget
 from .summary_notice import SummaryNotice
 
@@ -24,6 +25,7 @@ class Transcript(QScrollArea):
     version_requested = Signal(int, int)
     code_copied = Signal()
     summary_undo_requested = Signal(int, bool)  # a summary's id; True: undo, False: use again
+    continue_requested = Signal(int)  # Compare: go on with this reply of a comparison
 
     def __init__(self, model: ConversationModel, palette: Palette, parent: QWidget | None = None):
         super().__init__(parent)
@@ -34,7 +36,7 @@ class Transcript(QScrollArea):
         self._model = model
         self._palette = palette
         self._busy = False
-        self.widgets: list[MessageWidget | SummaryNotice] = []
+        self.widgets: list[MessageWidget | SummaryNotice | CompareView] = []
         self.approval: QWidget | None = None  # the card asking to allow a tool call
         body = QWidget()
         body.setObjectName("TranscriptBody")
@@ -81,8 +83,15 @@ class Transcript(QScrollArea):
         self._stick = True
         self.verticalScrollBar().setValue(self.verticalScrollBar().maximum())
 
-    def _make(self, row: int) -> MessageWidget | SummaryNotice:
+    def _make(self, row: int) -> MessageWidget | SummaryNotice | CompareView:
         item = self._model.item(row)
+        if item.compared:  # a reply written side by side with another model's (Compare)
+            view = CompareView(item, self._palette)
+            view.set_busy(self._busy)
+            view.continue_requested.connect(self.continue_requested)
+            view.copy_requested.connect(self.copy_requested)
+            view.code_copied.connect(self.code_copied)
+            return view
         if item.role == SUMMARY:
             notice = SummaryNotice(item, self._palette)
             notice.set_busy(self._busy)
@@ -156,5 +165,5 @@ class Transcript(QScrollArea):
             card.hide()
             card.deleteLater()
 
-    def widget_for(self, message_id: int) -> MessageWidget | SummaryNotice | None:
+    def widget_for(self, message_id: int) -> MessageWidget | SummaryNotice | CompareView | None:
         return next((w for w in self.widgets if w.item.id == message_id), None)
