@@ -11,12 +11,12 @@ from typing import Any
 
 from fastapi import Request
 
-from ...runner.protocol import CompletionRequest
-from ..errors import RequestError
-from ..prompting.prompts import conversation, render
-from ..request_types import ChatMessage, Options
-from ..scheduling.runner_process import RunnerError
-from ..scheduling.service import Generation, Service, Target
+from ....runner.protocol import CompletionRequest
+from ...errors import RequestError
+from ...prompting.prompts import conversation, render
+from ...request_types import ChatMessage, Options
+from ...scheduling.runner_process import RunnerError
+from ...service import Generation, Service, Target
 
 __all__ = [
     "chat_prompt",

@@ -17,8 +17,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ...engine.gguf import GGUFError
-from ...runner.protocol import (
+from ..engine.gguf import GGUFError
+from ..runner.protocol import (
     CompletionChunk,
     CompletionDone,
     CompletionOptions,
@@ -29,27 +29,27 @@ from ...runner.protocol import (
     from_wire,
     to_wire,
 )
-from ..config import ConfigError, ServerConfig, parse_duration
-from ..errors import ModelFailed, ModelFileMissing, RequestError
-from ..prompting.fenced import tool_schemas
-from ..prompting.harmony import HarmonyParser, is_harmony
-from ..prompting.images import check_image
-from ..prompting.outputs import OutputParser, ParsedCall, PartialCall
-from ..prompting.toolformats import (
+from .config import ConfigError, ServerConfig, parse_duration
+from .errors import ModelFailed, ModelFileMissing, RequestError
+from .prompting.fenced import tool_schemas
+from .prompting.harmony import HarmonyParser, is_harmony
+from .prompting.images import check_image
+from .prompting.outputs import OutputParser, ParsedCall, PartialCall
+from .prompting.toolformats import (
     THINK_TAGS,
     ThinkingMarkers,
     ToolCallFormat,
     detect_thinking_markers,
     detect_tool_format,
 )
-from ..request_types import RUNTIME_OPTIONS, ChatMessage, Options
-from ..store.engines import EngineChoice, EngineUnavailableError, choose_engine
-from ..store.model_store import ModelNotFound, ModelRecord, ModelStore
-from ..store.modelinfo import ModelInfo, ModelInfoCache, capabilities
-from .layout import LayoutOptions, MemoryReport
-from .layout.fit import fit_report, read_file_layers
-from .runner_process import RunnerCrashed, RunnerError, RunnerOptions
-from .scheduler import Lease, LoadSpec, Scheduler
+from .request_types import RUNTIME_OPTIONS, ChatMessage, Options
+from .scheduling.layout import LayoutOptions, MemoryReport
+from .scheduling.layout.fit import fit_report, read_file_layers
+from .scheduling.runner_process import RunnerCrashed, RunnerError, RunnerOptions
+from .scheduling.scheduler import Lease, LoadSpec, Scheduler
+from .store.engines import EngineChoice, EngineUnavailableError, choose_engine
+from .store.model_store import ModelNotFound, ModelRecord, ModelStore
+from .store.modelinfo import ModelInfo, ModelInfoCache, capabilities
 
 __all__ = [
     "Service",

@@ -10,13 +10,13 @@ import json
 import secrets
 from typing import Any
 
-from ...engine.grammar.schema import compile_schema
-from ..prompting.images import data_url_payload
-from ..prompting.outputs import ParsedCall
-from ..request_types import ChatMessage, FunctionCall, Options, ToolCall
-from .common import hearth_extras
-from .errors import APIError
-from .openai_schemas import OAChatRequest, OAMessage, OAToolCall, ResponseFormat, SamplingFields
+from ....engine.grammar.schema import compile_schema
+from ...prompting.images import data_url_payload
+from ...prompting.outputs import ParsedCall
+from ...request_types import ChatMessage, FunctionCall, Options, ToolCall
+from ..shared.common import hearth_extras
+from ..shared.errors import APIError
+from .schemas import OAChatRequest, OAMessage, OAToolCall, ResponseFormat, SamplingFields
 
 __all__ = [
     "check_sampling",

@@ -30,14 +30,14 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from ..prompting.outputs import ParsedCall, PartialCall
-from ..scheduling.runner_process import RunnerError
-from ..scheduling.service import Piece, Service, Target, pieces
-from . import anthropic_convert as convert
-from .anthropic_schemas import CountTokensRequest, MessagesRequest, PromptedRequest
-from .common import chat_prompt, generate, service_of, think_flag
-from .errors import APIError
-from .responses import error_message, sse
+from ...prompting.outputs import ParsedCall, PartialCall
+from ...scheduling.runner_process import RunnerError
+from ...service import Piece, Service, Target, pieces
+from ..shared.common import chat_prompt, generate, service_of, think_flag
+from ..shared.errors import APIError
+from ..shared.streams import error_message, sse
+from . import convert
+from .schemas import CountTokensRequest, MessagesRequest, PromptedRequest
 
 __all__ = ["router"]
 

@@ -24,16 +24,16 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from ..prompting.outputs import OutputParser, ParsedCall
-from ..request_types import ChatMessage
-from ..scheduling.service import Generation, Piece, pieces
-from . import openai_convert
-from . import responses_convert as convert
-from .common import chat_prompt, generate, hearth_extras, service_of, think_flag
-from .errors import APIError
-from .responses import error_message, sse
-from .responses_schemas import ResponsesRequest
-from .responses_store import StoredResponse, forgotten_sentence, store_of
+from ...prompting.outputs import OutputParser, ParsedCall
+from ...request_types import ChatMessage
+from ...service import Generation, Piece, pieces
+from ..openai import convert as openai_convert
+from ..shared.common import chat_prompt, generate, hearth_extras, service_of, think_flag
+from ..shared.errors import APIError
+from ..shared.streams import error_message, sse
+from . import convert
+from .schemas import ResponsesRequest
+from .store import StoredResponse, forgotten_sentence, store_of
 
 __all__ = ["router", "ReplyAssembler"]
 

@@ -51,8 +51,8 @@ from typing import Annotated, Any, Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from ..request_types import Options
-from .schemas import HearthExtensions, KeepAlive
+from ...request_types import Options
+from ..ollama.schemas import HearthExtensions, KeepAlive
 
 __all__ = [
     "OAChatRequest",

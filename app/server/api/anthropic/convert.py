@@ -10,10 +10,12 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
-from ..prompting.outputs import ParsedCall
-from ..request_types import ChatMessage, FunctionCall, Options, ToolCall
-from . import openai_convert
-from .anthropic_schemas import (
+from ...prompting.outputs import ParsedCall
+from ...request_types import ChatMessage, FunctionCall, Options, ToolCall
+from ..openai import convert as openai_convert
+from ..shared.common import hearth_extras
+from ..shared.errors import APIError
+from .schemas import (
     MessageParam,
     MessagesRequest,
     PromptedRequest,
@@ -22,8 +24,6 @@ from .anthropic_schemas import (
     ToolChoice,
     ToolResultBlock,
 )
-from .common import hearth_extras
-from .errors import APIError
 
 __all__ = [
     "message_id",

@@ -34,7 +34,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .schemas import HearthExtensions
+from ..ollama.schemas import HearthExtensions
 
 __all__ = ["ResponsesRequest", "TextConfig", "TextFormat", "ReasoningConfig", "FunctionTool"]
 
