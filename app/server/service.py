@@ -107,7 +107,7 @@ class Target:
         one_call: bool = False,
     ) -> OutputParser:
         """The parser for a reply to `prompt` in this model's formats. `think` as
-        `api.common.think_flag` gives it: True splits the thinking off; None (not asked) splits
+        `shared.common.think_flag` gives it: True splits the thinking off; None (not asked) splits
         it off too when the model declares thinking markers (a model that thinks by default
         keeps its thinking out of the content); False drops what the model thinks anyway.
         A prompt that ends with the opening marker starts the reply inside the thinking.
@@ -151,7 +151,7 @@ class GenerationSettings:
 
 def completion_options(merged: dict[str, Any], num_ctx: int) -> CompletionOptions:
     """The options a completion sends its runner, from `merged`: the model's parameters with
-    the request's options over them (both validated by api.schemas.Options). The record's
+    the request's options over them (both validated by api.ollama.schemas.Options). The record's
     fields name the options it takes; the rest of `merged` picks the runner (RUNTIME_OPTIONS)
     or was refused unless it is off (typical_p). A num_predict that is unset or negative
     becomes 10 * num_ctx (Ollama's cap on runaway generation)."""

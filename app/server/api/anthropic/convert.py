@@ -1,7 +1,7 @@
 """Translating between Anthropic's Messages shapes and the service's: the system text and
 messages to chat messages (tool_use blocks to tool calls, tool_result blocks to tool
 messages, image blocks to message images), tools and tool_choice to the tools offered and a
-forcing format (OpenAI's conversion, `openai_convert.tool_choice`, does the work), sampling
+forcing format (OpenAI's conversion, `openai.convert.tool_choice`, does the work), sampling
 fields to Ollama options, and a parsed reply to content blocks, stop reasons (with the stop
 sequence that ended it) and usage."""
 

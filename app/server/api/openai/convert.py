@@ -2,7 +2,7 @@
 to Ollama options, messages (content parts, data-URL images, tool calls with JSON-string
 arguments) to chat messages, `tool_choice` to the tools offered and a forcing format, and runner
 results to usage, finish reasons and logprobs. Also the refusals of request fields Hearth cannot
-honour (the table is in openai_schemas)."""
+honour (the table is in schemas)."""
 
 from __future__ import annotations
 

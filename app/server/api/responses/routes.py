@@ -1,6 +1,6 @@
 """OpenAI's Responses API: `POST /v1/responses`, `GET` and `DELETE /v1/responses/{id}`.
 
-A request's input items become chat messages (`responses_convert`), and the reply is made as
+A request's input items become chat messages (`convert`), and the reply is made as
 `/v1/chat/completions` makes it: the same prompt (`common.chat_prompt`), constraint (tool_choice,
 text.format) and `OutputParser`. `ReplyAssembler` turns the parsed pieces into the response's
 output items (a reasoning item when the model thought, a message with one output_text part,
@@ -9,7 +9,7 @@ function_call items) and, streamed, into the semantic events in OpenAI's order, 
 A function_call item starts when the model begins the call, and its arguments stream as the
 model writes them (`response.function_call_arguments.delta`, from `Piece.partial_calls`).
 `status` is "incomplete" (`incomplete_details.reason` "max_output_tokens") when the reply was
-cut at `max_output_tokens`. Finished responses are kept (`responses_store`) unless
+cut at `max_output_tokens`. Finished responses are kept (`store`) unless
 `store: false`; `previous_response_id` continues one (its input and output come first).
 """
 

@@ -1,7 +1,7 @@
 """What the Ollama and OpenAI routes share: the service behind a request, the chat prompt and
 its images, starting a completion, embeddings, thinking switches and Hearth's extra
 final-record fields. Errors are
-the service's own (hearth.server.errors); api/errors.py turns them into status codes."""
+the service's own (hearth.server.errors); api/shared/errors.py turns them into status codes."""
 
 from __future__ import annotations
 
