@@ -161,6 +161,58 @@ def test_the_layers_below_the_routes_never_import_them():
     assert reaching_up == set()
 
 
+def test_scheduling_stays_below_the_service():
+    """server/scheduling/ (the scheduler, runner processes, layouts) serves the request service
+    (server/service.py) and never imports it, nor the routes above it."""
+    reaching_up = {
+        (path.relative_to(APP).as_posix(), module)
+        for path in (APP / "server" / "scheduling").rglob("*.py")
+        for module in _imports(path)
+        if module.startswith(("hearth.server.service", "hearth.server.api"))
+    }
+    assert reaching_up == set()
+
+
+API_FAMILIES = {"ollama", "openai", "responses", "anthropic", "hearth"}
+
+
+def test_api_families_share_only_conversions_and_schemas():
+    """server/api/ is a package per API family plus `shared`: `shared` imports no family, and a
+    family takes from another only its conversion or request schemas (the /v1 families build
+    on OpenAI's chat conversion and on Ollama's options), never its routes."""
+    api = APP / "server" / "api"
+    assert {p.name for p in api.iterdir() if (p / "__init__.py").exists()} == API_FAMILIES | {
+        "shared"
+    }
+    assert sorted(p.name for p in api.glob("*.py")) == ["__init__.py"], "a module outside a package"
+    crossing = set()
+    for path in api.rglob("*.py"):
+        family = path.relative_to(api).parts[0]
+        for module in _imports(path) | _imported_names(path):
+            parts = module.split(".")
+            if parts[:3] != ["hearth", "server", "api"] or len(parts) != 5:
+                continue  # elsewhere, or a package itself (`from ..openai import convert`)
+            if parts[3] in API_FAMILIES - {family} and (
+                family == "shared" or parts[4] not in ("convert", "schemas")
+            ):
+                crossing.add((path.relative_to(APP).as_posix(), module))
+    assert crossing == set()
+
+
+def _imported_names(path: Path) -> set[str]:
+    """`package.name` for each `from package import name` in `path` (the name may be a module,
+    as in `from ..openai import convert`), relative imports resolved."""
+    name = _module_name(path)
+    package = name if path.name == "__init__.py" else name[:-1]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else []
+            module = ".".join(base + ([node.module] if node.module else []))
+            found.update(f"{module}.{alias.name}" for alias in node.names)
+    return found
+
+
 def test_the_check_sees_relative_and_function_level_imports(tmp_path, monkeypatch):
     fake = tmp_path / "app"
     (fake / "ui").mkdir(parents=True)

@@ -15,16 +15,22 @@ from pathlib import Path
 from fastapi import FastAPI
 
 from ..plugins.registry import ArchitectureRegistry
-from .api import anthropic, create, hearth, ollama, ollama_models, openai, pull, responses_api
-from .api.disconnect import CancelOnDisconnect
-from .api.errors import install_error_handlers
-from .api.security import install_security
+from .api.anthropic import routes as anthropic
+from .api.hearth import devices as hearth
+from .api.ollama import create, pull
+from .api.ollama import generation as ollama
+from .api.ollama import models as ollama_models
+from .api.openai import routes as openai
+from .api.responses import routes as responses_api
+from .api.shared.disconnect import CancelOnDisconnect
+from .api.shared.errors import install_error_handlers
+from .api.shared.security import install_security
 from .config import ServerConfig
 from .devices import DeviceMonitor, DeviceProbe, layout_devices, probe_in_subprocess
 from .scheduling.layout import Gpu
 from .scheduling.load_layout import Placement, system_memory
 from .scheduling.scheduler import Launcher, Scheduler, process_launcher, system_available_memory
-from .scheduling.service import Service
+from .service import Service
 from .store.model_store import ModelStore
 from .store.modelinfo import ModelInfoCache
 
@@ -107,7 +113,7 @@ def create_app(
             await devices.close()
             await scheduler.close()
 
-    from .api.ollama_models import hearth_version
+    from .api.ollama.models import hearth_version
 
     app = FastAPI(
         title="Hearth",

@@ -1,6 +1,6 @@
 """The service's own errors: what the layers below the routes (scheduling, prompting, the
 store) raise when a request cannot be served. They say what went wrong in the domain's words;
-`api/errors.py` alone decides the HTTP status each one answers with.
+`api/shared/errors.py` alone decides the HTTP status each one answers with.
 """
 
 from __future__ import annotations

@@ -1,12 +1,12 @@
 """What a request asks of the service, in the vocabulary every API shares: the model options
 (Ollama's names, validated) and chat messages with their tool calls.
 
-The Ollama routes take these as their request bodies' fields (`api/schemas.py` re-exports
+The Ollama routes take these as their request bodies' fields (`api/ollama/schemas.py` re-exports
 them; its docstring says which fields are honoured, ignored or refused), the OpenAI routes
-convert into them (`api/openai_convert.py`), and the layers below the routes read them
-(`scheduling/service.py` merges options over a model's parameters, `prompting/prompts.py`
+convert into them (`api/openai/convert.py`), and the layers below the routes read them
+(`service.py` merges options over a model's parameters, `prompting/prompts.py`
 renders messages): so they live here, below the routes, not in the API package. Validation
-is pydantic's: a wrong type or range is a 400 naming the field (`api/errors.py`).
+is pydantic's: a wrong type or range is a 400 naming the field (`api/shared/errors.py`).
 """
 
 from __future__ import annotations

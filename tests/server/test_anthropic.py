@@ -249,7 +249,7 @@ def test_errors_as_the_client_raises_them(fake_service, ac):
 
 
 def test_error_shape_and_statuses_per_route():
-    from hearth.server.api.errors import error_answer
+    from hearth.server.api.shared.errors import error_answer
 
     assert error_answer("/v1/messages", 503, "busy") == (
         529,

@@ -1,7 +1,7 @@
-"""A client that goes away cancels its request on every route, streamed or not (api/disconnect.py),
-on fake runners whose completions and embeddings never end: the runner call is closed, the lease
-released, and a complete response is left alone. The same against a real runner, over real
-sockets, is in test_disconnect_live.py."""
+"""A client that goes away cancels its request on every route, streamed or not
+(api/shared/disconnect.py), on fake runners whose completions and embeddings never end: the
+runner call is closed, the lease released, and a complete response is left alone. The same
+against a real runner, over real sockets, is in test_disconnect_live.py."""
 
 from __future__ import annotations
 

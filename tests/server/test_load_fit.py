@@ -302,7 +302,7 @@ def test_gpu_options_that_cannot_apply_are_ignored_not_an_error(server, small):
 def test_ps_reports_the_layout_the_placement_chose_per_device(small):
     """/api/ps: size_vram and the per-device breakdown come from the chosen layout's FIT report,
     checked against gguf's own tensor sizes and the KV formula."""
-    from hearth.server.api.ollama_models import _ps_entry
+    from hearth.server.api.ollama.models import _ps_entry
 
     path, spec = small
     blocks, output, other = gguf_counts(path, spec.layers)
@@ -358,7 +358,7 @@ def test_device_usage_splits_a_gpu_layout_by_device():
 
 def test_ps_counts_the_slots_the_runner_started_with(small):
     """Four automatic slots planned, the start fails, one runs: /api/ps counts one slot's cache."""
-    from hearth.server.api.ollama_models import _ps_entry
+    from hearth.server.api.ollama.models import _ps_entry
 
     path, spec = small
     kv = 2048 * spec.kv_heads * (spec.embd // spec.heads) * 2 * 2  # K and V per block, f16
@@ -434,7 +434,7 @@ def test_a_model_too_large_for_one_gpu_is_started_across_two(small, devices):
     model's layers: the runner starts with the layers spread over both, and /api/ps shows each
     one's share."""
     from hearth.engine.ml.placement import DevicePlacement
-    from hearth.server.api.ollama_models import _ps_entry
+    from hearth.server.api.ollama.models import _ps_entry
     from hearth.server.scheduling.layout import DeviceId, Gpu
 
     path, spec = small

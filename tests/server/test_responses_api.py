@@ -14,9 +14,9 @@ from openai.types.responses import Response, ResponseStreamEvent
 from PIL import Image
 from pydantic import TypeAdapter
 
-from hearth.server.api.responses_api import ReplyAssembler
-from hearth.server.api.responses_store import ResponseStore, StoredResponse
-from hearth.server.scheduling.service import Piece
+from hearth.server.api.responses.routes import ReplyAssembler
+from hearth.server.api.responses.store import ResponseStore, StoredResponse
+from hearth.server.service import Piece
 
 TEMPLATE = (
     "{% if tools %}Tools: {{ tools | tojson }}\n{% endif %}"

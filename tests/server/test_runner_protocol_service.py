@@ -25,7 +25,7 @@ from hearth.runner.protocol import (
 )
 from hearth.server.request_types import RUNTIME_OPTIONS, Options
 from hearth.server.scheduling.runner_process import RunnerError, RunnerProcess
-from hearth.server.scheduling.service import completion_options
+from hearth.server.service import completion_options
 
 
 def merged(params: dict[str, Any], request: dict[str, Any]) -> dict[str, Any]:

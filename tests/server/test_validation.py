@@ -1,6 +1,6 @@
 """Request fields that Hearth cannot honour are refused with a 400 sentence, not ignored.
 
-The decisions (honoured, refused, ignored) are tabled in schemas.py and openai_schemas.py;
+The decisions (honoured, refused, ignored) are tabled in ollama/schemas.py and openai/schemas.py;
 these tests hold each refusal to its status and to a message that names the problem, and
 check that what real clients send by default is still accepted.
 """

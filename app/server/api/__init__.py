@@ -1,2 +1,4 @@
-"""The HTTP APIs: Ollama's native routes, the OpenAI-compatible routes, their request schemas,
-error answers and access rules."""
+"""The HTTP APIs, a package per family: `ollama` (the native routes), `openai` (chat
+completions), `responses` (OpenAI's Responses), `anthropic` (Messages) and `hearth` (Hearth's
+own `/api/hearth/*`); `shared` holds what they all use (the chat prompt, error answers, access
+rules, disconnects, streams). `hearth.server.app` includes each family's router."""

@@ -21,7 +21,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from .schemas import HearthExtensions
+from ..ollama.schemas import HearthExtensions
 
 __all__ = [
     "ContentBlock",

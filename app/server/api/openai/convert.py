@@ -2,7 +2,7 @@
 to Ollama options, messages (content parts, data-URL images, tool calls with JSON-string
 arguments) to chat messages, `tool_choice` to the tools offered and a forcing format, and runner
 results to usage, finish reasons and logprobs. Also the refusals of request fields Hearth cannot
-honour (the table is in openai_schemas)."""
+honour (the table is in schemas)."""
 
 from __future__ import annotations
 
@@ -10,13 +10,13 @@ import json
 import secrets
 from typing import Any
 
-from ...engine.grammar.schema import compile_schema
-from ..prompting.images import data_url_payload
-from ..prompting.outputs import ParsedCall
-from ..request_types import ChatMessage, FunctionCall, Options, ToolCall, layered_options
-from .common import hearth_extras
-from .errors import APIError
-from .openai_schemas import OAChatRequest, OAMessage, OAToolCall, ResponseFormat, SamplingFields
+from ....engine.grammar.schema import compile_schema
+from ...prompting.images import data_url_payload
+from ...prompting.outputs import ParsedCall
+from ...request_types import ChatMessage, FunctionCall, Options, ToolCall, layered_options
+from ..shared.common import hearth_extras
+from ..shared.errors import APIError
+from .schemas import OAChatRequest, OAMessage, OAToolCall, ResponseFormat, SamplingFields
 
 __all__ = [
     "check_sampling",

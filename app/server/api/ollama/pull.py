@@ -19,13 +19,13 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from ..store.model_store import ModelNotFound
-from ..store.pull import Pull, PullCancelled, PullError, offline, prepare
-from ..store.pull.hf import search_hf
-from ..store.pull.network import check_online
-from .common import service_of
-from .errors import APIError
-from .responses import ndjson_or_last
+from ...store.model_store import ModelNotFound
+from ...store.pull import Pull, PullCancelled, PullError, offline, prepare
+from ...store.pull.hf import search_hf
+from ...store.pull.network import check_online
+from ..shared.common import service_of
+from ..shared.errors import APIError
+from ..shared.streams import ndjson_or_last
 from .schemas import PullRequest
 
 __all__ = ["router"]

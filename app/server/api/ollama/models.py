@@ -15,18 +15,18 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import PlainTextResponse, Response
 
-from ...runner.protocol import to_wire
-from ..errors import ModelFileMissing, RequestError
-from ..prompting.prompts import FALLBACK_TEMPLATE
-from ..scheduling.layout.usage import device_usage
-from ..scheduling.scheduler import Loaded, RunnerHandle
-from ..scheduling.service import GenerationSettings, Service, Target
-from ..store.model_store import ModelNotFound, ModelRecord
-from ..store.modelinfo import read_full_metadata
-from ..store.names import ModelName
-from .common import service_of
-from .errors import APIError
-from .responses import iso
+from ....runner.protocol import to_wire
+from ...errors import ModelFileMissing, RequestError
+from ...prompting.prompts import FALLBACK_TEMPLATE
+from ...scheduling.layout.usage import device_usage
+from ...scheduling.scheduler import Loaded, RunnerHandle
+from ...service import GenerationSettings, Service, Target
+from ...store.model_store import ModelNotFound, ModelRecord
+from ...store.modelinfo import read_full_metadata
+from ...store.names import ModelName
+from ..shared.common import service_of
+from ..shared.errors import APIError
+from ..shared.streams import iso
 from .schemas import CopyRequest, DeleteRequest, ShowRequest
 
 __all__ = ["router", "OLLAMA_API_VERSION", "hearth_version", "model_entry", "modelfile"]

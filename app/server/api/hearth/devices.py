@@ -12,8 +12,8 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
-from ..devices import DeviceMonitor, DeviceProbeError
-from .errors import APIError
+from ...devices import DeviceMonitor, DeviceProbeError
+from ..shared.errors import APIError
 
 __all__ = ["router"]
 

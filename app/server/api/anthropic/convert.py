@@ -1,7 +1,7 @@
 """Translating between Anthropic's Messages shapes and the service's: the system text and
 messages to chat messages (tool_use blocks to tool calls, tool_result blocks to tool
 messages, image blocks to message images), tools and tool_choice to the tools offered and a
-forcing format (OpenAI's conversion, `openai_convert.tool_choice`, does the work), sampling
+forcing format (OpenAI's conversion, `openai.convert.tool_choice`, does the work), sampling
 fields to Ollama options, and a parsed reply to content blocks, stop reasons (with the stop
 sequence that ended it) and usage."""
 
@@ -10,10 +10,12 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
-from ..prompting.outputs import ParsedCall
-from ..request_types import ChatMessage, FunctionCall, Options, ToolCall, layered_options
-from . import openai_convert
-from .anthropic_schemas import (
+from ...prompting.outputs import ParsedCall
+from ...request_types import ChatMessage, FunctionCall, Options, ToolCall, layered_options
+from ..openai import convert as openai_convert
+from ..shared.common import hearth_extras
+from ..shared.errors import APIError
+from .schemas import (
     MessageParam,
     MessagesRequest,
     PromptedRequest,
@@ -22,8 +24,6 @@ from .anthropic_schemas import (
     ToolChoice,
     ToolResultBlock,
 )
-from .common import hearth_extras
-from .errors import APIError
 
 __all__ = [
     "message_id",

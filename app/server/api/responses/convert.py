@@ -13,11 +13,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..prompting.images import data_url_payload
-from ..request_types import ChatMessage, FunctionCall, ToolCall
-from .errors import APIError
-from .openai_schemas import JSONSchemaFormat, ResponseFormat
-from .responses_schemas import FunctionTool, ResponsesRequest, TextConfig
+from ...prompting.images import data_url_payload
+from ...request_types import ChatMessage, FunctionCall, ToolCall
+from ..openai.schemas import JSONSchemaFormat, ResponseFormat
+from ..shared.errors import APIError
+from .schemas import FunctionTool, ResponsesRequest, TextConfig
 
 __all__ = ["refuse_unsupported", "input_items", "messages", "tools", "tool_choice", "text_format"]
 

@@ -1,7 +1,7 @@
 """What the Ollama and OpenAI routes share: the service behind a request, the chat prompt and
 its images, starting a completion, embeddings, thinking switches and Hearth's extra
 final-record fields. Errors are
-the service's own (hearth.server.errors); api/errors.py turns them into status codes."""
+the service's own (hearth.server.errors); api/shared/errors.py turns them into status codes."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ from typing import Any
 
 from fastapi import Request
 
-from ...runner.protocol import CompletionRequest
-from ..errors import RequestError
-from ..prompting.prompts import conversation, render
-from ..request_types import ChatMessage, Options
-from ..scheduling.runner_process import RunnerError
-from ..scheduling.service import Generation, Service, Target
+from ....runner.protocol import CompletionRequest
+from ...errors import RequestError
+from ...prompting.prompts import conversation, render
+from ...request_types import ChatMessage, Options
+from ...scheduling.runner_process import RunnerError
+from ...service import Generation, Service, Target
 
 __all__ = [
     "chat_prompt",

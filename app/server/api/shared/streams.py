@@ -46,7 +46,7 @@ async def _guard(
 
 
 def _expected(e: Exception) -> bool:
-    from ..scheduling.runner_process import RunnerError
+    from ...scheduling.runner_process import RunnerError
     from .errors import APIError
 
     return isinstance(e, RunnerError | APIError)

@@ -1,6 +1,6 @@
 """Anthropic's Messages API: `POST /v1/messages` and `POST /v1/messages/count_tokens`.
 
-The messages become the shared chat vocabulary (`anthropic_convert`), then the reply is made
+The messages become the shared chat vocabulary (`convert`), then the reply is made
 as on the other chat routes: the model's template renders the prompt (`common.chat_prompt`),
 a `Generation` runs it and the `OutputParser` splits thinking, text and tool calls, which
 answer as `thinking`, `text` and `tool_use` blocks (ids `toolu_...`). Streaming is
@@ -11,7 +11,7 @@ Anthropic's named server-sent events: `message_start`, `ping`, per block
 model begins a call and streams its input as the model writes it (`input_json_delta`s, see
 `_StreamedCalls`).
 
-Errors are Anthropic's `{"type": "error", "error": {"type", "message"}}` (api/errors.py).
+Errors are Anthropic's `{"type": "error", "error": {"type", "message"}}` (api/shared/errors.py).
 `anthropic-version` and `anthropic-beta` headers are accepted and not needed; the API key,
 when set, is checked as on every route (`x-api-key` or `Authorization: Bearer`).
 `stop_reason` is `end_turn`, `max_tokens`, `tool_use` or `stop_sequence`, with
@@ -30,14 +30,14 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from ..prompting.outputs import ParsedCall, PartialCall
-from ..scheduling.runner_process import RunnerError
-from ..scheduling.service import Piece, Service, Target, pieces
-from . import anthropic_convert as convert
-from .anthropic_schemas import CountTokensRequest, MessagesRequest, PromptedRequest
-from .common import chat_prompt, generate, service_of, think_flag
-from .errors import APIError
-from .responses import error_message, sse
+from ...prompting.outputs import ParsedCall, PartialCall
+from ...scheduling.runner_process import RunnerError
+from ...service import Piece, Service, Target, pieces
+from ..shared.common import chat_prompt, generate, service_of, think_flag
+from ..shared.errors import APIError
+from ..shared.streams import error_message, sse
+from . import convert
+from .schemas import CountTokensRequest, MessagesRequest, PromptedRequest
 
 __all__ = ["router"]
 

@@ -18,12 +18,12 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from ...runner.protocol import CompletionRequest
-from ..prompting.outputs import OutputParser, ParsedCall
-from ..prompting.prompts import render, with_images
-from ..scheduling.runner_process import RunnerError
-from ..scheduling.service import Generation, GenerationSettings, Piece, Service, Target, pieces
-from .common import (
+from ....runner.protocol import CompletionRequest
+from ...prompting.outputs import OutputParser, ParsedCall
+from ...prompting.prompts import render, with_images
+from ...scheduling.runner_process import RunnerError
+from ...service import Generation, GenerationSettings, Piece, Service, Target, pieces
+from ..shared.common import (
     chat_prompt,
     embed_texts,
     hearth_extras,
@@ -32,8 +32,8 @@ from .common import (
     think_flag,
     think_level,
 )
-from .errors import APIError
-from .responses import ndjson, now_iso
+from ..shared.errors import APIError
+from ..shared.streams import ndjson, now_iso
 from .schemas import (
     ChatRequest,
     EmbeddingsRequest,

@@ -3,7 +3,7 @@
 
 Unknown fields are ignored, as OpenAI and Ollama do. Extensions: `options` (Ollama's options,
 e.g. `num_ctx`) and `keep_alive`, as on the other `/v1` routes. Input items are checked by
-`responses_convert` (a 400 naming the item), so that each refusal is a sentence:
+`responses.convert` (a 400 naming the item), so that each refusal is a sentence:
 
 | field                                   | decision                                            |
 |-----------------------------------------|-----------------------------------------------------|
@@ -18,7 +18,7 @@ e.g. `num_ctx`) and `keep_alive`, as on the other `/v1` routes. Input items are 
 | text.format                             | text, json_object, json_schema (grammar-constrained)|
 | reasoning.effort                        | "none" turns thinking off, a level turns it on      |
 | previous_response_id, store             | honoured: responses are kept in memory (see         |
-|                                         | responses_store)                                    |
+|                                         | responses.store)                                    |
 | background, conversation, prompt        | refused: no background jobs, conversations objects  |
 |                                         | or stored prompts                                   |
 | include, metadata, user, service_tier,  | ignored (metadata is echoed back)                   |
@@ -34,7 +34,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .schemas import HearthExtensions
+from ..ollama.schemas import HearthExtensions
 
 __all__ = ["ResponsesRequest", "TextConfig", "TextFormat", "ReasoningConfig", "FunctionTool"]
 
@@ -77,7 +77,7 @@ class FunctionTool(_Body):
 
 class ResponsesRequest(HearthExtensions, _Body):
     model: _Model
-    # a string (one user message) or a list of items (checked by responses_convert)
+    # a string (one user message) or a list of items (checked by responses.convert)
     input: str | Annotated[list[dict[str, Any]], Field(max_length=10000)] = Field(
         examples=["Say hello"]
     )

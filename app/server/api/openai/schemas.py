@@ -7,7 +7,7 @@ OpenAI checks them (a 400 naming the message): system, developer and user messag
 and `tool_call_id`; a (deprecated) function message needs `name`.
 
 Every field OpenAI defines is honoured, refused with a 400 sentence when set to a value Hearth
-cannot honour (`openai_convert.check_chat` / `check_sampling`, and the routes), or ignored
+cannot honour (`convert.check_chat` / `check_sampling`, and the routes), or ignored
 when honouring it could not change the answer:
 
 | field                                | decision                                               |
@@ -51,8 +51,8 @@ from typing import Annotated, Any, Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from ..request_types import Options
-from .schemas import HearthExtensions, KeepAlive
+from ...request_types import Options
+from ..ollama.schemas import HearthExtensions, KeepAlive
 
 __all__ = [
     "OAChatRequest",
@@ -202,13 +202,13 @@ class OAChatRequest(SamplingFields):
     response_format: ResponseFormat | None = None
     tools: list[OATool] | None = Field(None, max_length=128)
     # "none" | "auto" | "required" | {"type": "function", "function": {"name"}} |
-    # {"type": "allowed_tools", "allowed_tools": {"mode", "tools"}}: see openai_convert
+    # {"type": "allowed_tools", "allowed_tools": {"mode", "tools"}}: see convert
     tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
     logprobs: bool | None = None
     top_logprobs: int | None = Field(None, ge=0, le=20)
     reasoning_effort: _Effort | None = None
-    # refused when set (openai_convert.check_chat)
+    # refused when set (convert.check_chat)
     audio: dict[str, Any] | None = None
     modalities: list[str] | None = None
     functions: list[dict[str, Any]] | None = None

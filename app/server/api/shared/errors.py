@@ -18,14 +18,14 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ...engine.gguf import GGUFError
-from ..errors import InputTooLarge, ModelFailed, ModelFileMissing, RequestError
-from ..prompting.templates import TemplateError
-from ..scheduling.layout import LayoutRequestError, ModelTooLarge
-from ..scheduling.runner_process import RunnerError
-from ..scheduling.scheduler import LoadFailed, ServerBusy
-from ..store.model_store import BlobError, ModelNotFound
-from ..store.names import InvalidName
+from ....engine.gguf import GGUFError
+from ...errors import InputTooLarge, ModelFailed, ModelFileMissing, RequestError
+from ...prompting.templates import TemplateError
+from ...scheduling.layout import LayoutRequestError, ModelTooLarge
+from ...scheduling.runner_process import RunnerError
+from ...scheduling.scheduler import LoadFailed, ServerBusy
+from ...store.model_store import BlobError, ModelNotFound
+from ...store.names import InvalidName
 
 __all__ = [
     "APIError",

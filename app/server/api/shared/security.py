@@ -31,7 +31,7 @@ from fastapi import FastAPI
 from starlette.datastructures import Headers
 from starlette.middleware.cors import CORSMiddleware
 
-from ..config import ServerConfig
+from ...config import ServerConfig
 from .errors import error_answer
 
 __all__ = ["install_security", "origin_regex", "DEFAULT_ORIGINS"]

@@ -1,6 +1,6 @@
 """OpenAI's Responses API: `POST /v1/responses`, `GET` and `DELETE /v1/responses/{id}`.
 
-A request's input items become chat messages (`responses_convert`), and the reply is made as
+A request's input items become chat messages (`convert`), and the reply is made as
 `/v1/chat/completions` makes it: the same prompt (`common.chat_prompt`), constraint (tool_choice,
 text.format) and `OutputParser`. `ReplyAssembler` turns the parsed pieces into the response's
 output items (a reasoning item when the model thought, a message with one output_text part,
@@ -9,7 +9,7 @@ function_call items) and, streamed, into the semantic events in OpenAI's order, 
 A function_call item starts when the model begins the call, and its arguments stream as the
 model writes them (`response.function_call_arguments.delta`, from `Piece.partial_calls`).
 `status` is "incomplete" (`incomplete_details.reason` "max_output_tokens") when the reply was
-cut at `max_output_tokens`. Finished responses are kept (`responses_store`) unless
+cut at `max_output_tokens`. Finished responses are kept (`store`) unless
 `store: false`; `previous_response_id` continues one (its input and output come first).
 """
 
@@ -24,16 +24,16 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from ..prompting.outputs import OutputParser, ParsedCall
-from ..request_types import ChatMessage, Options
-from ..scheduling.service import Generation, Piece, pieces
-from . import openai_convert
-from . import responses_convert as convert
-from .common import chat_prompt, generate, hearth_extras, service_of, think_flag
-from .errors import APIError
-from .responses import error_message, sse
-from .responses_schemas import ResponsesRequest
-from .responses_store import StoredResponse, forgotten_sentence, store_of
+from ...prompting.outputs import OutputParser, ParsedCall
+from ...request_types import ChatMessage, Options
+from ...service import Generation, Piece, pieces
+from ..openai import convert as openai_convert
+from ..shared.common import chat_prompt, generate, hearth_extras, service_of, think_flag
+from ..shared.errors import APIError
+from ..shared.streams import error_message, sse
+from . import convert
+from .schemas import ResponsesRequest
+from .store import StoredResponse, forgotten_sentence, store_of
 
 __all__ = ["router", "ReplyAssembler"]
 

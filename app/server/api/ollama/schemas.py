@@ -34,7 +34,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
 
-from ..request_types import (
+from ...request_types import (
     Body,
     ChatMessage,
     Options,

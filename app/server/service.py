@@ -17,9 +17,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ...engine.gguf import GGUFError
-from ...options import LoadOptions, default
-from ...runner.protocol import (
+from ..engine.gguf import GGUFError
+from ..options import LoadOptions, default
+from ..runner.protocol import (
     CompletionChunk,
     CompletionDone,
     CompletionOptions,
@@ -30,27 +30,27 @@ from ...runner.protocol import (
     from_wire,
     to_wire,
 )
-from ..config import ConfigError, ServerConfig, parse_duration
-from ..errors import ModelFailed, ModelFileMissing, RequestError
-from ..prompting.fenced import tool_schemas
-from ..prompting.harmony import HarmonyParser, is_harmony
-from ..prompting.images import check_image
-from ..prompting.outputs import OutputParser, ParsedCall, PartialCall
-from ..prompting.toolformats import (
+from .config import ConfigError, ServerConfig, parse_duration
+from .errors import ModelFailed, ModelFileMissing, RequestError
+from .prompting.fenced import tool_schemas
+from .prompting.harmony import HarmonyParser, is_harmony
+from .prompting.images import check_image
+from .prompting.outputs import OutputParser, ParsedCall, PartialCall
+from .prompting.toolformats import (
     THINK_TAGS,
     ThinkingMarkers,
     ToolCallFormat,
     detect_thinking_markers,
     detect_tool_format,
 )
-from ..request_types import RUNTIME_OPTIONS, ChatMessage, Options
-from ..store.engines import EngineChoice, EngineUnavailableError, choose_engine
-from ..store.model_store import ModelNotFound, ModelRecord, ModelStore
-from ..store.modelinfo import ModelInfo, ModelInfoCache, capabilities
-from .layout import LayoutOptions, MemoryReport
-from .layout.fit import fit_report, read_file_layers
-from .runner_process import RunnerCrashed, RunnerError, RunnerOptions
-from .scheduler import Lease, LoadSpec, Scheduler
+from .request_types import RUNTIME_OPTIONS, ChatMessage, Options
+from .scheduling.layout import LayoutOptions, MemoryReport
+from .scheduling.layout.fit import fit_report, read_file_layers
+from .scheduling.runner_process import RunnerCrashed, RunnerError, RunnerOptions
+from .scheduling.scheduler import Lease, LoadSpec, Scheduler
+from .store.engines import EngineChoice, EngineUnavailableError, choose_engine
+from .store.model_store import ModelNotFound, ModelRecord, ModelStore
+from .store.modelinfo import ModelInfo, ModelInfoCache, capabilities
 
 __all__ = [
     "Service",
@@ -108,7 +108,7 @@ class Target:
         one_call: bool = False,
     ) -> OutputParser:
         """The parser for a reply to `prompt` in this model's formats. `think` as
-        `api.common.think_flag` gives it: True splits the thinking off; None (not asked) splits
+        `shared.common.think_flag` gives it: True splits the thinking off; None (not asked) splits
         it off too when the model declares thinking markers (a model that thinks by default
         keeps its thinking out of the content); False drops what the model thinks anyway.
         A prompt that ends with the opening marker starts the reply inside the thinking.
@@ -152,7 +152,7 @@ class GenerationSettings:
 
 def completion_options(merged: dict[str, Any], num_ctx: int) -> CompletionOptions:
     """The options a completion sends its runner, from `merged`: the model's parameters with
-    the request's options over them (both validated by api.schemas.Options). The record's
+    the request's options over them (both validated by api.ollama.schemas.Options). The record's
     fields name the options it takes; the rest of `merged` picks the runner (RUNTIME_OPTIONS)
     or was refused unless it is off (typical_p). A num_predict that is unset or negative
     becomes 10 * num_ctx (Ollama's cap on runaway generation)."""

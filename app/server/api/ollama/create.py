@@ -30,18 +30,18 @@ from fastapi.responses import Response
 from pydantic import ValidationError
 from starlette.requests import ClientDisconnect
 
-from ...convert import PreparedConversion, prepare_conversion
-from ...engine.gguf import GGUFError, GGUFFile
-from ...plugins.registry import default_converters
-from ..prompting.prompts import check_template
-from ..request_types import Options
-from ..scheduling.service import Service
-from ..store.engines import llamacpp_installed
-from ..store.model_store import BlobError, BlobWriter, Layer, ModelStore, normalize_digest
-from ..store.names import ModelName
-from .common import service_of
-from .errors import APIError, validation_message
-from .responses import ndjson_or_last
+from ....convert import PreparedConversion, prepare_conversion
+from ....engine.gguf import GGUFError, GGUFFile
+from ....plugins.registry import default_converters
+from ...prompting.prompts import check_template
+from ...request_types import Options
+from ...service import Service
+from ...store.engines import llamacpp_installed
+from ...store.model_store import BlobError, BlobWriter, Layer, ModelStore, normalize_digest
+from ...store.names import ModelName
+from ..shared.common import service_of
+from ..shared.errors import APIError, validation_message
+from ..shared.streams import ndjson_or_last
 from .schemas import CreateRequest
 
 __all__ = ["router"]

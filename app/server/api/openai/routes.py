@@ -25,13 +25,12 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from ..prompting.outputs import OutputParser
-from ..prompting.prompts import render
-from ..request_types import Options
-from ..scheduling.service import Generation, Piece, Service, Target, pieces
-from ..store.model_store import ModelNotFound, ModelRecord
-from . import openai_convert as convert
-from .common import (
+from ...prompting.outputs import OutputParser
+from ...prompting.prompts import render
+from ...request_types import Options
+from ...service import Generation, Piece, Service, Target, pieces
+from ...store.model_store import ModelNotFound, ModelRecord
+from ..shared.common import (
     chat_prompt,
     embed_texts,
     generate,
@@ -40,14 +39,15 @@ from .common import (
     service_of,
     think_flag,
 )
-from .errors import APIError
-from .openai_schemas import (
+from ..shared.errors import APIError
+from ..shared.streams import sse
+from . import convert
+from .schemas import (
     OAChatRequest,
     OACompletionRequest,
     OAEmbeddingRequest,
     SamplingFields,
 )
-from .responses import sse
 
 __all__ = ["router"]
 
