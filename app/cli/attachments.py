@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from .. import env
+from ..client import HearthClient, ServiceError
 from ..documents import ChatDocuments, DocumentError, PreparedDocument, prepare_document
 from ..documents.embedding import Embedder, find_embedding_model, question_embedder
 from ..documents.records import Citation
 from ..documents.scanned import Transcriber
 from ..history import ChatStore, Message
-from .http_client import HearthClient, ServiceError
 
 __all__ = ["IMAGE_SUFFIXES", "TerminalAttachments", "context_length"]
 

@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from ..agent.loop import StepReply, turn_options
+from ..client import HearthClient, ServiceError
 from ..default_model import DEFAULT_MODEL
 from .attachments import TerminalAttachments, format_sources
 from .connection import Connection, connect
-from .http_client import HearthClient, ServiceError
 from .terminal_compaction import TerminalCompaction, fold
 
 if TYPE_CHECKING:

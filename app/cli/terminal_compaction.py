@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any, TextIO
 
+from ..client import HearthClient
 from ..history.compaction import (
     NOTICE,
     SUMMARY,
@@ -17,7 +18,6 @@ from ..history.compaction import (
     would_overflow,
 )
 from .attachments import context_length
-from .http_client import HearthClient
 
 __all__ = ["TerminalCompaction", "fold"]
 

@@ -27,7 +27,7 @@ from ..agent.loop import (
     repeated_sentence,
     run_agent,
 )
-from .http_client import HearthClient, ServiceError
+from ..client import HearthClient, ServiceError
 
 __all__ = ["TerminalApproval", "ToolSession", "ToolsUnavailable", "open_tools"]
 

@@ -28,7 +28,7 @@ import openai
 import pytest
 from PIL import Image
 
-from hearth.cli.http_client import HearthClient
+from hearth.client import HearthClient
 from hearth.cli.terminal_chat import projector_beside, resolve_model
 from hearth.engine.gguf import GGUFFile
 from hearth.engine.ml.api import OutOfMemoryError
