@@ -518,7 +518,7 @@ class ChatController(QObject):
                 self.chat.id,
                 message.id,
                 body,
-                ModelTurn(self._client.base_url, self._client.token),
+                ModelTurn(self._client.client()),
                 self._tools.hub(),
                 servers,
                 self._tools.always_allowed,
