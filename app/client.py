@@ -35,6 +35,7 @@ __all__ = [
     "auth_headers",
     "error_text",
     "parse_line",
+    "reported_num_ctx",
 ]
 
 
@@ -105,6 +106,13 @@ def parse_line(raw: bytes, status: int = 200) -> dict[str, Any] | None:
             err = err.get("message") or err
         raise ServiceError(str(err), kind="stream", status=status)
     return obj
+
+
+def reported_num_ctx(final: dict[str, Any]) -> int:
+    """The context length the service fitted a reply's prompt to, from the reply's final record
+    (`"hearth": {"num_ctx"}`); 0 from a service that does not say (not Hearth)."""
+    extra = final.get("hearth")
+    return int(extra.get("num_ctx") or 0) if isinstance(extra, dict) else 0
 
 
 class Cancel:

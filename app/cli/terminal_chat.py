@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from ..agent.loop import StepReply, turn_options
-from ..client import HearthClient, ServiceError
+from ..client import HearthClient, ServiceError, reported_num_ctx
 from ..default_model import DEFAULT_MODEL
 from .attachments import TerminalAttachments, format_sources
 from .connection import Connection, connect
@@ -190,6 +190,8 @@ class _Chat:
                 self._done(item)
                 if self.compaction is not None:
                     self.compaction.on_final(item)
+                if self.attached is not None:  # the context the service used from now on
+                    self.attached.num_ctx = reported_num_ctx(item) or self.attached.num_ctx
         return items
 
     def _step(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> StepReply:

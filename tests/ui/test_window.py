@@ -99,7 +99,11 @@ def test_chat_settings_reach_the_request(qtbot, stub, make_app):
     body = [r for r in stub.requests if r["path"] == "/api/chat"][-1]
     assert body["messages"][0] == {"role": "system", "content": "Be brief."}
     assert body["options"]["temperature"] == 0.2 and body["options"]["seed"] == 7
-    assert body["options"]["num_ctx"] == app.settings.num_ctx
+    assert "num_ctx" not in body["options"]  # "Automatic": the service decides
+    app.settings.num_ctx = 8192  # a length the user chose goes with every request
+    send_and_wait(qtbot, app, "again")
+    body = [r for r in stub.requests if r["path"] == "/api/chat"][-1]
+    assert body["options"]["num_ctx"] == 8192
 
 
 def test_import_by_drop_and_delete(qtbot, stub, make_app, tmp_path):

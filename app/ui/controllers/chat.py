@@ -130,17 +130,24 @@ class ChatController(QObject):
             self.context_changed.emit(0, 0)
             return
         path = self._store.path(self.chat.id) if path is None else path
+        self.context_changed.emit(context_used(path), self._window(path))
+
+    def _window(self, path: list[Any]) -> int:
+        """The open chat's context window (`context_window`: asked for, else the service's
+        word). Before a chat is open: the app's setting, else 4096."""
+        runtime = self._settings().request_options()
+        if self.chat is None:
+            return int(runtime.get("num_ctx") or 0) or 4096
         info = self._models.info(self.chat.model)
-        window = context_window(
-            self.chat, self._settings().request_options(), info.context_length if info else 0
-        )
-        self.context_changed.emit(context_used(path), window)
+        trained, decided = (info.context_length, info.num_ctx) if info else (0, 0)
+        return context_window(self.chat, runtime, path, trained, decided)
 
     def option_defaults(self) -> dict[str, Any]:
         """What applies to the open chat where it overrides nothing: its model's defaults, and
-        the app's context length."""
+        its context length (the app's setting, else the service's word)."""
         info = self._models.info(self.model)
-        return {**(info.parameters if info else {}), "num_ctx": self._settings().num_ctx}
+        path = self._store.path(self.chat.id) if self.chat else []
+        return {**(info.parameters if info else {}), "num_ctx": self._window(path)}
 
     def _on_model_info(self, name: str) -> None:
         if self.chat and self.chat.model == name:
@@ -316,11 +323,7 @@ class ChatController(QObject):
 
     def num_ctx(self) -> int:
         """The open chat's context window, as its requests will have it."""
-        if self.chat is None:
-            return 4096
-        info = self._models.info(self.chat.model)
-        runtime = self._settings().request_options()
-        return context_window(self.chat, runtime, info.context_length if info else 0)
+        return self._window(self._store.path(self.chat.id) if self.chat else [])
 
     def attach_documents(self, paths: list[Path]) -> bool:
         """Read documents (off the GUI thread) to go with the next message; a PDF's scanned
@@ -404,8 +407,8 @@ class ChatController(QObject):
         if p is None:
             return False
         self._compacting = user
+        # as the chat's requests carry them (no num_ctx unless asked for: the service's own)
         options = {k: v for k, v in options.items() if v is not None}
-        options["num_ctx"] = self.num_ctx()
         self._compactor.start(p, self.chat.model, self.num_ctx(), options)
         self._compact_covers = p.covers
         return True

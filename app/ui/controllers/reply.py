@@ -7,6 +7,7 @@ from typing import Any
 
 from PySide6.QtCore import QCoreApplication, QObject, Signal
 
+from ...client import reported_num_ctx
 from ...history import ChatStore
 from ...history.records import DONE, ERROR, STOPPED
 from ..api_client import ApiError, Call
@@ -156,6 +157,8 @@ def reply_stats(final: dict[str, Any], ttft: float | None, thinking_s: float) ->
     if extra.get("prompt_tokens") is not None:
         # The whole prompt, cached part included (prompt_eval_count counts only new tokens).
         stats["prompt_tokens"] = int(extra["prompt_tokens"])
+    if reported_num_ctx(final):  # the context the service fitted the prompt to
+        stats["num_ctx"] = reported_num_ctx(final)
     stats["truncated"] = _flag(final, "truncated", "prompt_truncated")
     stats["shifted"] = _flag(final, "shifted", "context_shifted")
     return stats
