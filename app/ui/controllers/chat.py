@@ -1,11 +1,11 @@
 """The open chat: open, create, close; send, stop, regenerate, edit into a branch, switch
 versions; the images waiting to go with the next message.
 
-The reply being written is a StreamingReply (reply.py), which commits every streamed piece
-to the history database before the screen shows it, so a killed app keeps what was on
-screen; ChatStore marks such a reply interrupted on next start. When the chat has tool
-servers on and its model can use tools, the reply is an AgentReply (agent_reply.py): the
-same, plus its tool calls (each asked for through `approval_needed`) and their results.
+Every reply is an AgentReply (agent_reply.py): hearth.agent's loop, with no tools when the
+chat has no tool servers on (one model turn, as a plain reply), which commits every streamed
+piece to the history database before the screen shows it, so a killed app keeps what was on
+screen; ChatStore marks such a reply interrupted on next start. With tools, the same, plus
+its tool calls (each asked for through `approval_needed`) and their results.
 When the turn would not fit the context, the oldest turns are summarised first (compaction.py);
 the summary is a message under the question, and the reply goes under it.
 """
@@ -37,7 +37,6 @@ from .errors import friendly_error
 from .images import attachable_images
 from .model_turn import ModelTurn
 from .models import ModelsController
-from .reply import StreamingReply
 from .request import chat_body, context_used, context_window
 from .tools import ToolsController
 
@@ -73,7 +72,7 @@ class ChatController(QObject):
         self.chat: Chat | None = None
         self.pending_images: list[bytes] = []
         self._tools = tools
-        self._reply: StreamingReply | AgentReply | None = None  # the reply being written
+        self._reply: AgentReply | None = None  # the reply being written
         self._preparing = False  # a sent question waits for its vector (documents.on_sent)
         self.documents = DocumentsController(store, client, models, self)
         self.documents.changed.connect(self.attachments_changed)
@@ -514,34 +513,28 @@ class ChatController(QObject):
             self.chat.id, user_id, "assistant", model=self.chat.model, state=STREAMING
         )
         servers = self._active_tool_servers()
-        reply: StreamingReply | AgentReply
-        if servers and self._tools is not None:
-            reply = AgentReply(
-                self._store,
-                self.chat.id,
-                message.id,
-                body,
-                ModelTurn(self._client.client()),
-                self._tools.hub(),
-                servers,
-                self._tools.always_allowed,
-                self._settings().tool_max_steps,
-                self.can_see_images(),
-                self,
-            )
-            reply.changed.connect(self._on_reply_changed)
-            reply.approval_needed.connect(self.approval_needed)
-            reply.approval_settled.connect(self.approval_settled)
-            reply.server_failed.connect(lambda text: self.notice.emit("error", text))
-        else:
-            reply = StreamingReply(self._store, message.id, self.chat.id, self)
+        servers = servers if self._tools is not None else []
+        reply = AgentReply(
+            self._store,
+            self.chat.id,
+            message.id,
+            body,
+            ModelTurn(self._client.client()),
+            self._tools.hub() if self._tools is not None and servers else None,
+            servers,
+            self._tools.always_allowed if self._tools is not None else lambda _name: False,
+            self._settings().tool_max_steps,
+            self.can_see_images(),
+            self,
+        )
+        reply.changed.connect(self._on_reply_changed)
+        reply.approval_needed.connect(self.approval_needed)
+        reply.approval_settled.connect(self.approval_settled)
+        reply.server_failed.connect(lambda text: self.notice.emit("error", text))
         reply.grew.connect(self._on_reply_grew)
         reply.ended.connect(self._on_reply_ended)
         self._reload()
-        if isinstance(reply, AgentReply):
-            reply.start()
-        else:
-            reply.follow(self._client.post("/api/chat", body, stream=True))
+        reply.start()
         self._reply = reply
         self.busy_changed.emit(True)
 
@@ -604,8 +597,7 @@ class ChatController(QObject):
         if self._reply is not None:
             reply, self._reply = self._reply, None
             reply.abandon()
-            if isinstance(reply, AgentReply):
-                reply.wait(5.0)  # its running call is being stopped
+            reply.wait(5.0)  # its model turn or running call is being stopped
 
     def item(self, message_id: int) -> MessageItem | None:
         row = self.conversation.row_of(message_id)
