@@ -271,7 +271,7 @@ class AgentReply(QObject):
             raise ApiError("cancelled", kind="cancelled")
         self._w_turn.emit()
         body = {**self._body, "messages": messages, "stream": True}
-        if tools:  # a turn that may call tools is capped (the loop takes several)
+        if self._servers:  # a chat with tools on (even if none started): capped turns
             body["tools"] = tools
             body["options"] = turn_options(self._body.get("options"))
         chunks = self._turn.run(body, lambda p, t: self._w_piece.emit(p, t))
