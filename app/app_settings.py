@@ -23,8 +23,10 @@ class AppSettings:
     api_port: int = 11434
     api_expose: bool = False
     api_key: str = ""
-    # Sent as Ollama `options` with every request, so any compatible service honours them.
-    num_ctx: int = 4096
+    # Sent as Ollama `options` with every request, so any compatible service honours them;
+    # num_ctx 0 ("Automatic") sends none: the service decides (a model's Modelfile `num_ctx`,
+    # else its default) and says what it decided (/api/show and each reply's final record).
+    num_ctx: int = 0
     num_gpu: int = -1  # -1: let the service decide how many layers go to the GPU
     num_thread: int = 0  # 0: the service's default (physical cores)
     theme: str = "system"
@@ -50,7 +52,9 @@ class AppSettings:
 
     def request_options(self) -> dict[str, int]:
         """The runtime options every chat request carries (below any per-chat override)."""
-        opts = {"num_ctx": int(self.num_ctx)}
+        opts: dict[str, int] = {}
+        if self.num_ctx > 0:
+            opts["num_ctx"] = int(self.num_ctx)
         if self.num_gpu >= 0:
             opts["num_gpu"] = int(self.num_gpu)
         if self.num_thread > 0:

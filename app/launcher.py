@@ -23,8 +23,7 @@ import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-import httpx
-
+from .client import HearthClient, ServiceError
 from .hostport import client_url, env_host, parse_host
 from .paths import logs_dir
 from .program import hearth_command
@@ -68,18 +67,12 @@ def hearth_answers(url: str, token: str | None = None, timeout: float = 2.0) -> 
     """True when a Hearth service answers at `url` (GET /api/version): it names itself in the
     answer (Ollama does not), or it refuses `token` (HTTP 401), which a caller should hear
     from the service itself rather than be quietly given another one."""
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    client = HearthClient(url, token, timeout, connect_timeout=timeout)
     try:
-        resp = httpx.get(url.rstrip("/") + "/api/version", headers=headers, timeout=timeout)
-    except httpx.HTTPError:
-        return False
-    if resp.status_code == 401:
-        return True
-    try:
-        body = resp.json()
-    except ValueError:
-        return False
-    return resp.status_code == 200 and isinstance(body, dict) and "hearth" in body
+        body = client.request("GET", "/api/version")
+    except ServiceError as e:
+        return e.status == 401
+    return isinstance(body, dict) and "hearth" in body
 
 
 # -- starting one ----------------------------------------------------------------------------

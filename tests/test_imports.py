@@ -12,6 +12,9 @@ Libraries:
 * agent: MCP servers (tools) and the agent loop (Qt-free, HTTP-free); for the CLI and the app.
 * documents: reading, indexing and retrieving attached documents (Qt-free); history, whose
   database holds them. The desktop app and the CLI use it.
+* client: the one client of the service's HTTP API (Qt-free; auth, JSON, NDJSON streams,
+  cancellation, error sentences); imports nothing of Hearth. documents, the launcher, the CLI
+  and the desktop app speak to the service through it.
 * launcher: starts or finds a `hearth serve` (for the CLI and the desktop app); no server code.
 * hearth.paths, hearth.default_model, hearth.hostport, hearth.program (the desktop id, the
   command that runs `hearth` again, frozen or not), hearth.desktop (the menu entry and icons),
@@ -38,6 +41,7 @@ APP = Path(__file__).resolve().parents[1] / "app"
 LEAVES = {"paths", "default_model", "hostport", "program", "desktop", "options"}
 PACKAGES = {
     "agent",
+    "client",
     "engine",
     "plugins",
     "convert",
@@ -52,17 +56,19 @@ PACKAGES = {
 }
 ALLOWED: dict[str, set[str]] = {
     "agent": set(),
+    "client": set(),
     "engine": set(),
     "plugins": {"engine"},
     "convert": {"engine", "plugins"},
     "history": set(),
-    "documents": {"history"},
+    "documents": {"history", "client"},
     "app_settings": set(),
-    "launcher": set(),
+    "launcher": {"client"},
     "runner": {"engine", "plugins"},
     "server": {"engine", "plugins", "convert", "runner"},
     "cli": {
         "agent",
+        "client",
         "engine",
         "plugins",
         "convert",
@@ -74,7 +80,7 @@ ALLOWED: dict[str, set[str]] = {
         "documents",
         "app_settings",
     },
-    "ui": {"agent", "history", "app_settings", "launcher", "documents"},
+    "ui": {"agent", "client", "history", "app_settings", "launcher", "documents"},
     "paths": set(),
     "default_model": {"paths"},
     "hostport": set(),

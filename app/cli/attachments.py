@@ -12,13 +12,12 @@ import tempfile
 from pathlib import Path
 from typing import Any, TextIO
 
-from .. import env
+from ..client import HearthClient, ServiceError
 from ..documents import ChatDocuments, DocumentError, PreparedDocument, prepare_document
 from ..documents.embedding import Embedder, find_embedding_model, question_embedder
 from ..documents.records import Citation
 from ..documents.scanned import Transcriber
 from ..history import ChatStore, Message
-from .http_client import HearthClient, ServiceError
 
 __all__ = ["IMAGE_SUFFIXES", "TerminalAttachments", "context_length"]
 
@@ -26,16 +25,11 @@ IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".webp", ".gif", ".bmp"}
 
 
 def context_length(client: HearthClient, model: str, asked: int | None) -> int:
-    """num_ctx as the service will use it: --num-ctx, else the model's own parameter, else the
-    service's default (HEARTH_CONTEXT_LENGTH, 4096)."""
-    if asked:
-        return asked
-    params = str(client.show(model).get("parameters") or "")
-    for line in params.splitlines():
-        key, _, value = line.partition(" ")
-        if key == "num_ctx" and value.strip().isdigit():
-            return int(value.strip())
-    return env.whole("HEARTH_CONTEXT_LENGTH", 4096, 4)
+    """num_ctx as the service will use it: --num-ctx, else what the service says it runs the
+    model with (/api/show's `hearth.num_ctx`: the Modelfile's value, else its default), else
+    4096 (a service that does not say). A reply's final record then says what it used
+    (`reported_num_ctx`), which the session takes from there on."""
+    return asked or client.num_ctx(model) or 4096
 
 
 class TerminalAttachments:

@@ -12,11 +12,10 @@ import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, TextIO
+from urllib.parse import urlsplit
 
-import httpx
-
+from ..client import ServiceError
 from .connection import Connection, connect
-from .http_client import ServiceError
 from .modelfile import ModelfileError, parameter_value, parse_modelfile
 
 __all__ = ["COMMANDS", "human_bytes", "since"]
@@ -206,7 +205,7 @@ def cmd_create(args: Any, conn: Connection, out: TextIO, err: TextIO = sys.stder
     source_path = Path(str(body["from"]))
     folder = source_path.is_absolute() and source_path.is_dir()
     local = str(body["from"]).endswith(".gguf") and source_path.is_absolute()
-    host = httpx.URL(conn.client.base_url).host
+    host = urlsplit(conn.client.base_url).hostname
     if folder and host not in ("127.0.0.1", "localhost", "::1"):
         # The service is elsewhere: upload the folder's files, as the ollama client does.
         body.pop("from")

@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import env
+from ..client import HearthClient, ServiceError, ServiceUnreachable
 from ..launcher import LaunchError, PrivateService, hearth_answers, start_private_service
 from ..launcher import service_url as shared_url
-from .http_client import HearthClient, ServiceError, ServiceUnreachable
 
 __all__ = ["Connection", "connect", "service_url"]
 

@@ -20,11 +20,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from ..agent.loop import StepReply, turn_options
+from ..client import HearthClient, ServiceError, reported_num_ctx
 from ..default_model import DEFAULT_MODEL
 from ..options import run_flags
 from .attachments import TerminalAttachments, format_sources
 from .connection import Connection, connect
-from .http_client import HearthClient, ServiceError
 from .terminal_compaction import TerminalCompaction, fold
 
 if TYPE_CHECKING:
@@ -177,6 +177,8 @@ class _Chat:
                 self._done(item)
                 if self.compaction is not None:
                     self.compaction.on_final(item)
+                if self.attached is not None:  # the context the service used from now on
+                    self.attached.num_ctx = reported_num_ctx(item) or self.attached.num_ctx
         return items
 
     def _step(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> StepReply:

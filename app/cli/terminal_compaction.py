@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any, TextIO
 
+from ..client import HearthClient, reported_num_ctx
 from ..history.compaction import (
     NOTICE,
     SUMMARY,
@@ -17,7 +18,6 @@ from ..history.compaction import (
     would_overflow,
 )
 from .attachments import context_length
-from .http_client import HearthClient
 
 __all__ = ["TerminalCompaction", "fold"]
 
@@ -34,6 +34,7 @@ class TerminalCompaction:
         self.cut = False  # the service truncated or shifted the last prompt
 
     def on_final(self, final: dict[str, Any]) -> None:
+        self.num_ctx = reported_num_ctx(final) or self.num_ctx  # what the service used
         extra = final.get("hearth") or {}
         prompt = extra.get("prompt_tokens", final.get("prompt_eval_count", 0))
         self.used = int(prompt or 0) + int(final.get("eval_count", 0) or 0)

@@ -34,7 +34,7 @@ from ..agent.loop import (
     run_agent,
 )
 from ..app_settings import load_settings, save_settings
-from .http_client import HearthClient, ServiceError
+from ..client import HearthClient, ServiceError
 from .terminal_elicit import TerminalElicit
 
 __all__ = ["TerminalApproval", "ToolSession", "ToolsUnavailable", "open_tools", "settings_grants"]

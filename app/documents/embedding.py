@@ -1,15 +1,26 @@
 """Vectors for chunks and questions from an embedding model, through Hearth's own service
 (`POST /api/embed`, Ollama's shape), and the embedding model a user has (the first installed
-model whose capabilities name "embedding"), through service.py."""
+model whose capabilities name "embedding": service.py's `pick_model`, which the app applies to
+its own list of models), through service.py."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from .service import ServiceCallError, find_model, post_json
+from .service import ServiceCallError, find_model, pick_model, post_json
 
-__all__ = ["BATCH", "Embedder", "EmbeddingError", "find_embedding_model", "question_embedder"]
+__all__ = [
+    "BATCH",
+    "Embedder",
+    "EmbeddingError",
+    "EMBEDDING",
+    "find_embedding_model",
+    "pick_embedding_model",
+    "question_embedder",
+]
+
+EMBEDDING = "embedding"  # the capability /api/show names
 
 BATCH = 32  # chunks per /api/embed request
 
@@ -24,7 +35,13 @@ def _post(base_url: str, path: str, body: dict[str, Any], token: str, timeout: f
 
 def find_embedding_model(base_url: str, token: str = "", timeout: float = 30.0) -> str:
     """The first installed model (in /api/tags order) that /api/show says embeds; '' if none."""
-    return find_model(base_url, "embedding", token, timeout=timeout)
+    return find_model(base_url, EMBEDDING, token, timeout=timeout)
+
+
+def pick_embedding_model(models: Iterable[tuple[str, Sequence[str] | None]]) -> str:
+    """The embedding model among `models` ((name, capabilities), in /api/tags order) by the
+    same rule as `find_embedding_model`: the app's picker over the list it already has."""
+    return pick_model(models, EMBEDDING)
 
 
 class Embedder:

@@ -1,25 +1,22 @@
-"""Calls to Hearth's own service from hearth.documents (plain urllib: the app calls them from
-its worker threads, the CLI from its main thread): a JSON POST whose failure is one exception
-with a sentence, and the installed model with a capability ("embedding", "vision"), as
-/api/show lists it."""
+"""Calls to Hearth's own service from hearth.documents, through hearth.client (the app calls
+them from its worker threads, the CLI from its main thread): a JSON POST whose failure is one
+exception with a sentence, and the installed model with a capability ("embedding", "vision"),
+as /api/show lists it, picked by one rule (`pick_model`) that the app applies to its own list
+of models."""
 
 from __future__ import annotations
 
-import json
-import urllib.error
-import urllib.request
+from collections.abc import Iterable, Sequence
 from typing import Any
 
-__all__ = ["ServiceCallError", "auth_headers", "find_model", "post_json"]
+from ..client import HearthClient, ServiceError
+
+__all__ = ["ServiceCallError", "find_model", "pick_model", "post_json"]
 
 
 class ServiceCallError(RuntimeError):
-    """The service could not answer (its message says why: HTTP status and detail, or the
-    connection's error)."""
-
-
-def auth_headers(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"} if token else {}
+    """The service could not answer (its message says why: the path and the service's own
+    sentence, or the connection's error)."""
 
 
 def post_json(
@@ -31,48 +28,54 @@ def post_json(
     error: type[ServiceCallError] = ServiceCallError,
 ) -> Any:
     """POST `body` to `path`; the JSON answer. Any failure raises `error`."""
-    req = urllib.request.Request(
-        base_url.rstrip("/") + path,
-        data=json.dumps(body).encode(),
-        method="POST",
-        headers={"Content-Type": "application/json", **auth_headers(token)},
-    )
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            return json.loads(resp.read() or b"{}")
-    except urllib.error.HTTPError as e:
-        detail = e.read().decode(errors="replace")[:300]
-        raise error(f"{path}: HTTP {e.code} {detail}") from e
-    except (OSError, ValueError) as e:
-        raise error(f"{path}: {e}") from e
+        return HearthClient(base_url, token, timeout).request("POST", path, body)
+    except ServiceError as e:
+        status = f"HTTP {e.status} " if e.status else ""
+        raise error(f"{path}: {status}{e.message}") from e
 
 
-def _capabilities(base_url: str, token: str, name: str, timeout: float) -> list[str]:
+def pick_model(
+    models: Iterable[tuple[str, Sequence[str] | None]], capability: str, prefer: str = ""
+) -> str:
+    """The model to use for `capability` among `models` ((name, capabilities) in the service's
+    /api/tags order; capabilities None where unknown): `prefer` when it has it, else the first
+    that has it; '' if none. The one rule of the app and the CLI (embedding, vision)."""
+    first = ""
+    for name, caps in models:  # lazily: without `prefer`, the first match ends the search
+        if not name or capability not in (caps or ()):
+            continue
+        if not prefer or name == prefer:
+            return name
+        first = first or name
+    return first
+
+
+def _capabilities(client: HearthClient, name: str) -> list[str]:
     try:
-        show = post_json(base_url, "/api/show", {"model": name}, token, timeout)
-    except ServiceCallError:
+        show = client.request("POST", "/api/show", {"model": name})
+    except ServiceError:
         return []
-    return [str(c) for c in show.get("capabilities") or []]
+    return [str(c) for c in show.get("capabilities") or []] if isinstance(show, dict) else []
 
 
 def find_model(
     base_url: str, capability: str, token: str = "", prefer: str = "", timeout: float = 30.0
 ) -> str:
-    """`prefer` (the chat's model) when /api/show says it has `capability`, else the first
-    installed model (in /api/tags order) that has it; '' if none (or no service)."""
-    if prefer and capability in _capabilities(base_url, token, prefer, timeout):
+    """`pick_model` over the service's installed models (/api/tags, each model's capabilities
+    from /api/show where the list lacks them); '' if none (or no service)."""
+    client = HearthClient(base_url, token, timeout)
+    if prefer and capability in _capabilities(client, prefer):
         return prefer
-    req = urllib.request.Request(base_url.rstrip("/") + "/api/tags", headers=auth_headers(token))
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            models = json.loads(resp.read()).get("models") or []
-    except (OSError, ValueError):
+        models = client.models()
+    except ServiceError:
         return ""
-    for m in models:
-        name = str(m.get("name") or m.get("model") or "")
-        caps = m.get("capabilities")
-        if caps is None:
-            caps = _capabilities(base_url, token, name, timeout) if name else []
-        if name and capability in caps:
-            return name
-    return ""
+
+    def listed() -> Iterable[tuple[str, Sequence[str] | None]]:
+        for m in models:
+            name = str(m.get("name") or m.get("model") or "")
+            caps = m.get("capabilities")
+            yield name, (_capabilities(client, name) if caps is None and name else caps)
+
+    return pick_model(listed(), capability)

@@ -500,11 +500,7 @@ async def pieces(gen: Generation, parser: OutputParser) -> AsyncIterator[Piece]:
             if isinstance(event, CompletionDone):
                 thinking, content = parser.feed("")  # the parser may settle its state first
                 more_thinking, more_content, calls = parser.finish()
-                final = {
-                    **to_wire(event),
-                    "total_duration": gen.total_duration,
-                    "load_duration": gen.lease.load_duration,
-                }
+                final = _final(gen, event)
                 yield Piece(thinking + more_thinking, content + more_content, None, calls, final)
                 return
             first = first or time.perf_counter_ns()
@@ -541,10 +537,19 @@ async def _cut_short(gen: Generation, tokens: int, first: int) -> dict[str, Any]
         eval_count=tokens,
         eval_duration=now - first,
     )
+    return _final(gen, done)
+
+
+def _final(gen: Generation, done: CompletionDone) -> dict[str, Any]:
+    """The final record as JSON: the runner's, with the request's durations and `num_ctx`,
+    the context length the runner that answered holds per sequence (what the prompt was fitted
+    to: a request that set none gets the model's Modelfile value or the service's default; one
+    served by a runner already loaded with more gets that runner's)."""
     return {
         **to_wire(done),
         "total_duration": gen.total_duration,
         "load_duration": gen.lease.load_duration,
+        "num_ctx": gen.lease.entry.spec.options.num_ctx,
     }
 
 

@@ -1,140 +1,89 @@
-"""The HTTP client of `hearth serve` (the Ollama API), built on QNetworkAccessManager.
+"""The desktop app's requests to `hearth serve`: hearth.client (the one client of the service)
+run on a worker thread per request, its results delivered as Qt signals on the GUI thread.
 
-QNetworkAccessManager does its socket work on Qt's own network thread and reports back through
-signals on the GUI thread, so no request ever blocks the window; a streamed reply is parsed line
-by line (NDJSON) as bytes arrive, and `Call.cancel()` aborts the connection, which is how the
-service learns to stop generating.
+Each request runs on a thread of its own, so no request ever blocks the window; a streamed
+reply's NDJSON objects arrive as `chunk` signals in order, and `Call.cancel()` shuts the
+request's connection (hearth.client's `Cancel`), which is how the service learns to stop
+generating. Everything about speaking to the service (the API key's header, the NDJSON lines,
+the error sentences) is hearth.client's; this module only moves its results across threads.
 """
 
 from __future__ import annotations
 
-import json
+import contextlib
+import threading
+from collections.abc import Callable
 from typing import Any
 
-from PySide6.QtCore import QByteArray, QObject, QUrl, Signal
-from PySide6.QtNetwork import QNetworkAccessManager, QNetworkReply, QNetworkRequest
+from PySide6.QtCore import QObject, Signal
 
-__all__ = ["ApiClient", "ApiError", "Call", "error_text"]
+from ..client import Cancel, HearthClient, ServiceError
 
+__all__ = ["ApiClient", "ApiError", "Call"]
 
-class ApiError(Exception):
-    """A failed request. kind: 'connection', 'http', 'stream' (an error line mid-stream),
-    'cancelled' (Call.cancel), or 'timeout'."""
+# A failed request (hearth.client's error). kind: 'connection', 'http', 'stream' (an error
+# line mid-stream), 'cancelled' (Call.cancel), or 'timeout'.
+ApiError = ServiceError
 
-    def __init__(self, message: str, kind: str = "http", status: int = 0) -> None:
-        super().__init__(message)
-        self.message = message
-        self.kind = kind
-        self.status = status
-
-    def __repr__(self) -> str:
-        return f"ApiError({self.message!r}, kind={self.kind!r}, status={self.status})"
+# What a request's worker does: given its Cancel and a way to hand over each streamed
+# object, it returns the answer (for a stream, its last object) or raises ServiceError.
+Work = Callable[[Cancel, Callable[[dict[str, Any]], None]], Any]
 
 
 class Call(QObject):
-    """One request in flight. Exactly one of `done` or `failed` is emitted, once."""
+    """One request in flight. Exactly one of `done` or `failed` is emitted, once (`failed`
+    with kind 'cancelled' at once when `cancel()` comes first)."""
 
-    chunk = Signal(dict)  # each NDJSON line of a streamed reply
-    done = Signal(object)  # the JSON body (or, for a stream, its last line; text if not JSON)
+    chunk = Signal(dict)  # each NDJSON object of a streamed reply
+    done = Signal(object)  # the JSON body (or, for a stream, its last object; text if not JSON)
     failed = Signal(object)  # ApiError
 
-    def __init__(self, reply: QNetworkReply, stream: bool, parent: QObject) -> None:
+    # from the worker thread to this object's slots (queued to the GUI thread, in order)
+    _w_chunk = Signal(dict)
+    _w_end = Signal(object, object)  # the answer, or None; the ApiError, or None
+
+    def __init__(self, work: Work, parent: QObject) -> None:
         super().__init__(parent)
-        self._reply = reply
-        self._stream = stream
-        self._buffer = b""
-        self._last: dict[str, Any] | None = None
-        self._cancelled = False
-        self._error: ApiError | None = None
+        self._cancel = Cancel()
         self.finished = False
-        reply.readyRead.connect(self._on_ready_read)
-        reply.finished.connect(self._on_finished)
+        self._w_chunk.connect(self._on_chunk)
+        self._w_end.connect(self._on_end)
+        threading.Thread(target=self._run, args=(work,), name="hearth-api", daemon=True).start()
 
     def cancel(self) -> None:
         if not self.finished:
-            self._cancelled = True
-            self._reply.abort()
+            self.finished = True
+            self._cancel.cancel()
+            self.failed.emit(ApiError("cancelled", kind="cancelled"))
 
-    def _status(self) -> int:
-        code = self._reply.attribute(QNetworkRequest.Attribute.HttpStatusCodeAttribute)
-        return int(code) if code else 0
+    # -- the worker thread --------------------------------------------------------------------
 
-    def _on_ready_read(self) -> None:
-        if not self._stream or self._error is not None or self._status() >= 400:
-            return  # whole bodies (and error bodies) are read once, at the end
-        self._buffer += bytes(self._reply.readAll().data())
-        *lines, self._buffer = self._buffer.split(b"\n")
-        for line in lines:
-            self._line(line)
-
-    def _line(self, line: bytes) -> None:
-        if not line.strip() or self._error is not None:
-            return
+    def _run(self, work: Work) -> None:
+        answer: Any = None
+        error: ApiError | None = None
         try:
-            obj = json.loads(line)
-        except ValueError:
-            self._error = ApiError(f"the service sent a line that is not JSON: {line[:80]!r}")
-            self._reply.abort()
-            return
-        if isinstance(obj, dict) and obj.get("error"):
-            self._error = ApiError(str(obj["error"]), kind="stream", status=self._status())
-            return
-        if isinstance(obj, dict):
-            self._last = obj
+            answer = work(self._cancel, self._w_chunk.emit)
+        except ServiceError as e:
+            error = e
+        except Exception as e:  # a request's failure must end the call, never hang it
+            error = ApiError(str(e) or type(e).__name__, kind="connection")
+        with contextlib.suppress(RuntimeError):  # the app quit and took this object with it
+            self._w_end.emit(answer, error)
+
+    # -- the GUI thread -----------------------------------------------------------------------
+
+    def _on_chunk(self, obj: dict[str, Any]) -> None:
+        if not self.finished:
             self.chunk.emit(obj)
 
-    def _on_finished(self) -> None:
-        if self.finished:
-            return
-        self.finished = True
-        reply = self._reply
-        status = self._status()
-        readable = reply.isOpen() and not self._cancelled  # an aborted reply has no body
-        if readable and self._stream and status < 400 and self._error is None:
-            self._buffer += bytes(reply.readAll().data())
-            self._line(self._buffer)
-            self._buffer = b""
-        whole = readable and (not self._stream or status >= 400)
-        body = bytes(reply.readAll().data()) if whole else b""
-        net_error = reply.error()
-        reply.deleteLater()
-        if self._cancelled:
-            self.failed.emit(ApiError("cancelled", kind="cancelled"))
-        elif self._error is not None:
-            self.failed.emit(self._error)
-        elif status >= 400:
-            self.failed.emit(ApiError(error_text(body, status), kind="http", status=status))
-        elif net_error != QNetworkReply.NetworkError.NoError:
-            kind = (
-                "timeout"
-                if net_error == QNetworkReply.NetworkError.OperationCanceledError
-                else "connection"
-            )
-            self.failed.emit(ApiError(reply.errorString(), kind=kind))
-        elif self._stream:
-            self.done.emit(self._last or {})
-        else:
-            self.done.emit(_parse(body))
-        self.deleteLater()
-
-
-def _parse(body: bytes) -> Any:
-    try:
-        return json.loads(body) if body.strip() else {}
-    except ValueError:
-        return body.decode("utf-8", "replace")
-
-
-def error_text(body: bytes, status: int) -> str:
-    parsed = _parse(body)
-    if isinstance(parsed, dict):
-        err = parsed.get("error") or parsed.get("detail")
-        if isinstance(err, dict):
-            err = err.get("message")
-        if err:
-            return str(err)
-    text = parsed if isinstance(parsed, str) else ""
-    return text.strip()[:300] or f"HTTP {status}"
+    def _on_end(self, answer: Any, error: ApiError | None) -> None:
+        if not self.finished:
+            self.finished = True
+            if error is not None:
+                self.failed.emit(error)
+            else:
+                self.done.emit(answer)
+        self.deleteLater()  # the worker has emitted its last signal
 
 
 class ApiClient(QObject):
@@ -142,7 +91,6 @@ class ApiClient(QObject):
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
-        self._nam = QNetworkAccessManager(self)
         self.base_url = ""
         self._token = ""
 
@@ -156,27 +104,33 @@ class ApiClient(QObject):
         service (document embeddings)."""
         return self._token
 
-    def _request(self, path: str, timeout_ms: int) -> QNetworkRequest:
-        req = QNetworkRequest(QUrl(self.base_url + path))
-        req.setHeader(QNetworkRequest.KnownHeaders.ContentTypeHeader, "application/json")
-        if self._token:
-            req.setRawHeader(b"Authorization", f"Bearer {self._token}".encode())
-        # For streams this bounds the silence between bytes, not the whole reply.
-        req.setTransferTimeout(timeout_ms)
-        return req
+    def client(self, timeout: float | None = None) -> HearthClient:
+        """hearth.client for the current endpoint (for work on the app's own worker threads:
+        the agent loop's model turns, compaction); `timeout` bounds each read (None: none)."""
+        return HearthClient(self.base_url, self._token, timeout)
 
     def get(self, path: str, timeout_ms: int = 15000) -> Call:
-        return Call(self._nam.get(self._request(path, timeout_ms)), False, self)
+        client = self.client(timeout_ms / 1000 or None)
+        return Call(lambda cancel, _: client.request("GET", path, cancel=cancel), self)
 
     def post(
         self, path: str, body: dict[str, Any], stream: bool = False, timeout_ms: int = 0
     ) -> Call:
-        # A model load can take minutes before the first byte: streams wait as long as needed.
-        timeout = timeout_ms or (0 if stream else 120000)
-        data = QByteArray(json.dumps(body).encode())
-        return Call(self._nam.post(self._request(path, timeout), data), stream, self)
+        # A model load can take minutes before the first byte: streams wait as long as needed
+        # (for a stream the timeout bounds the silence between bytes, not the whole reply).
+        client = self.client((timeout_ms or (0 if stream else 120000)) / 1000 or None)
+        if not stream:
+            return Call(lambda cancel, _: client.request("POST", path, body, cancel=cancel), self)
+
+        def read(cancel: Cancel, chunk: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+            last: dict[str, Any] = {}
+            for obj in client.stream(path, body, cancel):
+                last = obj
+                chunk(obj)
+            return last
+
+        return Call(read, self)
 
     def delete(self, path: str, body: dict[str, Any]) -> Call:
-        data = QByteArray(json.dumps(body).encode())
-        reply = self._nam.sendCustomRequest(self._request(path, 60000), b"DELETE", data)
-        return Call(reply, False, self)
+        client = self.client(60.0)
+        return Call(lambda cancel, _: client.request("DELETE", path, body, cancel=cancel), self)

@@ -143,8 +143,9 @@ class ServiceManager(QObject):
         self._endpoint = None
         self._set_state(STARTING, self.tr("Starting the engine…"))
         s = self._settings()
-        # The service's own default context (its memory estimates assume it) follows ours.
-        env = {"HEARTH_CONTEXT_LENGTH": str(s.num_ctx)}
+        # The service's own default context (its memory estimates assume it) follows ours
+        # when the user set one; "Automatic" leaves the service's.
+        env = {"HEARTH_CONTEXT_LENGTH": str(s.num_ctx)} if s.num_ctx > 0 else {}
         if s.models_dir:
             env["HEARTH_MODELS"] = s.models_dir
         if s.work_offline:  # the "Work offline" switch: the service refuses every download

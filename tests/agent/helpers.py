@@ -65,7 +65,7 @@ class HttpStep:
     each reply's final object."""
 
     def __init__(self, url: str, model: str, **body: object) -> None:
-        from hearth.cli.http_client import HearthClient
+        from hearth.client import HearthClient
 
         self.client = HearthClient(url, timeout=600)
         self.model, self.body = model, body

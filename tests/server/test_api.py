@@ -40,9 +40,10 @@ def test_generate_streams_ndjson_with_ollama_fields(fake_service):
                 "eval_count", "eval_duration", "context", "created_at"):  # fmt: skip
         assert key in final, key
     assert final["done_reason"] == "stop" and final["model"] == "tiny:latest"
+    num_ctx = fake_service.launcher.started[0].options.num_ctx  # what the runner was given
     assert final["hearth"] == {"prompt_tokens": final["prompt_eval_count"], "prompt_cached": 0,
                                "truncated": False, "shifted": False,
-                               "drafted": 0, "accepted": 0}  # fmt: skip
+                               "drafted": 0, "accepted": 0, "num_ctx": num_ctx}  # fmt: skip
 
 
 def test_generate_renders_the_template_and_raw_skips_it(fake_service):

@@ -28,8 +28,8 @@ import openai
 import pytest
 from PIL import Image
 
-from hearth.cli.http_client import HearthClient
 from hearth.cli.terminal_chat import projector_beside, resolve_model
+from hearth.client import HearthClient
 from hearth.engine.gguf import GGUFFile
 from hearth.engine.ml.api import OutOfMemoryError
 from hearth.plugins.testing import ConverterUnavailableError, sample_images

@@ -23,6 +23,7 @@ class StubModel:
     quantization: str = "Q4_K_M"
     size: int = 253_000_000
     context_length: int = 32768
+    num_ctx: int = 4096  # what the service runs it with when a request sets none (a Modelfile's)
     memory: int = 520_000_000
     engine: str = "hearth"  # /api/show's hearth.engine and engine_reason
     engine_reason: str = "a Hearth plugin runs architecture 'gemma3'"
@@ -195,6 +196,7 @@ class StubServer:
                                 "prompt_cached": 0,
                                 "truncated": False,
                                 "shifted": False,
+                                "num_ctx": stub._num_ctx(body),
                             },
                         }
                     )
@@ -226,6 +228,14 @@ class StubServer:
     def close(self) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+
+    def _num_ctx(self, body: dict[str, Any]) -> int:
+        """The context a chat is answered with, as the service decides it: the request's
+        num_ctx, else the model's own, at most its trained length."""
+        m = self._find(body.get("model", ""))
+        asked = int((body.get("options") or {}).get("num_ctx") or 0)
+        n = asked or (m.num_ctx if m else 4096)
+        return min(n, m.context_length) if m else n
 
     def _find(self, name: str) -> StubModel | None:
         full = name if ":" in name else name + ":latest"
@@ -263,7 +273,8 @@ class StubServer:
             },
             "capabilities": m.capabilities,
             "hearth": {"estimated_memory": m.memory, "memory": {"total": m.memory},
-                       "engine": m.engine, "engine_reason": m.engine_reason},
+                       "engine": m.engine, "engine_reason": m.engine_reason,
+                       "num_ctx": m.num_ctx},
         }  # fmt: skip
 
 

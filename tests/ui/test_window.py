@@ -99,7 +99,11 @@ def test_chat_settings_reach_the_request(qtbot, stub, make_app):
     body = [r for r in stub.requests if r["path"] == "/api/chat"][-1]
     assert body["messages"][0] == {"role": "system", "content": "Be brief."}
     assert body["options"]["temperature"] == 0.2 and body["options"]["seed"] == 7
-    assert body["options"]["num_ctx"] == app.settings.num_ctx
+    assert "num_ctx" not in body["options"]  # "Automatic": the service decides
+    app.settings.num_ctx = 8192  # a length the user chose goes with every request
+    send_and_wait(qtbot, app, "again")
+    body = [r for r in stub.requests if r["path"] == "/api/chat"][-1]
+    assert body["options"]["num_ctx"] == 8192
 
 
 def test_import_by_drop_and_delete(qtbot, stub, make_app, tmp_path):
@@ -277,3 +281,31 @@ def test_editing_with_the_keyboard_esc_cancels_enter_resends(qtbot, stub, make_a
         qtbot.keyClick(w.edit_box, Qt.Key.Key_Return)
     items = app.chat.conversation.items()
     assert items[0].content == "second" and (items[0].version, items[0].versions) == (2, 2)
+
+
+def test_the_window_is_the_services_word_unless_the_user_set_one(qtbot, make_app):
+    """A model whose Modelfile says num_ctx 640: with the app's context length on Automatic
+    the request carries none, the window is the 640 the service reports (/api/show before a
+    reply, the final record after it); a length the user chose goes with the request."""
+    from stub_server import StubModel, StubServer
+
+    stub = StubServer(models=[StubModel("gemma3:270m", num_ctx=640)])
+    try:
+        app = make_app(stub.url)
+        info = app.models.info
+        qtbot.waitUntil(lambda: getattr(info("gemma3:270m"), "num_ctx", 0) == 640)
+        app.chat.new_chat()
+        assert app.chat.num_ctx() == 640
+        send_and_wait(qtbot, app, "hi")
+        body = [r for r in stub.requests if r["path"] == "/api/chat"][-1]
+        assert "num_ctx" not in body["options"]
+        reply = app.store.path(app.chat.chat.id)[-1]
+        assert reply.stats["num_ctx"] == 640 and app.chat.num_ctx() == 640
+        app.settings.num_ctx = 8192
+        assert app.chat.num_ctx() == 8192
+        send_and_wait(qtbot, app, "again")
+        body = [r for r in stub.requests if r["path"] == "/api/chat"][-1]
+        assert body["options"]["num_ctx"] == 8192
+        assert app.store.path(app.chat.chat.id)[-1].stats["num_ctx"] == 8192
+    finally:
+        stub.close()

@@ -1,5 +1,7 @@
-"""A reply that may use tools (AgentReply): hearth.agent's loop on a worker thread, each model
-turn, call and result committed to the history as it happens and then shown.
+"""The desktop app's one reply path (AgentReply): hearth.agent's loop on a worker thread, each
+model turn, call and result committed to the history as it happens and then shown. A reply
+without tools is the same loop offered none: one model turn, its request as a plain chat's
+(no `tools`, no cap on its length beyond the chat's own num_predict).
 
 The loop blocks (a model turn streams, a call runs, an approval waits for the user), so it runs
 on a thread of its own and never on the GUI's. It speaks to the GUI thread only through this
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from PySide6.QtCore import QObject, Signal
@@ -30,6 +32,7 @@ from ...agent.loop import (
     run_agent,
     turn_options,
 )
+from ...agent.specs import ToolResult, error_result
 from ...history import ChatStore
 from ...history.records import DONE, ERROR, STOPPED, STREAMING
 from ..api_client import ApiError
@@ -37,7 +40,7 @@ from ..widgets.tool_call import ALWAYS, DENY, ONCE, SERVER
 from .model_turn import ModelTurn
 from .reply import ReplyClock
 
-__all__ = ["AgentReply", "PendingCall", "tool_record"]
+__all__ = ["AgentReply", "PendingCall", "no_grants", "tool_record"]
 
 _DECISIONS = {
     ONCE: Decision.ALLOW_ONCE,
@@ -45,6 +48,11 @@ _DECISIONS = {
     SERVER: Decision.ALLOW_SERVER,
     DENY: Decision.DENY,
 }
+
+
+def no_grants(ask: Callable[[ToolCall, ToolSpec], Decision]) -> Approve:
+    """The policy of a reply without the tools controller: every call is asked about."""
+    return ask
 
 
 class PendingCall:
@@ -56,7 +64,7 @@ class PendingCall:
 
 
 class AgentReply(QObject):
-    """The same surface as StreamingReply (`grew`, `ended`, `cancel`, `abandon`,
+    """A reply being written (`grew`, `ended`, `cancel`, `abandon`,
     `message_id` = the assistant message being written) plus `changed` (a message was added),
     `approval_needed` (a PendingCall; answer with `answer(ONCE|ALWAYS|SERVER|DENY)`; `policy`
     wraps the asking in the user's grants, `ToolsController.policy`) and `steps`
@@ -88,7 +96,7 @@ class AgentReply(QObject):
         first_message_id: int,
         body: dict[str, Any],
         turn: ModelTurn,
-        hub: ToolHub,
+        hub: ToolHub | None,
         servers: list[str],
         policy: Callable[[Callable[[ToolCall, ToolSpec], Decision]], Approve],
         max_steps: int,
@@ -225,8 +233,9 @@ class AgentReply(QObject):
             return
         self._ended = True
         stats = dict(getattr(self, "_last_stats", {}) or {})
-        if state != DONE:
-            stats = {k: v for k, v in stats.items() if k == "ttft"} or stats
+        if state != DONE:  # of an unfinished turn, only its time to first token
+            ttft = self._clock.ttft
+            stats = {"ttft": ttft} if ttft is not None else {}
         stats.update(info)
         self.ended.emit(state, stats, err)
 
@@ -236,15 +245,10 @@ class AgentReply(QObject):
         info: dict[str, Any] = {}
         state, err = DONE, None
         try:
-            specs = self._hub.tools(self._servers)
-            status = self._hub.status()
-            for name in self._servers:
-                st = status.get(name)
-                if st is not None and st.state == "failed":
-                    self._w_failed.emit(st.error or f"the tool server '{name}' did not start")
+            specs = self._tool_specs()
             outcome = run_agent(
                 self._step,
-                self._hub,
+                self._hub if self._hub is not None else _NO_TOOLS,
                 self._body["messages"],
                 specs,
                 self._approve,
@@ -268,13 +272,27 @@ class AgentReply(QObject):
             state, err = ERROR, ApiError(str(e) or type(e).__name__, kind="stream")
         self._w_end.emit(state, info, err)
 
+    def _tool_specs(self) -> list[ToolSpec]:
+        """The tools of the chat's servers (none without a hub); a server that did not start
+        is said through `server_failed`."""
+        if self._hub is None or not self._servers:
+            return []
+        specs = self._hub.tools(self._servers)
+        status = self._hub.status()
+        for name in self._servers:
+            st = status.get(name)
+            if st is not None and st.state == "failed":
+                self._w_failed.emit(st.error or f"the tool server '{name}' did not start")
+        return specs
+
     def _step(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> StepReply:
         if self._cancel.is_set():
             raise ApiError("cancelled", kind="cancelled")
         self._w_turn.emit()
-        options = turn_options(self._body.get("options"))
-        body = {**self._body, "messages": messages, "tools": tools, "stream": True}
-        body["options"] = options
+        body = {**self._body, "messages": messages, "stream": True}
+        if self._servers:  # a chat with tools on (even if none started): capped turns
+            body["tools"] = tools
+            body["options"] = turn_options(self._body.get("options"))
         chunks = self._turn.run(body, lambda p, t: self._w_piece.emit(p, t))
         reply = StepReply.from_chunks(chunks)
         calls = [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in reply.tool_calls]
@@ -292,6 +310,22 @@ class AgentReply(QObject):
     def _on_event(self, event: AgentEvent) -> None:
         if event.kind == "result" and event.call is not None and event.result is not None:
             self._w_result.emit(tool_record(event), event.result.text, list(event.result.images))
+
+
+class _NoTools:
+    """The tool caller of a reply offered no tools: the loop never calls it (a call to a tool
+    not offered is refused without one), and were it called it would refuse."""
+
+    def call(
+        self,
+        qualified_name: str,
+        arguments: Mapping[str, Any] | None = None,
+        cancel: threading.Event | None = None,
+    ) -> ToolResult:
+        return error_result(f"there is no tool '{qualified_name}'")
+
+
+_NO_TOOLS = _NoTools()
 
 
 def tool_record(event: AgentEvent) -> dict[str, Any]:

@@ -1,11 +1,11 @@
 """The open chat: open, create, close; send, stop, regenerate, edit into a branch, switch
 versions; the images waiting to go with the next message.
 
-The reply being written is a StreamingReply (reply.py), which commits every streamed piece
-to the history database before the screen shows it, so a killed app keeps what was on
-screen; ChatStore marks such a reply interrupted on next start. When the chat has tool
-servers on and its model can use tools, the reply is an AgentReply (agent_reply.py): the
-same, plus its tool calls (each asked for through `approval_needed`) and their results.
+Every reply is an AgentReply (agent_reply.py): hearth.agent's loop, with no tools when the
+chat has no tool servers on (one model turn, as a plain reply), which commits every streamed
+piece to the history database before the screen shows it, so a killed app keeps what was on
+screen; ChatStore marks such a reply interrupted on next start. With tools, the same, plus
+its tool calls (each asked for through `approval_needed`) and their results.
 When the turn would not fit the context, the oldest turns are summarised first (compaction.py);
 the summary is a message under the question, and the reply goes under it. With Compare on
 (compare.py), the question is answered by two models side by side instead.
@@ -31,7 +31,7 @@ from ...history.records import DONE, STREAMING, UNDONE
 from ..api_client import ApiClient, ApiError
 from ..item_models.conversation import ConversationModel, MessageItem
 from ..widgets.documents import ChipInfo
-from .agent_reply import AgentReply, PendingCall
+from .agent_reply import AgentReply, PendingCall, no_grants
 from .clipboard import copy_text
 from .compaction import Compactor, compaction_plan
 from .compare import CompareController
@@ -40,7 +40,6 @@ from .errors import friendly_error
 from .images import attachable_images
 from .model_turn import ModelTurn
 from .models import ModelsController
-from .reply import StreamingReply
 from .request import chat_body, context_used, context_window
 from .tools import ToolsController
 
@@ -76,7 +75,7 @@ class ChatController(QObject):
         self.chat: Chat | None = None
         self.pending_images: list[bytes] = []
         self._tools = tools
-        self._reply: StreamingReply | AgentReply | None = None  # the reply being written
+        self._reply: AgentReply | None = None  # the reply being written
         self._preparing = False  # a sent question waits for its vector (documents.on_sent)
         self.documents = DocumentsController(store, client, models, self)
         self.documents.changed.connect(self.attachments_changed)
@@ -142,17 +141,24 @@ class ChatController(QObject):
             self.context_changed.emit(0, 0)
             return
         path = self._store.path(self.chat.id) if path is None else path
+        self.context_changed.emit(context_used(path), self._window(path))
+
+    def _window(self, path: list[Any]) -> int:
+        """The open chat's context window (`context_window`: asked for, else the service's
+        word). Before a chat is open: the app's setting, else 4096."""
+        runtime = self._settings().request_options()
+        if self.chat is None:
+            return int(runtime.get("num_ctx") or 0) or 4096
         info = self._models.info(self.chat.model)
-        window = context_window(
-            self.chat, self._settings().request_options(), info.context_length if info else 0
-        )
-        self.context_changed.emit(context_used(path), window)
+        trained, decided = (info.context_length, info.num_ctx) if info else (0, 0)
+        return context_window(self.chat, runtime, path, trained, decided)
 
     def option_defaults(self) -> dict[str, Any]:
         """What applies to the open chat where it overrides nothing: its model's defaults, and
-        the app's context length."""
+        its context length (the app's setting, else the service's word)."""
         info = self._models.info(self.model)
-        return {**(info.parameters if info else {}), "num_ctx": self._settings().num_ctx}
+        path = self._store.path(self.chat.id) if self.chat else []
+        return {**(info.parameters if info else {}), "num_ctx": self._window(path)}
 
     def _on_model_info(self, name: str) -> None:
         if self.chat and self.chat.model == name:
@@ -326,11 +332,7 @@ class ChatController(QObject):
 
     def num_ctx(self) -> int:
         """The open chat's context window, as its requests will have it."""
-        if self.chat is None:
-            return 4096
-        info = self._models.info(self.chat.model)
-        runtime = self._settings().request_options()
-        return context_window(self.chat, runtime, info.context_length if info else 0)
+        return self._window(self._store.path(self.chat.id) if self.chat else [])
 
     def attach_documents(self, paths: list[Path]) -> bool:
         """Read documents (off the GUI thread) to go with the next message; a PDF's scanned
@@ -444,8 +446,8 @@ class ChatController(QObject):
         if p is None:
             return False
         self._compacting = user
+        # as the chat's requests carry them (no num_ctx unless asked for: the service's own)
         options = {k: v for k, v in options.items() if v is not None}
-        options["num_ctx"] = self.num_ctx()
         self._compactor.start(p, self.chat.model, self.num_ctx(), options)
         self._compact_covers = p.covers
         return True
@@ -583,34 +585,28 @@ class ChatController(QObject):
             self.chat.id, user_id, "assistant", model=self.chat.model, state=STREAMING
         )
         servers = self._active_tool_servers()
-        reply: StreamingReply | AgentReply
-        if servers and self._tools is not None:
-            reply = AgentReply(
-                self._store,
-                self.chat.id,
-                message.id,
-                body,
-                ModelTurn(self._client.base_url, self._client.token),
-                self._tools.hub(),
-                servers,
-                self._tools.policy,
-                self._settings().tool_max_steps,
-                self.can_see_images(),
-                self,
-            )
-            reply.changed.connect(self._on_reply_changed)
-            reply.approval_needed.connect(self.approval_needed)
-            reply.approval_settled.connect(self.approval_settled)
-            reply.server_failed.connect(lambda text: self.notice.emit("error", text))
-        else:
-            reply = StreamingReply(self._store, message.id, self.chat.id, self)
+        servers = servers if self._tools is not None else []
+        reply = AgentReply(
+            self._store,
+            self.chat.id,
+            message.id,
+            body,
+            ModelTurn(self._client.client()),
+            self._tools.hub() if self._tools is not None and servers else None,
+            servers,
+            self._tools.policy if self._tools is not None else no_grants,
+            self._settings().tool_max_steps,
+            self.can_see_images(),
+            self,
+        )
+        reply.changed.connect(self._on_reply_changed)
+        reply.approval_needed.connect(self.approval_needed)
+        reply.approval_settled.connect(self.approval_settled)
+        reply.server_failed.connect(lambda text: self.notice.emit("error", text))
         reply.grew.connect(self._on_reply_grew)
         reply.ended.connect(self._on_reply_ended)
         self._reload()
-        if isinstance(reply, AgentReply):
-            reply.start()
-        else:
-            reply.follow(self._client.post("/api/chat", body, stream=True))
+        reply.start()
         self._reply = reply
         self.busy_changed.emit(True)
 
@@ -675,8 +671,7 @@ class ChatController(QObject):
         if self._reply is not None:
             reply, self._reply = self._reply, None
             reply.abandon()
-            if isinstance(reply, AgentReply):
-                reply.wait(5.0)  # its running call is being stopped
+            reply.wait(5.0)  # its model turn or running call is being stopped
 
     def item(self, message_id: int) -> MessageItem | None:
         row = self.conversation.row_of(message_id)

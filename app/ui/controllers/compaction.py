@@ -65,7 +65,7 @@ class Compactor(QObject):
         self._turn: ModelTurn | None = None
 
     def start(self, p: Plan, model: str, num_ctx: int, options: dict[str, Any]) -> None:
-        turn = self._turn = ModelTurn(self._client.base_url, self._client.token)
+        turn = self._turn = ModelTurn(self._client.client())
 
         def ask(messages: list[dict[str, Any]], num_predict: int) -> str:
             body = {

@@ -7,10 +7,10 @@ question only), hands the reply to `start` with one /api/chat body per model. Ea
 an assistant message under the same parent (siblings, so versions of the reply to it), marked
 with its column (`Message.compare`, schema 6); the left one, the chat's own model, is on the
 chat's branch until the user continues with the other (ChatController.continue_with). Both
-requests go out at once through the service's client (QNetworkAccessManager: nothing blocks
-the window); the service runs them side by side, or one after the other when it has room
-for one model only. Each streams into its column as a StreamingReply does into the
-transcript: every piece committed to the history before it is shown, its figures (tokens/s,
+requests go out at once, each an AgentReply offered no tools (the app's one reply path, on
+a worker thread: nothing blocks the window); the service runs them side by side, or one
+after the other when it has room for one model only. Each streams into its column as a
+reply does into the transcript: every piece committed to the history before it is shown, its figures (tokens/s,
 time to first token) recorded when it ends. `stop` stops both.
 
 The transcript shows a compared reply as a CompareView (widgets/compare_view.py): `extras`
@@ -29,8 +29,9 @@ from ...history import ChatStore, Message
 from ...history.records import STREAMING
 from ..api_client import ApiClient, ApiError
 from ..item_models.conversation import ConversationModel, MessageItem
+from .agent_reply import AgentReply, no_grants
 from .errors import friendly_error
-from .reply import StreamingReply
+from .model_turn import ModelTurn
 
 __all__ = ["CompareController"]
 
@@ -56,7 +57,7 @@ class CompareController(QObject):
         self._conversation = conversation
         self._extras = extras  # what a reply shows besides its text (its sources)
         self.other = ""
-        self._replies: dict[int, StreamingReply] = {}  # by message id, while they stream
+        self._replies: dict[int, AgentReply] = {}  # by message id, while they stream
         self._columns: list[MessageItem] = []  # the comparison being written, by column
         self._states: dict[int, str] = {}
         self.chat_id = 0
@@ -112,15 +113,18 @@ class CompareController(QObject):
         self._store.set_leaf(chat_id, messages[0].id)
         self._columns = [self.column_item(m) for m in messages]
         self._states = {}
-        for message in messages:
-            reply = StreamingReply(self._store, message.id, chat_id, self)
+        for message, body in zip(messages, bodies, strict=True):
+            reply = AgentReply(
+                self._store, chat_id, message.id, body, ModelTurn(self._client.client()),
+                None, [], no_grants, 1, parent=self,
+            )  # fmt: skip
             reply.grew.connect(lambda r=reply: self._on_grew(r))
             reply.ended.connect(
                 lambda state, stats, err, r=reply: self._on_ended(r, state, stats, err)
             )
             self._replies[message.id] = reply
-        for message, body in zip(messages, bodies, strict=True):
-            self._replies[message.id].follow(self._client.post("/api/chat", body, stream=True))
+        for reply in self._replies.values():
+            reply.start()
         return [m.id for m in messages]
 
     def stop(self) -> None:
@@ -145,14 +149,14 @@ class CompareController(QObject):
                 self._conversation.update(column.id, compared=compared)
                 return
 
-    def _on_grew(self, reply: StreamingReply) -> None:
+    def _on_grew(self, reply: AgentReply) -> None:
         column = self._column(reply.message_id)
         if column is not None:
             column.content, column.thinking = reply.content, reply.thinking
             self._show()
 
     def _on_ended(
-        self, reply: StreamingReply, state: str, stats: dict[str, Any], err: ApiError | None
+        self, reply: AgentReply, state: str, stats: dict[str, Any], err: ApiError | None
     ) -> None:
         column = self._column(reply.message_id)
         model = column.model if column else ""

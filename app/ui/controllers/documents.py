@@ -20,7 +20,7 @@ from PySide6.QtCore import QObject, Signal
 
 from ...documents import ChatDocuments, DocumentError, PreparedDocument, prepare_document
 from ...documents.context import QuestionEmbedder
-from ...documents.embedding import Embedder, question_embedder
+from ...documents.embedding import Embedder, pick_embedding_model, question_embedder
 from ...documents.scanned import Transcriber
 from ...history import ChatStore, Message
 from ...history.compaction import SUMMARY
@@ -72,10 +72,7 @@ class DocumentsController(QObject):
 
     def embedding_model(self) -> str:
         """The first installed model that embeds ('' when none: full-text search alone)."""
-        for row in self._models.model.models():
-            if "embedding" in row.capabilities:
-                return str(row.name)
-        return ""
+        return pick_embedding_model((r.name, r.capabilities) for r in self._models.model.models())
 
     def _embedder(self) -> Embedder | None:
         name = self.embedding_model()

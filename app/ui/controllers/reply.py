@@ -1,92 +1,16 @@
-"""A reply while it streams (StreamingReply), and the numbers it reports once done."""
+"""The numbers a reply reports: its clock while it streams (time to first token, thinking
+time) and its stats once done, as stored and shown under it."""
 
 from __future__ import annotations
 
 import time
 from typing import Any
 
-from PySide6.QtCore import QCoreApplication, QObject, Signal
+from PySide6.QtCore import QCoreApplication
 
-from ...history import ChatStore
-from ...history.records import DONE, ERROR, STOPPED
-from ..api_client import ApiError, Call
+from ...client import reported_num_ctx
 
-__all__ = ["StreamingReply", "ReplyClock", "reply_stats", "format_stats"]
-
-
-class StreamingReply(QObject):
-    """The reply streaming into one assistant message: what it has said and thought so far,
-    its time to first token and thinking time, and its request (to cancel).
-
-    Every piece is committed to the history database before `grew` is emitted, so the screen
-    never holds text the database lacks. `ended` comes exactly once (not after `abandon`); the
-    final state is for the receiver to record, since an error's wording depends on the chat.
-    """
-
-    grew = Signal()  # `content` / `thinking` grew (already in the database)
-    ended = Signal(str, object, object)  # DONE, STOPPED or ERROR; stats; ApiError (ERROR only)
-
-    def __init__(
-        self, store: ChatStore, message_id: int, chat_id: int, parent: QObject | None = None
-    ) -> None:
-        super().__init__(parent)
-        self._store = store
-        self.message_id = message_id
-        self.chat_id = chat_id
-        self.content = ""
-        self.thinking = ""
-        self.clock = ReplyClock()  # the clock starts now, before the request is sent
-        self._call: Call | None = None
-
-    def follow(self, call: Call) -> None:
-        """Read the reply from `call` (a streamed /api/chat request)."""
-        call.chunk.connect(self._on_chunk)
-        call.done.connect(self._on_done)
-        call.failed.connect(self._on_failed)
-        self._call = call
-
-    def cancel(self) -> None:
-        """Stop the reply; `ended` follows with STOPPED."""
-        if self._call is not None:
-            self._call.cancel()
-
-    def abandon(self) -> None:
-        """At exit: stop reading and keep what came as it stands, marked stopped. No `ended`."""
-        if self._call is not None:
-            call, self._call = self._call, None
-            call.failed.disconnect(self._on_failed)
-            call.cancel()
-            self._store.update_message(self.message_id, state=STOPPED)
-
-    def _on_chunk(self, chunk: dict[str, Any]) -> None:
-        msg = chunk.get("message") or {}
-        piece, thought = str(msg.get("content") or ""), str(msg.get("thinking") or "")
-        if not piece and not thought:
-            return
-        self.clock.piece(piece, thought)
-        self.content += piece
-        self.thinking += thought
-        # Commit first, then show: the screen never holds text the database lacks.
-        self._store.update_message(self.message_id, content=self.content, thinking=self.thinking)
-        self.grew.emit()
-
-    @property
-    def ttft(self) -> float | None:
-        return self.clock.ttft
-
-    def _on_done(self, final: dict[str, Any]) -> None:
-        self._end(DONE, self.clock.stats(final), None)
-
-    def _on_failed(self, err: ApiError) -> None:
-        stats = {"ttft": self.ttft} if self.ttft is not None else {}
-        if err.kind == "cancelled":
-            self._end(STOPPED, stats, None)
-        else:
-            self._end(ERROR, stats, err)
-
-    def _end(self, state: str, stats: dict[str, Any], err: ApiError | None) -> None:
-        self._call = None
-        self.ended.emit(state, stats, err)
+__all__ = ["ReplyClock", "reply_stats", "format_stats"]
 
 
 class ReplyClock:
@@ -156,6 +80,8 @@ def reply_stats(final: dict[str, Any], ttft: float | None, thinking_s: float) ->
     if extra.get("prompt_tokens") is not None:
         # The whole prompt, cached part included (prompt_eval_count counts only new tokens).
         stats["prompt_tokens"] = int(extra["prompt_tokens"])
+    if reported_num_ctx(final):  # the context the service fitted the prompt to
+        stats["num_ctx"] = reported_num_ctx(final)
     stats["truncated"] = _flag(final, "truncated", "prompt_truncated")
     stats["shifted"] = _flag(final, "shifted", "context_shifted")
     return stats

@@ -86,8 +86,19 @@ def context_used(path: list[Message]) -> int:
     return 0
 
 
-def context_window(chat: Chat, runtime: dict[str, Any], model_ctx: int) -> int:
+def context_window(
+    chat: Chat, runtime: dict[str, Any], path: list[Message], trained: int, decided: int
+) -> int:
+    """The chat's context window as the service has it. Asked for (the chat's own num_ctx,
+    else the app's setting): that, at most the model's trained length `trained`. Otherwise the
+    service's own word: what it used for the last finished reply of the chat's model (its final
+    record's num_ctx, kept in the reply's stats), else what it runs the model with when a
+    request sets none (`decided`, /api/show's hearth.num_ctx); 4096 while it has said nothing
+    (another kind of service)."""
     n = int(chat.options.get("num_ctx") or runtime.get("num_ctx") or 0)
-    if model_ctx and (not n or n > model_ctx):
-        n = model_ctx
-    return n or 4096
+    if n:
+        return min(n, trained) if trained else n
+    for m in reversed(path):
+        if m.role == "assistant" and m.model == chat.model and m.stats.get("num_ctx"):
+            return int(m.stats["num_ctx"])
+    return decided or 4096

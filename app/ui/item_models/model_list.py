@@ -113,6 +113,9 @@ class ModelRow:
     parameter_size: str = ""
     quantization: str = ""
     context_length: int = 0
+    # what the service runs the model with when a request sets no num_ctx (/api/show's
+    # hearth.num_ctx: the Modelfile's, else the service's default, capped); 0 when not said
+    num_ctx: int = 0
     capabilities: list[str] = field(default_factory=list)
     parameters: dict[str, Any] = field(default_factory=dict)
     memory_estimate: int | None = None
@@ -166,6 +169,7 @@ class ModelRow:
             self.memory_parts = {
                 k: int(v) for k, v in memory.items() if isinstance(v, int | float) and k != "total"
             }
+        self.num_ctx = int(extra.get("num_ctx") or 0)
         if extra.get("supported") is False:
             self.problem = str(extra.get("problem") or "not supported")
         name = {"llamacpp": "llama.cpp", "hearth": "Hearth"}.get(str(extra.get("engine")), "")

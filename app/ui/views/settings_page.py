@@ -172,6 +172,8 @@ class SettingsPage(QScrollArea):
         self.num_ctx = QComboBox()
         self.num_ctx.setAccessibleName(self.tr("Default context length"))
         self.num_ctx.view().setAccessibleName(self.tr("Context lengths"))
+        # 0: none sent, the service decides (the model's own num_ctx, else its default)
+        self.num_ctx.addItem(self.tr("Automatic"), 0)
         for n in (2048, 4096, 8192, 16384, 32768, 65536, 131072):
             self.num_ctx.addItem(self.tr("%1 tokens").replace("%1", f"{n:,}"), n)
         self.num_gpu = QSpinBox()

@@ -3,9 +3,12 @@
 Field names, defaults and streaming (NDJSON, on by default; a mid-stream failure is a last
 `{"error": ...}` line) follow Ollama. Differences, all additive: `prompt_eval_count` counts
 the prompt tokens actually evaluated (a cached prefix is not), and the final object carries
-`"hearth": {"prompt_tokens", "prompt_cached", "truncated", "shifted", "drafted", "accepted"}`
-so a client can tell that the prompt was cut to fit `num_ctx`, the context was shifted while
-generating, or how many drafted tokens speculative decoding checked and accepted.
+`"hearth": {"prompt_tokens", "prompt_cached", "truncated", "shifted", "drafted", "accepted",
+"num_ctx"}` so a client can tell that the prompt was cut to fit `num_ctx`, the context was
+shifted while generating, how many drafted tokens speculative decoding checked and accepted, and
+the context length the service fitted the prompt to (its own decision: the request's num_ctx,
+else the model's Modelfile value, else the service's default, at most the trained length; the
+same as /api/show's `hearth.num_ctx` for a request that sets none).
 """
 
 from __future__ import annotations

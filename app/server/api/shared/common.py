@@ -44,6 +44,9 @@ def hearth_extras(final: dict[str, Any]) -> dict[str, Any]:
         # speculative decoding: tokens drafted, and of those accepted (each saved a pass)
         "drafted": int(final.get("drafted", 0)),
         "accepted": int(final.get("accepted", 0)),
+        # the context length the prompt was fitted to (the service's decision, so that a
+        # client never has to recompute it: a Modelfile's num_ctx, its default, a cap)
+        "num_ctx": int(final.get("num_ctx", 0)),
     }
 
 
