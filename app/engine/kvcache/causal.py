@@ -303,7 +303,7 @@ class Causal(Cache):
         positions: np.ndarray,
         seq: int,
         spans: list[tuple[int, int]] = (),  # type: ignore[assignment]
-    ) -> _Group:
+    ) -> Group:
         """The cells a run of one sequence's rows attends to, from the padding boundary below
         its first cell to the one above its last, with the run's mask. `spans`: position
         ranges (first, last) whose rows also see each other's later positions (an image)."""

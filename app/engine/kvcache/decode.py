@@ -67,8 +67,8 @@ class DecodeState:
         mask = np.full((rows, region), -np.inf, dtype=np.float32)
         lo = group.first_cell - base
         mask[:, lo : lo + group.n_kv] = group.mask
-        view = mask[:, lo : lo + group.n_kv]
-        return cls(epoch, position, used, base, mask, Group(0, 1, group.first_cell, group.n_kv, view))
+        view = Group(0, 1, group.first_cell, group.n_kv, mask[:, lo : lo + group.n_kv])
+        return cls(epoch, position, used, base, mask, view)
 
     def advance(self, cells: int, padding: int) -> int:
         """Take the next cell for position + 1; returns it (the caller writes the
