@@ -276,13 +276,19 @@ class ForwardEngine:
             layout = tuple((s, c) for s, c, _ in media.runs)
             layout += tuple((row, -len(values)) for row, values, _ in media.whole)
         self.cache.prepare(host)
-        out_runs = sequence_runs(sequences[outputs], inputs.lone_rows)
-        key = (len(tokens), len(outputs), hidden, self.cache.signature(), tuple(out_runs), layout)
+        n = len(tokens)
+        out_runs = runs if n == 1 else sequence_runs(sequences[outputs], inputs.lone_rows)
+        key = (n, len(outputs), hidden, self.cache.signature(), tuple(out_runs), layout)
         graph = self._graphs.get(key)
         if graph is not None:
             self._graphs.move_to_end(key)
             self.graphs_reused += 1
-            self._batch(graph.ctx, tokens, positions, sequences, outputs, hidden, media)
+            if media is None:  # (tokens: set by run())
+                ctx = graph.ctx
+                ctx.input(DType.I32, (n,), positions, key="batch.positions")
+                ctx.input(DType.I32, (len(outputs),), outputs, key="batch.outputs")
+            else:
+                self._batch(graph.ctx, tokens, positions, sequences, outputs, hidden, media)
             self.cache.bind(graph.ctx)
         else:
             ctx = self.backend.new_context()

@@ -25,7 +25,7 @@ from .ggml_kernels import FewRowsKernel
 from .ggml_lib import address as _addr
 from .ggml_lib import compute_threads, layout_key, metadata_context
 from .ggml_tensor import FLOAT_TYPES as _FLOAT_TYPES
-from .ggml_tensor import GGMLTensor
+from .ggml_tensor import GGMLTensor, host_view
 from .invariance import (
     PADDING_CANDIDATES,
     ProductRule,
@@ -92,13 +92,7 @@ class _Input:
 
 def _host_view(inp: _Input) -> np.ndarray | None:
     """A numpy array over an allocated input's memory when it is host memory, else None."""
-    c = inp.tensor.ptr.contents  # type: ignore[attr-defined]
-    if not c.data or not c.buffer or not g.ggml_backend_buffer_is_host(c.buffer):
-        return None
-    np_type = inp.np_type or np.dtype(np.uint8)
-    raw = (ctypes.c_uint8 * inp.nbytes).from_address(c.data)
-    view = np.frombuffer(memoryview(raw).cast("B"), dtype=np_type)
-    return view if inp.np_type is not None else view.view(np.uint8)
+    return host_view(inp.tensor.ptr, inp.np_type or np.dtype(np.uint8), inp.nbytes)
 
 
 _POOL_OPS = {"avg": g.GGML_OP_POOL_AVG, "max": g.GGML_OP_POOL_MAX}
@@ -118,6 +112,8 @@ class GGMLContext(Context):
         self._inputs: dict[int, _Input] = {}  # by id() of the input's tensor
         # After allocation: the inputs with memory (unused ones have none), to fill per run.
         self._uploads: list[_Input] | None = None
+        self._filled = False  # every input has been given values (they never lose them)
+        self.allocations = 0  # how many times the scheduler allocated this graph (numpy())
         self._built: tuple[Tensor, ...] = ()  # the outputs compute() last added (held)
         # The graph exists from the start so that forward() fixes the order of side effects
         # (a cache write is expanded before the attention that reads the cache).
@@ -162,6 +158,7 @@ class GGMLContext(Context):
         g.ggml_set_input(p)
         t = self._t(p)
         self._inputs[id(t)] = _Input(t)
+        self._filled = False
         return t
 
     # -- arithmetic ---------------------------------------------------------------------
@@ -420,9 +417,11 @@ class GGMLContext(Context):
             self._build(outputs)
             self._built = outputs
         gf = self._graph
-        missing = sum(1 for inp in self._inputs.values() if inp.values is None)
-        if missing:
-            raise ValueError(f"{missing} graph input(s) were never given values")
+        if not self._filled:
+            missing = sum(1 for inp in self._inputs.values() if inp.values is None)
+            if missing:
+                raise ValueError(f"{missing} graph input(s) were never given values")
+            self._filled = True
         self._backend._compute(self, gf, on_started)
 
     def _pin_sources(self, gf: object) -> None:
@@ -451,6 +450,7 @@ class GGMLContext(Context):
                 inp.host = _host_view(inp)
                 uploads.append(inp)
         self._uploads = uploads
+        self.allocations += 1
 
     def _release_allocation(self) -> None:
         """Forget every graph tensor's address so the allocator places them anew."""
