@@ -92,7 +92,8 @@ class Causal(Cache):
         # let them go, cells, their positions then), for `reject`.
         self._released: list[tuple[int, int, np.ndarray, np.ndarray]] = []
         # Single-token decoding's fast path (decode.py): per sequence its last lone row's
-        # state, valid while `_epoch` (bumped by every other edit of the bookkeeping) holds.
+        # state, valid while `_epoch` holds (bumped by edits between passes; a pass drops
+        # the states of the sequences it places).
         self._epoch = 0
         self._decode: dict[int, DecodeState] = {}
 
@@ -160,7 +161,6 @@ class Causal(Cache):
         n = batch.size
         if n == 1 and not reserve and self._prepare_decode(batch):
             return
-        self._epoch += 1
         if reserve:
             # The worst case: one sequence's whole region seen by a full batch.
             locs = np.arange(n, dtype=np.int64) % self.cells
@@ -172,6 +172,8 @@ class Causal(Cache):
             runs = batch.runs or sequence_runs(seqs)
             locs = np.empty(n, dtype=np.int64)
             self._released = []
+            for start, _ in runs:  # (other sequences' cells stay as they are)
+                self._decode.pop(int(seqs[start]), None)
             if self.window:
                 self._slide_absent({int(seqs[start]) for start, _ in runs})
             for start, count in runs:

@@ -10,8 +10,11 @@ provably does:
 
 - full attention (no sliding window, no chunks), no bidirectional rows, a sequence that holds
   no cells of other regions (`copy_prefix`);
-- the sequence's previous pass was a lone row at the position just before, prepared with the
-  cache unchanged since (`Causal._epoch`: every other edit of the bookkeeping bumps it);
+- the sequence's previous pass was a lone row at the position just before, and its cells have
+  not changed since: no edit between passes (`remove`, `copy_prefix`, `restore`, `reject`
+  bump `Causal._epoch`) and no pass of the general path that placed it (which drops its
+  state; such a pass places cells only in the regions of the sequences it holds, so the
+  others' states stay true);
 - its region has no free cell below its used bound (the general path takes the first free
   cell: here that is the bound itself), and every cell it holds lies at or before the
   previous row's position (so that row saw every cell it holds, and the new one sees those

@@ -315,6 +315,12 @@ class GGMLContext(Context):
     def sum_rows(self, a: Tensor) -> GGMLTensor:
         return self._t(g.ggml_sum_rows(self._ctx, a.ptr))  # type: ignore[attr-defined]
 
+    def argmax(self, a: Tensor) -> GGMLTensor:
+        return self._t(g.ggml_argmax(self._ctx, a.ptr))  # type: ignore[attr-defined]
+
+    def step(self, a: Tensor) -> GGMLTensor:
+        return self._t(g.ggml_step(self._ctx, a.ptr))  # type: ignore[attr-defined]
+
     def sigmoid(self, a: Tensor) -> GGMLTensor:
         return self._t(g.ggml_sigmoid(self._ctx, a.ptr))  # type: ignore[attr-defined]
 
@@ -641,6 +647,13 @@ class GGMLBackend(Backend):
             if status != g.GGML_STATUS_SUCCESS:
                 self._allocated_graph = 0
                 raise RuntimeError(f"ggml graph compute failed (status {status})")
+
+    @property
+    def output_on_device(self) -> bool:
+        """Whether the placement puts the output layer (index `blocks`) on a device."""
+        return bool(self.blocks) and any(
+            self.blocks in layers for layers in self.placement.layers.values()
+        )
 
     def _cpu_turn(self) -> contextlib.AbstractContextManager[None]:
         """This runner's turn on the CPU for one graph, unless it takes no turns or every layer
