@@ -72,7 +72,12 @@ def _script(engine: ForwardEngine) -> list[np.ndarray]:
     return out
 
 
-def test_the_decoding_path_gives_the_general_paths_bits(loaded, monkeypatch):
+@pytest.mark.parametrize("flash", [False, True])
+def test_the_decoding_path_gives_the_general_paths_bits(
+    loaded, tiny_llama_path, flash, monkeypatch
+):
+    if flash:  # (an F16 mask with its rows padded)
+        loaded = load_model(tiny_llama_path, num_threads=1, flash_attention=True)
     taken = []
     fast = Causal._prepare_decode
 
@@ -94,6 +99,8 @@ def test_the_decoding_path_gives_the_general_paths_bits(loaded, monkeypatch):
         without = _script(engine)
     finally:
         engine.close()
+        if flash:
+            loaded.close()
     assert len(with_path) == len(without)
     for a, b in zip(with_path, without, strict=True):
         assert a.tobytes() == b.tobytes()
