@@ -227,9 +227,7 @@ class Causal(Cache):
             return  # a free cell below the bound, or a held cell the row does not see
         base = seq * self.region
         position = int(batch.positions_host[0])
-        self._decode[seq] = DecodeState.record(
-            self._epoch, position, self._used[seq], base, self.region, g
-        )
+        self._decode[seq] = DecodeState.record(self._epoch, position, self._used[seq], base, g)
 
     @property
     def stacked(self) -> bool:

@@ -51,39 +51,35 @@ class Group:
 class DecodeState:
     """What one sequence's last lone-row pass prepared (see the module docstring).
 
-    `mask` is the row's mask over the sequence's whole region (`[rows padded, region]`, -inf
-    but for the cells it sees); a pass's mask is a view of it, so it changes in place (passes
-    are prepared only once the previous one's inputs were uploaded: ForwardEngine.plan)."""
+    `group.mask` is this state's own array, changed in place as cells are taken (a pass is
+    prepared only once the previous one's inputs were uploaded: ForwardEngine.plan) and
+    replaced by a wider one when the span grows."""
 
     epoch: int
     position: int  # the last row's position
-    used: int  # the sequence's used bound then (= its cell count: no holes)
+    used: int  # the sequence's used bound then (= its cell count: no free cell below it)
     base: int  # the region's first cell
-    mask: np.ndarray
     group: Group
 
     @classmethod
-    def record(
-        cls, epoch: int, position: int, used: int, base: int, region: int, group: Group
-    ) -> DecodeState:
-        rows = group.mask.shape[0]
-        mask = np.full((rows, region), -np.inf, dtype=np.float32)
-        lo = group.first_cell - base
-        mask[:, lo : lo + group.n_kv] = group.mask
-        view = Group(0, 1, group.first_cell, group.n_kv, mask[:, lo : lo + group.n_kv])
-        return cls(epoch, position, used, base, mask, view)
+    def record(cls, epoch: int, position: int, used: int, base: int, group: Group) -> DecodeState:
+        mask = np.array(group.mask, dtype=np.float32)  # (a copy)
+        return cls(epoch, position, used, base, Group(0, 1, group.first_cell, group.n_kv, mask))
 
     def advance(self, cells: int, padding: int) -> int:
         """Take the next cell for position + 1; returns it (the caller writes the
-        bookkeeping). Updates the mask and the group in place."""
+        bookkeeping). Updates the group and its mask."""
         cell = self.base + self.used
-        self.mask[0, self.used] = 0.0
-        self.used += 1
-        self.position += 1
         g = self.group
         hi = min(cells, round_up(cell + 1, padding))
-        if hi != g.first_cell + g.n_kv:
-            lo = g.first_cell - self.base
+        mask = g.mask
+        if hi != g.first_cell + g.n_kv:  # the span reaches the next padding boundary
             n_kv = hi - g.first_cell
-            self.group = Group(0, 1, g.first_cell, n_kv, self.mask[:, lo : lo + n_kv])
+            grown = np.full((mask.shape[0], n_kv), -np.inf, dtype=np.float32)
+            grown[:, : g.n_kv] = mask
+            mask = grown
+            self.group = Group(0, 1, g.first_cell, n_kv, mask)
+        mask[0, cell - g.first_cell] = 0.0
+        self.used += 1
+        self.position += 1
         return cell
