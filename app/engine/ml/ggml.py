@@ -72,13 +72,16 @@ def _on_cpu(p: Any) -> bool:
 _c_void_p = ctypes.c_void_p
 
 
+_STAGED_BYTES = 1 << 16  # device inputs up to this size go through a staging array
+
+
 class _Input:
     """A graph input: its tensor, what its values must be (numpy type, bytes), the values
     given, and where they go once the graph is allocated (`host`: a numpy view of the
     tensor's memory when that is host memory, written with one copy; else uploaded with
     ggml_backend_tensor_set)."""
 
-    __slots__ = ("tensor", "np_type", "nbytes", "values", "host")
+    __slots__ = ("tensor", "np_type", "nbytes", "values", "host", "staging")
 
     def __init__(self, tensor: GGMLTensor) -> None:
         self.tensor = tensor
@@ -89,14 +92,25 @@ class _Input:
         self.nbytes = tensor.nbytes
         self.values: np.ndarray | None = None
         self.host: np.ndarray | None = None
+        # Device memory: (a host array, its address) the values go through, so that no
+        # ctypes view of a fresh array is made per upload (microseconds each).
+        self.staging: tuple[np.ndarray, int] | None = None
 
     def upload(self) -> None:
         values = self.values
         assert values is not None
         if self.host is not None:
             self.host[...] = values.reshape(-1)  # (contiguous: a view)
-        else:
+            return
+        if self.nbytes > _STAGED_BYTES:  # (a copy more would cost more than it saves)
             g.ggml_backend_tensor_set(self.tensor.ptr, values.ctypes.data, 0, self.nbytes)
+            return
+        staging = self.staging
+        if staging is None:
+            array = np.empty(self.nbytes, dtype=np.uint8)
+            staging = self.staging = (array, array.ctypes.data)
+        staging[0][...] = values.reshape(-1).view(np.uint8)
+        g.ggml_backend_tensor_set(self.tensor.ptr, staging[1], 0, self.nbytes)
 
 
 def _host_view(inp: _Input) -> np.ndarray | None:
