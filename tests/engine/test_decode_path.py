@@ -10,6 +10,8 @@ bit; numpy's argmax of the logits for the greedy picks, on constructed rows with
 from __future__ import annotations
 
 import copy
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -187,3 +189,33 @@ def test_greedy_passes_return_the_argmax_of_the_logits(loaded, in_graph):
             tok = int(pick[0])
     finally:
         engine.close()
+
+
+_LLAMACPP_GREEDY = """
+import sys
+import numpy as np
+from hearth.runner.engine import PassInput, load_engine
+from hearth.runner.protocol import RunnerOptions
+engine = load_engine(sys.argv[1], RunnerOptions(engine="llamacpp", num_ctx=256, threads=1))
+ids = np.random.default_rng(6).integers(3, 500, 12)
+rows = PassInput(ids, np.arange(12), np.zeros(12), np.array([3, 11]))
+logits = engine.forward(rows)
+engine.cache.remove(0, 0)
+rows.greedy = True
+picks = engine.forward(rows)
+assert picks.dtype == np.int32, picks.dtype
+assert picks.tolist() == logits.argmax(axis=1).tolist(), (picks, logits.argmax(axis=1))
+print("ok")
+"""
+
+
+def test_llamacpps_engine_returns_the_argmax_for_a_greedy_pass(tiny_llama_path):
+    """(In a process of its own: llama.cpp's engine never shares one with Hearth's ggml.)"""
+    pytest.importorskip("llama_cpp")
+    out = subprocess.run(
+        [sys.executable, "-c", _LLAMACPP_GREEDY, str(tiny_llama_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-2000:]
