@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .architecture import MultimodalNotSupportedError
+from .greedy import GreedyNodes
 from .input import Batch, Multimodal, PassInput, sequence_runs
 from .kvcache import Cache
 from .memory_use import MemoryUse
@@ -37,14 +38,18 @@ class _Graph:
     ctx: Context
     batch: Batch
     output: Tensor
+    greedy: GreedyNodes | None = None  # the picks, when made in the graph
+    outputs: tuple[Tensor, ...] = ()  # what compute() asks for
 
 
 @dataclass
 class Pass:
-    """A planned forward pass: cells assigned, graph ready, token values still changeable."""
+    """A planned forward pass: cells assigned, graph ready, token values still changeable.
+    `greedy`: run() returns token ids (PassInput.greedy)."""
 
     graph: _Graph
     tokens: np.ndarray
+    greedy: bool = False
 
 
 class ForwardEngine:
@@ -86,6 +91,9 @@ class ForwardEngine:
         self._graphs: OrderedDict[tuple, _Graph] = OrderedDict()  # built graphs, by shape
         self.graphs_built = 0
         self.graphs_reused = 0
+        # Greedy passes pick their tokens in the graph where the logits would otherwise be
+        # copied over from a device (greedy.py); on the CPU numpy picks them from the logits.
+        self.greedy_on_backend = bool(getattr(self.backend, "output_on_device", False))
         self.memory = self._reserve()
         if memory_limit is not None and self.memory.total > memory_limit:
             raise OutOfMemoryError(
@@ -276,13 +284,22 @@ class ForwardEngine:
             layout = tuple((s, c) for s, c, _ in media.runs)
             layout += tuple((row, -len(values)) for row, values, _ in media.whole)
         self.cache.prepare(host)
-        out_runs = sequence_runs(sequences[outputs], inputs.lone_rows)
-        key = (len(tokens), len(outputs), hidden, self.cache.signature(), tuple(out_runs), layout)
+        n = len(tokens)
+        out_runs = runs if n == 1 else sequence_runs(sequences[outputs], inputs.lone_rows)
+        greedy = inputs.greedy and not hidden
+        in_graph = greedy and self.greedy_on_backend
+        key = (n, len(outputs), hidden, self.cache.signature(), tuple(out_runs), layout, in_graph)
         graph = self._graphs.get(key)
         if graph is not None:
             self._graphs.move_to_end(key)
             self.graphs_reused += 1
-            self._batch(graph.ctx, tokens, positions, sequences, outputs, hidden, media)
+            if media is None:  # (tokens: set by run())
+                ctx = graph.ctx
+                ctx.input(DType.I32, (n,), positions, key="batch.positions")
+                if n > 1:  # (one row: its output is row 0, as when the graph was built)
+                    ctx.input(DType.I32, (len(outputs),), outputs, key="batch.outputs")
+            else:
+                self._batch(graph.ctx, tokens, positions, sequences, outputs, hidden, media)
             self.cache.bind(graph.ctx)
         else:
             ctx = self.backend.new_context()
@@ -290,19 +307,28 @@ class ForwardEngine:
             batch = self._batch(ctx, tokens, positions, sequences, outputs, hidden, media)
             self.cache.bind(ctx)
             out = self.model.forward(ctx, batch, self.cache)
-            graph = self._graphs[key] = _Graph(ctx, batch, out)
+            graph = self._graphs[key] = _Graph(ctx, batch, out, outputs=(out,))
+            if in_graph:
+                graph.greedy = GreedyNodes.build(ctx, out)
+                graph.outputs = (out, *graph.greedy.outputs)
             self.graphs_built += 1
             while len(self._graphs) > _GRAPH_CACHE_SIZE:
                 _, old = self._graphs.popitem(last=False)
                 old.ctx.close()
-        return Pass(graph, tokens)
+        return Pass(graph, tokens, greedy)
 
     def run(self, p: Pass, on_started: Callable[[], None] | None = None) -> np.ndarray:
-        """Compute a planned pass; returns `[n_outputs, vocab]` logits (or hidden states)."""
+        """Compute a planned pass; returns `[n_outputs, vocab]` logits (or hidden states), or
+        for a greedy pass `[n_outputs]` int32 token ids."""
         g = p.graph
         g.ctx.input(DType.I32, (len(p.tokens),), p.tokens, key="batch.tokens")
-        g.ctx.compute(g.output, on_started=on_started)
-        return g.output.numpy().reshape(p.graph.batch.n_outputs, -1)
+        g.ctx.compute(*g.outputs, on_started=on_started)
+        if g.greedy is not None:
+            return g.greedy.read(g.output.dim(0), g.output)
+        logits = g.output.numpy().reshape(g.batch.n_outputs, -1)
+        if p.greedy:
+            return logits.argmax(axis=1).astype(np.int32)
+        return logits
 
     def forward(self, inputs: PassInput) -> np.ndarray:
         """plan() and run() in one go; `outputs` are row indices into this batch."""

@@ -58,6 +58,10 @@ class PassInput:
         treats a lone row apart: invariance.py), so that each row's logits have the bits
         that decoding the rows one pass at a time gives. Speculative decoding's check of
         drafted tokens (runner/loop.py) relies on it.
+    greedy: the caller wants only each output row's most likely token (numpy's argmax of its
+        logits: the lowest id among equal maxima): `ForwardEngine.run` then returns `[n_outputs]`
+        int32 token ids instead of logits, picked in the graph where that saves copying the
+        logits over (engine/greedy.py).
 
     Arrays of any integer type; the engine converts them to int32.
     """
@@ -68,6 +72,7 @@ class PassInput:
     outputs: np.ndarray
     hidden: bool = False
     lone_rows: frozenset[int] = frozenset()
+    greedy: bool = False
 
 
 @dataclass

@@ -175,3 +175,26 @@ def test_a_tied_output_layer_on_a_device_is_planned_with_its_embedding_copy(work
     assert on_device - layers.tied_output < held  # without the copy the plan fell short
     cpu_only = placed_report(fit_report(layers, cells=128), Layout())
     assert sum(cpu_only.cpu.weights) == sum(layers.blocks) + layers.output  # no copy on the CPU
+
+
+def test_greedy_passes_pick_on_the_device_that_holds_the_output_layer(workers, model_path):
+    """The output layer on a worker: greedy passes pick in the graph (engine/greedy.py), and
+    their ids are the argmax of the logits a plain pass returns."""
+    loaded = load_model(model_path, num_threads=1, placement=DevicePlacement({workers[0]: (3, 4)}))
+    engine = ForwardEngine(loaded, num_ctx=128, num_batch=32)
+    try:
+        assert engine.greedy_on_backend
+        ids = np.random.default_rng(4).integers(3, 200, 20)
+        engine.forward(PassInput(ids, np.arange(20), np.zeros(20, int), np.array([19])))
+        tok = 5
+        for pos in range(20, 40):
+            one = PassInput(np.array([tok]), np.array([pos]), np.array([0]), np.array([0]))
+            logits = engine.forward(one)
+            engine.cache.remove(0, pos)
+            one.greedy = True
+            picked = engine.forward(one)
+            assert picked.tolist() == [int(logits[0].argmax())]
+            tok = int(picked[0])
+    finally:
+        engine.close()
+        loaded.close()

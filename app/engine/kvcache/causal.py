@@ -39,35 +39,19 @@ window saves only the cells it still holds. A sequence holding cells of other re
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from ..input import Batch, sequence_runs
 from ..ml.api import Backend, CacheConfig, Context, DType, Tensor
 from ..ml.nn import KVView
 from .base import MAX_POS, Cache, CacheFullError, SequenceState, ShiftFn, ShiftNotSupportedError
+from .decode import DecodeState, Group, round_up
 
 __all__ = ["Causal", "MASK_ROW_PADDING"]
 
 MASK_ROW_PADDING = 32  # ggml's GGML_KQ_MASK_PAD: mask rows are padded to this for flash attention
 MAX_SEQUENCES = 64
 _BITS = [np.uint64(1) << np.uint64(i) for i in range(MAX_SEQUENCES)]  # sequence i's bit
-
-
-def _round_up(n: int, m: int) -> int:
-    return (n + m - 1) // m * m
-
-
-@dataclass(frozen=True)
-class _Group:
-    """One run of a sequence's rows in the batch and the cache cells it attends to."""
-
-    start: int
-    count: int
-    first_cell: int
-    n_kv: int
-    mask: np.ndarray  # [rows padded, n_kv]
 
 
 class Causal(Cache):
@@ -107,6 +91,11 @@ class Causal(Cache):
         # The last pass's sliding-window releases: (sequence, the position of the run that
         # let them go, cells, their positions then), for `reject`.
         self._released: list[tuple[int, int, np.ndarray, np.ndarray]] = []
+        # Single-token decoding's fast path (decode.py): per sequence its last lone row's
+        # state, valid while `_epoch` holds (bumped by edits between passes; a pass drops
+        # the states of the sequences it places).
+        self._epoch = 0
+        self._decode: dict[int, DecodeState] = {}
 
     # -- configuration --------------------------------------------------------------------
     def set_config(self, config: CacheConfig) -> None:
@@ -149,10 +138,11 @@ class Causal(Cache):
         # Each sequence allocates in its own region, aligned to the padding: a sequence's
         # cells then sit at the same offsets whatever else shares the batch, so its numbers
         # do not depend on the others (SIMD sums group cells by their index).
-        self.region = _round_up(per_sequence, self._config.padding)
+        self.region = round_up(per_sequence, self._config.padding)
         self.cells = self.region * max_sequences
         self.cell_pos = np.full(self.cells, -1, dtype=np.int64)
         self.cell_seqs = np.zeros(self.cells, dtype=np.uint64)
+        self._epoch += 1
         # Per sequence: every cell of its region from this offset on is free (an upper bound
         # on what it uses), so a pass scans what the sequence holds, not the whole region.
         self._used = [0] * max_sequences
@@ -169,17 +159,21 @@ class Causal(Cache):
     # -- per forward pass -----------------------------------------------------------------
     def prepare(self, batch: Batch, reserve: bool = False) -> None:
         n = batch.size
+        if n == 1 and not reserve and self._prepare_decode(batch):
+            return
         if reserve:
             # The worst case: one sequence's whole region seen by a full batch.
             locs = np.arange(n, dtype=np.int64) % self.cells
             mask = np.zeros((self._mask_rows(n), self.region), np.float32)
-            self._groups = [_Group(0, n, 0, self.region, mask)]
+            self._groups = [Group(0, n, 0, self.region, mask)]
         else:
             positions = batch.positions_host.astype(np.int64)
             seqs = batch.sequences
             runs = batch.runs or sequence_runs(seqs)
             locs = np.empty(n, dtype=np.int64)
             self._released = []
+            for start, _ in runs:  # (other sequences' cells stay as they are)
+                self._decode.pop(int(seqs[start]), None)
             if self.window:
                 self._slide_absent({int(seqs[start]) for start, _ in runs})
             for start, count in runs:
@@ -192,6 +186,48 @@ class Causal(Cache):
         self._locs_host = locs.astype(np.int32)
         self._batch_size = n
         self._stride = self._stack_stride()
+        if n == 1 and not reserve:
+            self._record_decode(batch)
+
+    def _prepare_decode(self, batch: Batch) -> bool:
+        """The single-token fast path (decode.py); False where it does not apply."""
+        if batch.bidirectional:
+            return False
+        seq = int(batch.sequences[0])
+        state = self._decode.get(seq)
+        if (
+            state is None
+            or state.epoch != self._epoch
+            or int(batch.positions_host[0]) != state.position + 1
+            or self._used[seq] != state.used
+            or state.used >= self.region
+        ):
+            return False
+        cell = state.advance(self.cells, self._config.padding)  # type: ignore[union-attr]
+        self.cell_pos[cell] = state.position
+        self.cell_seqs[cell] = _BITS[seq]
+        self._used[seq] = state.used
+        self._released = []
+        self._groups = [state.group]
+        self._locs_host = np.array([cell], dtype=np.int32)
+        self._batch_size = 1
+        self._stride = 0
+        return True
+
+    def _record_decode(self, batch: Batch) -> None:
+        """After the general path prepared a lone row: keep its state for the next token's
+        fast path when that path applies (decode.py)."""
+        seq = int(batch.sequences[0])
+        self._decode.pop(seq, None)
+        if self.window or self.chunk or batch.bidirectional or seq in self._shared:
+            return
+        g = self._groups[0]
+        held = np.count_nonzero(self.cell_seqs[g.first_cell : g.first_cell + g.n_kv] & _BITS[seq])
+        if held != self._used[seq] or np.count_nonzero(g.mask[0] == 0.0) != held:
+            return  # a free cell below the bound, or a held cell the row does not see
+        base = seq * self.region
+        position = int(batch.positions_host[0])
+        self._decode[seq] = DecodeState.record(self._epoch, position, self._used[seq], base, g)
 
     @property
     def stacked(self) -> bool:
@@ -267,7 +303,7 @@ class Causal(Cache):
         positions: np.ndarray,
         seq: int,
         spans: list[tuple[int, int]] = (),  # type: ignore[assignment]
-    ) -> _Group:
+    ) -> Group:
         """The cells a run of one sequence's rows attends to, from the padding boundary below
         its first cell to the one above its last, with the run's mask. `spans`: position
         ranges (first, last) whose rows also see each other's later positions (an image)."""
@@ -279,13 +315,13 @@ class Causal(Cache):
             base = seq * self.region
             mine = np.flatnonzero(self.cell_seqs[base : base + self._used[seq]] & bit) + base
         lo = int(mine[0]) // pad * pad
-        hi = min(self.cells, _round_up(int(mine[-1]) + 1, pad))
-        return _Group(start, count, lo, hi - lo, self._mask(positions, bit, lo, hi, spans))
+        hi = min(self.cells, round_up(int(mine[-1]) + 1, pad))
+        return Group(start, count, lo, hi - lo, self._mask(positions, bit, lo, hi, spans))
 
     def _mask_rows(self, n: int) -> int:
         # Flash attention wants the rows padded; soft_max takes them as they are.
         flash = self._config.mask_dtype == DType.F16  # type: ignore[union-attr]
-        return _round_up(n, MASK_ROW_PADDING) if flash else n
+        return round_up(n, MASK_ROW_PADDING) if flash else n
 
     def signature(self) -> tuple[int, ...]:
         shape = [self._batch_size]
@@ -432,6 +468,7 @@ class Causal(Cache):
 
     # -- sequence edits -------------------------------------------------------------------
     def remove(self, seq: int, begin: int, end: int = MAX_POS) -> None:
+        self._epoch += 1
         bit = _BITS[seq]
         mine = (self.cell_seqs & bit) != 0
         gone = mine & (self.cell_pos >= begin) & (self.cell_pos < end)
@@ -492,6 +529,7 @@ class Causal(Cache):
             ctx.close()
 
     def copy_prefix(self, src: int, dst: int, length: int) -> None:
+        self._epoch += 1
         dbit = _BITS[dst]
         self._drop(np.flatnonzero(self.cell_seqs & dbit), dbit)
         sbit = _BITS[src]
@@ -559,6 +597,7 @@ class Causal(Cache):
         )
 
     def restore(self, seq: int, state: SequenceState) -> bool:
+        self._epoch += 1
         arrays = state.arrays
         bit = _BITS[seq]
         base = seq * self.region

@@ -141,6 +141,7 @@ class LlamaCppPass:
     sequences: np.ndarray
     outputs: np.ndarray
     hidden: bool
+    greedy: bool = False  # run() returns token ids (PassInput.greedy)
 
 
 class _SequenceCache:
@@ -363,11 +364,13 @@ class LlamaCppEngine:
             np.asarray(inputs.sequences, dtype=np.int32),
             np.asarray(inputs.outputs, dtype=np.int32),
             inputs.hidden,
+            inputs.greedy and not inputs.hidden,
         )
 
     def run(self, p: LlamaCppPass, on_started: Callable[[], None] | None = None) -> np.ndarray:
         """Decode a planned pass; `[n_outputs, vocab]` logits (or `[n_outputs, embd]` hidden
-        states). Raises CacheFullError when llama.cpp finds no room in its cache.
+        states), or a greedy pass's `[n_outputs]` int32 token ids. Raises CacheFullError when
+        llama.cpp finds no room in its cache.
 
         Logits in llama.cpp's own row order come back as a read-only view of its output
         buffer, valid until the next pass (the batching loop samples them before it runs
@@ -381,8 +384,12 @@ class LlamaCppEngine:
         try:
             if self.vision is None or not (p.tokens < 0).any():
                 self._decode(p, 0, len(p.tokens))
-                return self._outputs(p)
-            return self._run_segments(p)
+                out = self._outputs(p)
+            else:
+                out = self._run_segments(p)
+            # A greedy pass's token ids: numpy's argmax, on the host (llama.cpp's logits are
+            # host memory already).
+            return out.argmax(axis=1).astype(np.int32) if p.greedy else out
         finally:
             if p.hidden:
                 lib.llama_set_embeddings(self.ctx, False)

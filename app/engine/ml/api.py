@@ -372,6 +372,15 @@ class Context(abc.ABC):
         """The sum along dimension 0: `[n, rows...]` -> `[1, rows...]`."""
         raise NotImplementedError(f"{type(self).__name__} has no sum_rows")
 
+    def argmax(self, a: Tensor) -> Tensor:
+        """I32 `[rows]`: the index of a largest value along dimension 0 of F32 `[n, rows]`
+        (which one among equal values is the backend's choice: ggml_argmax)."""
+        raise NotImplementedError(f"{type(self).__name__} has no argmax")
+
+    def step(self, a: Tensor) -> Tensor:
+        """1 where a > 0, else 0, elementwise (NaN gives 0)."""
+        raise NotImplementedError(f"{type(self).__name__} has no step")
+
     def sigmoid(self, a: Tensor) -> Tensor:
         """1 / (1 + exp(-a)) elementwise."""
         raise NotImplementedError(f"{type(self).__name__} has no sigmoid")

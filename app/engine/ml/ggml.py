@@ -19,13 +19,22 @@ import ggml as g
 import numpy as np
 
 from ..cpu_turns import turns_from_env
-from .api import Backend, CacheConfig, Context, DType, OutOfMemoryError, RopeOptions, Tensor
+from .api import (
+    Backend,
+    CacheConfig,
+    Context,
+    DType,
+    OutOfMemoryError,
+    RopeOptions,
+    Tensor,
+    trim_shape,
+)
 from .ggml_attention import AttentionKernel
 from .ggml_kernels import FewRowsKernel
 from .ggml_lib import address as _addr
 from .ggml_lib import compute_threads, layout_key, metadata_context
 from .ggml_tensor import FLOAT_TYPES as _FLOAT_TYPES
-from .ggml_tensor import GGMLTensor
+from .ggml_tensor import GGMLTensor, host_view
 from .invariance import (
     PADDING_CANDIDATES,
     ProductRule,
@@ -63,13 +72,16 @@ def _on_cpu(p: Any) -> bool:
 _c_void_p = ctypes.c_void_p
 
 
+_STAGED_BYTES = 1 << 16  # device inputs up to this size go through a staging array
+
+
 class _Input:
     """A graph input: its tensor, what its values must be (numpy type, bytes), the values
     given, and where they go once the graph is allocated (`host`: a numpy view of the
     tensor's memory when that is host memory, written with one copy; else uploaded with
     ggml_backend_tensor_set)."""
 
-    __slots__ = ("tensor", "np_type", "nbytes", "values", "host")
+    __slots__ = ("tensor", "np_type", "nbytes", "values", "host", "staging")
 
     def __init__(self, tensor: GGMLTensor) -> None:
         self.tensor = tensor
@@ -80,25 +92,30 @@ class _Input:
         self.nbytes = tensor.nbytes
         self.values: np.ndarray | None = None
         self.host: np.ndarray | None = None
+        # Device memory: (a host array, its address) the values go through, so that no
+        # ctypes view of a fresh array is made per upload (microseconds each).
+        self.staging: tuple[np.ndarray, int] | None = None
 
     def upload(self) -> None:
         values = self.values
         assert values is not None
         if self.host is not None:
             self.host[...] = values.reshape(-1)  # (contiguous: a view)
-        else:
+            return
+        if self.nbytes > _STAGED_BYTES:  # (a copy more would cost more than it saves)
             g.ggml_backend_tensor_set(self.tensor.ptr, values.ctypes.data, 0, self.nbytes)
+            return
+        staging = self.staging
+        if staging is None:
+            array = np.empty(self.nbytes, dtype=np.uint8)
+            staging = self.staging = (array, array.ctypes.data)
+        staging[0][...] = values.reshape(-1).view(np.uint8)
+        g.ggml_backend_tensor_set(self.tensor.ptr, staging[1], 0, self.nbytes)
 
 
 def _host_view(inp: _Input) -> np.ndarray | None:
     """A numpy array over an allocated input's memory when it is host memory, else None."""
-    c = inp.tensor.ptr.contents  # type: ignore[attr-defined]
-    if not c.data or not c.buffer or not g.ggml_backend_buffer_is_host(c.buffer):
-        return None
-    np_type = inp.np_type or np.dtype(np.uint8)
-    raw = (ctypes.c_uint8 * inp.nbytes).from_address(c.data)
-    view = np.frombuffer(memoryview(raw).cast("B"), dtype=np_type)
-    return view if inp.np_type is not None else view.view(np.uint8)
+    return host_view(inp.tensor.ptr, inp.np_type or np.dtype(np.uint8), inp.nbytes)
 
 
 _POOL_OPS = {"avg": g.GGML_OP_POOL_AVG, "max": g.GGML_OP_POOL_MAX}
@@ -118,6 +135,8 @@ class GGMLContext(Context):
         self._inputs: dict[int, _Input] = {}  # by id() of the input's tensor
         # After allocation: the inputs with memory (unused ones have none), to fill per run.
         self._uploads: list[_Input] | None = None
+        self._filled = False  # every input has been given values (they never lose them)
+        self.allocations = 0  # how many times the scheduler allocated this graph (numpy())
         self._built: tuple[Tensor, ...] = ()  # the outputs compute() last added (held)
         # The graph exists from the start so that forward() fixes the order of side effects
         # (a cache write is expanded before the attention that reads the cache).
@@ -125,6 +144,8 @@ class GGMLContext(Context):
         self._graph_key = _addr(self._graph)
         self._outputs: set[int] = set()
         self._keyed: dict[str, tuple[Tensor, tuple[DType, tuple[int, ...]]]] = {}
+        # key -> (dtype, shape, input) as first asked: refills of the same take a short path
+        self._refill: dict[str, tuple[DType, tuple[int, ...], _Input]] = {}
         self._was_allocated = False
         # The graph's node sources as built (see _pin_sources), once the scheduler has seen it.
         self._sources: list[tuple[Any, tuple[int, ...]]] | None = None
@@ -155,6 +176,30 @@ class GGMLContext(Context):
             )
         inp.values = arr
 
+    def input(
+        self,
+        dtype: DType,
+        shape: Sequence[int],
+        data: np.ndarray | None = None,
+        key: str | None = None,
+    ) -> Tensor:
+        """api.Context.input; refilling a keyed input of the same type and shape (each pass
+        of a reused graph) takes a short path."""
+        if data is not None and key is not None:
+            known = self._refill.get(key)
+            if known is not None and known[0] == dtype and known[1] == shape:
+                inp = known[2]
+                arr = np.ascontiguousarray(data, dtype=inp.np_type)
+                if arr.nbytes == inp.nbytes:
+                    inp.values = arr
+                    return inp.tensor
+        t = super().input(dtype, shape, data, key)
+        if key is not None:
+            inp = self._inputs[id(t)]
+            if inp.np_type is not None and t.shape == trim_shape(shape):
+                self._refill[key] = (dtype, tuple(shape), inp)
+        return t
+
     # -- creation -----------------------------------------------------------------------
     def _new_input(self, dtype: DType, shape: Sequence[int]) -> GGMLTensor:
         ne = list(shape) + [1] * (4 - len(shape))
@@ -162,6 +207,7 @@ class GGMLContext(Context):
         g.ggml_set_input(p)
         t = self._t(p)
         self._inputs[id(t)] = _Input(t)
+        self._filled = False
         return t
 
     # -- arithmetic ---------------------------------------------------------------------
@@ -318,6 +364,12 @@ class GGMLContext(Context):
     def sum_rows(self, a: Tensor) -> GGMLTensor:
         return self._t(g.ggml_sum_rows(self._ctx, a.ptr))  # type: ignore[attr-defined]
 
+    def argmax(self, a: Tensor) -> GGMLTensor:
+        return self._t(g.ggml_argmax(self._ctx, a.ptr))  # type: ignore[attr-defined]
+
+    def step(self, a: Tensor) -> GGMLTensor:
+        return self._t(g.ggml_step(self._ctx, a.ptr))  # type: ignore[attr-defined]
+
     def sigmoid(self, a: Tensor) -> GGMLTensor:
         return self._t(g.ggml_sigmoid(self._ctx, a.ptr))  # type: ignore[attr-defined]
 
@@ -420,9 +472,11 @@ class GGMLContext(Context):
             self._build(outputs)
             self._built = outputs
         gf = self._graph
-        missing = sum(1 for inp in self._inputs.values() if inp.values is None)
-        if missing:
-            raise ValueError(f"{missing} graph input(s) were never given values")
+        if not self._filled:
+            missing = sum(1 for inp in self._inputs.values() if inp.values is None)
+            if missing:
+                raise ValueError(f"{missing} graph input(s) were never given values")
+            self._filled = True
         self._backend._compute(self, gf, on_started)
 
     def _pin_sources(self, gf: object) -> None:
@@ -451,6 +505,7 @@ class GGMLContext(Context):
                 inp.host = _host_view(inp)
                 uploads.append(inp)
         self._uploads = uploads
+        self.allocations += 1
 
     def _release_allocation(self) -> None:
         """Forget every graph tensor's address so the allocator places them anew."""
@@ -479,6 +534,7 @@ class GGMLContext(Context):
             self._ctx = None
             self._graph = None
             self._inputs.clear()
+            self._refill.clear()
             self._uploads = None
 
     def __del__(self) -> None:
@@ -641,6 +697,13 @@ class GGMLBackend(Backend):
             if status != g.GGML_STATUS_SUCCESS:
                 self._allocated_graph = 0
                 raise RuntimeError(f"ggml graph compute failed (status {status})")
+
+    @property
+    def output_on_device(self) -> bool:
+        """Whether the placement puts the output layer (index `blocks`) on a device."""
+        return bool(self.blocks) and any(
+            self.blocks in layers for layers in self.placement.layers.values()
+        )
 
     def _cpu_turn(self) -> contextlib.AbstractContextManager[None]:
         """This runner's turn on the CPU for one graph, unless it takes no turns or every layer

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import ctypes
+
 import ggml as g
 import numpy as np
 
 from .api import DType, Tensor
 
-__all__ = ["GGMLTensor", "FLOAT_TYPES", "host_data"]
+__all__ = ["GGMLTensor", "FLOAT_TYPES", "host_data", "host_view"]
 
 FLOAT_TYPES = frozenset({DType.F32, DType.F16, DType.BF16})
 
@@ -21,16 +23,29 @@ def host_data(t: Tensor, values: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(values, dtype=np_type)
 
 
+def host_view(p: object, np_type: np.dtype, nbytes: int) -> np.ndarray | None:
+    """A flat numpy array over the memory of allocated tensor `p` when that is host memory,
+    else None (not allocated, or on a device)."""
+    c = p.contents  # type: ignore[attr-defined]
+    if not c.data or not c.buffer or not g.ggml_backend_buffer_is_host(c.buffer):
+        return None
+    raw = (ctypes.c_uint8 * nbytes).from_address(c.data)
+    return np.frombuffer(memoryview(raw).cast("B"), dtype=np_type)
+
+
 class GGMLTensor(Tensor):
     """A ggml tensor pointer plus the object that keeps its memory alive."""
 
-    __slots__ = ("_p", "_owner", "_layout")
+    __slots__ = ("_p", "_owner", "_layout", "_host")
 
     def __init__(self, p: object, owner: object) -> None:
         self._p = p
         self._owner = owner
         # numpy() reads: (empty numpy shape, its type, bytes, result shape), once checked
         self._layout: tuple[tuple[int, ...], np.dtype, int, tuple[int, ...]] | None = None
+        # (the owning graph's allocation count, a numpy view of this tensor's memory when that
+        # is host memory, else None), so that numpy() reads with one copy
+        self._host: tuple[int, np.ndarray | None] | None = None
 
     @property
     def ptr(self) -> object:
@@ -81,9 +96,16 @@ class GGMLTensor(Tensor):
             nbytes = int(np.prod(full)) * np_type.itemsize
             layout = self._layout = (full, np_type, nbytes, tuple(reversed(self.shape)))
         full, np_type, nbytes, shape = layout
-        out = np.empty(full, dtype=np_type)
-        g.ggml_backend_tensor_get(self._p, out.ctypes.data, 0, nbytes)
-        out = out.reshape(shape)
+        allocations = getattr(self._owner, "allocations", None)  # a graph's tensor
+        host = self._host
+        if allocations is not None and (host is None or host[0] != allocations):
+            host = self._host = (allocations, host_view(self._p, np_type, nbytes))
+        if host is not None and host[1] is not None:
+            out = host[1].reshape(shape).copy()
+        else:
+            out = np.empty(full, dtype=np_type)
+            g.ggml_backend_tensor_get(self._p, out.ctypes.data, 0, nbytes)
+            out = out.reshape(shape)
         return out.astype(np.float32) if np_type == np.float16 else out
 
     def set(self, values: np.ndarray) -> None:

@@ -1,0 +1,221 @@
+"""The per-token fast paths: the KV cache's single-token decoding path (kvcache/decode.py) and
+greedy picks in the graph (engine/greedy.py).
+
+Oracles: the cache's general path (every cell, span and mask recomputed from the whole
+sequence, the path the llama.cpp parity and invariance tests pin) for the decoding path, bit for
+bit; numpy's argmax of the logits for the greedy picks, on constructed rows with known answers
+(equal maxima, NaN, all -inf) and along a generation.
+"""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from hearth.engine.forward import ForwardEngine
+from hearth.engine.greedy import GreedyNodes
+from hearth.engine.input import PassInput
+from hearth.engine.kvcache import Causal
+from hearth.engine.ml.api import DType
+from hearth.engine.ml.ggml import GGMLBackend
+from hearth.plugins.registry import load_installed_model as load_model
+
+
+@pytest.fixture(scope="module")
+def loaded(tiny_llama_path):
+    model = load_model(tiny_llama_path, num_threads=1)
+    yield model
+    model.close()
+
+
+def _one(tok: int, pos: int, seq: int = 0, greedy: bool = False) -> PassInput:
+    return PassInput(
+        np.array([tok]), np.array([pos]), np.array([seq]), np.array([0]), greedy=greedy
+    )
+
+
+def _script(engine: ForwardEngine) -> list[np.ndarray]:
+    """Logits of a session that decodes across padding boundaries, rejects a draft, shares a
+    prefix with a second sequence, decodes both (alone and together) and cuts one back."""
+    out = []
+    ids = np.random.default_rng(3).integers(3, 500, 20)
+    n = len(ids)
+    out.append(engine.forward(PassInput(ids, np.arange(n), np.zeros(n), np.array([n - 1]))))
+    pos, tok = n, int(out[-1][0].argmax())
+    for step in range(90):
+        out.append(engine.forward(_one(tok, pos)))
+        pos, tok = pos + 1, int(out[-1][0].argmax())
+        if step == 40:  # a speculative check of 3 rows, 1 kept
+            rows = PassInput(
+                np.array([tok, 7, 9]), np.arange(pos, pos + 3), np.zeros(3), np.arange(3),
+                lone_rows=frozenset({0}),
+            )  # fmt: skip
+            out.append(engine.forward(rows))
+            engine.cache.reject(0, pos + 1)
+            pos, tok = pos + 1, int(out[-1][0].argmax())
+    engine.cache.copy_prefix(0, 1, 30)
+    pos1, tok1 = 30, 11
+    for _ in range(20):
+        out.append(engine.forward(_one(tok1, pos1, seq=1)))
+        pos1, tok1 = pos1 + 1, int(out[-1][0].argmax())
+        out.append(engine.forward(_one(tok, pos)))
+        pos, tok = pos + 1, int(out[-1][0].argmax())
+    both = PassInput(np.array([tok, tok1]), np.array([pos, pos1]), np.array([0, 1]), np.arange(2))
+    out.append(engine.forward(both))
+    engine.cache.remove(0, pos - 10)
+    pos -= 10
+    for _ in range(10):
+        out.append(engine.forward(_one(tok, pos)))
+        pos, tok = pos + 1, int(out[-1][0].argmax())
+    return out
+
+
+@pytest.mark.parametrize("flash", [False, True])
+def test_the_decoding_path_gives_the_general_paths_bits(
+    loaded, tiny_llama_path, flash, monkeypatch
+):
+    if flash:  # (an F16 mask with its rows padded)
+        loaded = load_model(tiny_llama_path, num_threads=1, flash_attention=True)
+    taken = []
+    fast = Causal._prepare_decode
+
+    def counted(self, batch):
+        hit = fast(self, batch)
+        taken.append(hit)
+        return hit
+
+    monkeypatch.setattr(Causal, "_prepare_decode", counted)
+    engine = ForwardEngine(loaded, num_ctx=512, num_batch=32, parallel=2)
+    try:
+        with_path = _script(engine)
+    finally:
+        engine.close()
+    assert sum(taken) > 100  # the path did the steady decoding
+    monkeypatch.setattr(Causal, "_prepare_decode", lambda self, batch: False)
+    engine = ForwardEngine(loaded, num_ctx=512, num_batch=32, parallel=2)
+    try:
+        without = _script(engine)
+    finally:
+        engine.close()
+        if flash:
+            loaded.close()
+    assert len(with_path) == len(without)
+    for a, b in zip(with_path, without, strict=True):
+        assert a.tobytes() == b.tobytes()
+
+
+def test_the_decoding_path_prepares_what_the_general_path_prepares(loaded):
+    """Cell, span and mask of each fast-path pass against the general path's on a copy of the
+    cache's bookkeeping taken just before."""
+    engine = ForwardEngine(loaded, num_ctx=512, num_batch=32)
+    cache = engine.cache
+    assert isinstance(cache, Causal)
+    try:
+        ids = np.arange(3, 13)
+        engine.forward(PassInput(ids, np.arange(10), np.zeros(10), np.array([9])))
+        checked = 0
+        for pos in range(10, 150):
+            before = copy.copy(cache)
+            before.cell_pos, before.cell_seqs = cache.cell_pos.copy(), cache.cell_seqs.copy()
+            before._used = list(cache._used)
+            plan = engine.plan(_one(5, pos))
+            if cache._decode.get(0) is not None and cache._decode[0].position == pos:
+                general = copy.copy(before)
+                general._decode = {}
+                general.prepare(plan.graph.batch.__class__(
+                    None, None, None, np.array([pos], np.int32), np.zeros(1, np.int32),
+                    np.zeros(1, np.int32), runs=[(0, 1)],
+                ))  # fmt: skip
+                ours, theirs = cache._groups[0], general._groups[0]
+                assert (ours.first_cell, ours.n_kv) == (theirs.first_cell, theirs.n_kv)
+                assert ours.mask.tobytes() == theirs.mask.tobytes()
+                assert cache._locs_host.tolist() == general._locs_host.tolist()
+                assert (cache.cell_pos == general.cell_pos).all()
+                assert (cache.cell_seqs == general.cell_seqs).all()
+                checked += 1
+            engine.run(plan)
+        assert checked > 100
+    finally:
+        engine.close()
+
+
+@pytest.mark.parametrize(
+    "row",
+    [
+        [1.0, 5.0, 3.0, 5.0, 2.0],  # equal maxima: the lowest id
+        [0.0, 0.0, 0.0, 0.0, 0.0],
+        [1.0, np.nan, 3.0, 2.0, 0.0],  # numpy's argmax takes the NaN
+        [-np.inf] * 5,
+        [7.0, 1.0, 2.0, 3.0, 4.0],
+        [1.0, 2.0, 3.0, 4.0, 9.0],
+    ],
+)
+def test_greedy_picks_in_the_graph_are_numpys_argmax(row):
+    backend = GGMLBackend(num_threads=1)
+    x = np.array([row, row[::-1]], dtype=np.float32)
+    ctx = backend.new_context()
+    try:
+        logits = ctx.scale(ctx.input(DType.F32, (5, 2), x), 1.0)
+        nodes = GreedyNodes.build(ctx, logits)
+        ctx.compute(logits, *nodes.outputs)
+        assert nodes.read(5, logits).tolist() == x.argmax(axis=1).tolist()
+    finally:
+        ctx.close()
+        backend.close()
+
+
+@pytest.mark.parametrize("in_graph", [False, True])
+def test_greedy_passes_return_the_argmax_of_the_logits(loaded, in_graph):
+    engine = ForwardEngine(loaded, num_ctx=256, num_batch=32)
+    engine.greedy_on_backend = in_graph
+    try:
+        ids = np.random.default_rng(5).integers(3, 500, 12)
+        rows = PassInput(ids, np.arange(12), np.zeros(12), np.array([3, 11]))
+        logits = engine.forward(rows)
+        engine.cache.remove(0, 0)
+        rows.greedy = True
+        picks = engine.forward(rows)
+        assert picks.dtype == np.int32 and picks.tolist() == logits.argmax(axis=1).tolist()
+        tok = int(picks[-1])
+        for pos in range(12, 60):
+            logits = engine.forward(_one(tok, pos))
+            engine.cache.remove(0, pos)
+            pick = engine.forward(_one(tok, pos, greedy=True))
+            assert pick.tolist() == [int(logits[0].argmax())]
+            tok = int(pick[0])
+    finally:
+        engine.close()
+
+
+_LLAMACPP_GREEDY = """
+import sys
+import numpy as np
+from hearth.runner.engine import PassInput, load_engine
+from hearth.runner.protocol import RunnerOptions
+engine = load_engine(sys.argv[1], RunnerOptions(engine="llamacpp", num_ctx=256, threads=1))
+ids = np.random.default_rng(6).integers(3, 500, 12)
+rows = PassInput(ids, np.arange(12), np.zeros(12), np.array([3, 11]))
+logits = engine.forward(rows)
+engine.cache.remove(0, 0)
+rows.greedy = True
+picks = engine.forward(rows)
+assert picks.dtype == np.int32, picks.dtype
+assert picks.tolist() == logits.argmax(axis=1).tolist(), (picks, logits.argmax(axis=1))
+print("ok")
+"""
+
+
+def test_llamacpps_engine_returns_the_argmax_for_a_greedy_pass(tiny_llama_path):
+    """(In a process of its own: llama.cpp's engine never shares one with Hearth's ggml.)"""
+    pytest.importorskip("llama_cpp")
+    out = subprocess.run(
+        [sys.executable, "-c", _LLAMACPP_GREEDY, str(tiny_llama_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-2000:]
