@@ -19,7 +19,7 @@ from hearth.history.export import ExportError, chats_to_json, import_file
 from hearth.history.export_markdown import chats_to_markdown
 
 from .conftest import FACT_PAGE
-from .test_retrieval import _toy_vector
+from .toy_embedding import _toy_vector
 
 HYBRID_QUESTION = "Port authority grant: beacon repair?"  # no word of the page: vectors find it
 
