@@ -46,6 +46,15 @@ def _codes(code: CodeType) -> Iterator[CodeType]:
             yield from _codes(const)
 
 
+def _strings(consts: tuple[Any, ...]) -> Iterator[str]:
+    """The string constants of a code object, those in folded tuples included."""
+    for const in consts:
+        if isinstance(const, str):
+            yield const
+        elif isinstance(const, tuple | frozenset):
+            yield from _strings(tuple(const))
+
+
 def _is_spawner(obj: Any) -> bool:
     name = getattr(obj, "__qualname__", None)
     module = getattr(obj, "__module__", None) or ""
@@ -80,11 +89,16 @@ class LiveReader:
             return False
         scope = getattr(func, "__globals__", {})
         for part in _codes(code):
-            consts = {c for c in part.co_consts if isinstance(c, str)}
-            if {"-m", "hearth"} <= consts and SUBPROCESS_CALLS & set(part.co_names):
+            if {"-m", "hearth"} <= set(_strings(part.co_consts)) and SUBPROCESS_CALLS & set(
+                part.co_names
+            ):
                 return True
+            # `launcher.launch(...)`: the attribute's name follows its module's in co_names
+            modules = [m for n in part.co_names if inspect.ismodule(m := scope.get(n))]
             for name in part.co_names:
                 obj = scope.get(name)
+                if obj is None:
+                    obj = next((getattr(m, name) for m in modules if hasattr(m, name)), None)
                 if obj is None:
                     continue
                 if _is_spawner(obj):
