@@ -8,13 +8,12 @@ import re
 from pathlib import Path
 
 import pytest
-from make_documents import FACT, FACT_QUESTION, headed_docx
+from make_documents import FACT, FACT_PAGE, FACT_QUESTION, headed_docx
 
 from hearth.documents import ChatDocuments, prepare_document
 from hearth.documents.context import choose_modes, document_budget, estimate_tokens
 from hearth.history import ChatStore
 
-from .conftest import FACT_PAGE
 from .toy_embedding import _toy_vector
 
 

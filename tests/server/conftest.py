@@ -8,7 +8,6 @@ layers, scheduler and error paths are tested in milliseconds. Real-model tests u
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,17 +16,8 @@ from fastapi.testclient import TestClient
 
 from hearth.server.app import create_app
 from hearth.server.config import ServerConfig
-from hearth.server.store.model_store import ModelStore
 
-from .fakes import FakeLauncher, add_model
-
-
-@dataclass
-class FakeService:
-    client: TestClient
-    launcher: FakeLauncher
-    store: ModelStore
-    app: Any
+from .fakes import FakeLauncher, FakeService, add_model
 
 
 @pytest.fixture
