@@ -58,10 +58,16 @@ def _strings(consts: tuple[Any, ...]) -> Iterator[str]:
 def _is_spawner(obj: Any) -> bool:
     name = getattr(obj, "__qualname__", None)
     module = getattr(obj, "__module__", None) or ""
-    for qualname, where in SPAWNERS:
-        if name == qualname and (module.endswith(where) if where[0] == "." else module == where):
-            return True
-    return False
+    return any(name == qualname and _from(module, where) for qualname, where in SPAWNERS)
+
+
+def _from(module: str, where: str) -> bool:
+    return module.endswith(where) if where[0] == "." else module == where
+
+
+def _may_hold_spawners(obj: Any) -> bool:
+    """A module a spawner comes from (`launcher` in `launcher.launch(...)`)."""
+    return inspect.ismodule(obj) and any(_from(obj.__name__, where) for _, where in SPAWNERS)
 
 
 def _in_tests(obj: Any) -> bool:
@@ -94,7 +100,7 @@ class LiveReader:
             ):
                 return True
             # `launcher.launch(...)`: the attribute's name follows its module's in co_names
-            modules = [m for n in part.co_names if inspect.ismodule(m := scope.get(n))]
+            modules = [m for n in part.co_names if _may_hold_spawners(m := scope.get(n))]
             for name in part.co_names:
                 obj = scope.get(name)
                 if obj is None:
