@@ -1,10 +1,14 @@
-"""Shared fixtures: the default model file, tiny models, and the llama.cpp oracle."""
+"""Shared fixtures: the default model file, tiny models, the tiny llama's tokenizer and a live
+`hearth serve` on the default model; and the `live` marker (support/live.py), put on every test
+that starts Hearth in another process so that `-m "not slow and not live"` is a fast lane."""
 
 from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -12,6 +16,15 @@ TESTS = Path(__file__).resolve().parent
 CACHE = Path(os.environ.get("HEARTH_TEST_CACHE", Path.home() / ".cache" / "hearth-tests"))
 
 sys.path.insert(0, str(TESTS))
+
+from support.live import mark_live  # noqa: E402 (tests/ is on the path from here on)
+
+if TYPE_CHECKING:
+    from server.fakes import LiveServer
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    mark_live(items)
 
 
 @pytest.fixture(autouse=True)
@@ -49,3 +62,28 @@ def tiny_gemma3_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from tiny_models import write_tiny_gemma3
 
     return write_tiny_gemma3(tmp_path_factory.mktemp("tiny") / "tiny-gemma3.gguf")
+
+
+@pytest.fixture(scope="module")
+def tok(tiny_llama_path: Path):
+    """The tiny llama's tokenizer (the engine and runner tests)."""
+    from hearth.engine.gguf import GGUFFile
+    from hearth.engine.tokenizer import load_tokenizer
+
+    return load_tokenizer(GGUFFile(tiny_llama_path).metadata)
+
+
+@pytest.fixture(scope="module")
+def live_server(
+    tmp_path_factory: pytest.TempPathFactory, gemma3_path: Path
+) -> Iterator[LiveServer]:
+    """A `hearth serve` subprocess on the default model (tests/server, tests/cli)."""
+    from server.fakes import start_server, stop_server
+
+    home = tmp_path_factory.mktemp("live-home")
+    # Offline: no test's service reaches the internet (pull tests start their own).
+    server = start_server(
+        home, gemma3_path, {"HEARTH_CONTEXT_LENGTH": "1024", "HEARTH_OFFLINE": "1"}
+    )
+    yield server
+    stop_server(server)

@@ -3,6 +3,7 @@ pre-commit runs them."""
 
 from __future__ import annotations
 
+import ast
 import os
 import shutil
 import subprocess
@@ -126,3 +127,23 @@ def test_test_modules_outside_packages_have_unique_names():
             continue
         other = seen.setdefault(path.name, path)
         assert other == path, f"{path.relative_to(REPO)} and {other.relative_to(REPO)}"
+
+
+def test_no_test_module_imports_another_or_a_conftest():
+    """Helpers shared between test modules live in helper modules (tests/support/, a folder's
+    own helper module), not in test modules or conftest files imported by name: a test module
+    imported twice runs its module-level code twice, and a bare `conftest` is whichever one
+    pytest loaded last."""
+    found = []
+    for path in sorted((REPO / "tests").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom):
+                names = [node.module or ""] + [f"{node.module or ''}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
+            last = {name.rsplit(".", 1)[-1] for name in names if name}
+            if any(n.startswith("test_") or n == "conftest" for n in last):
+                found.append(f"{path.relative_to(REPO)}:{node.lineno}")
+    assert not found, "imports of test modules or conftest files: " + ", ".join(found)

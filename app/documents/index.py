@@ -1,7 +1,7 @@
-"""The documents of chats in the history database (tables: hearth.history.document_tables):
-storing a prepared document on its message, reading it back without the file, ranking its
-chunks for a question (BM25 from FTS5 always; with vectors, fused with cosine similarity by
-reciprocal rank), and the passages each message's prompt drew on.
+"""The documents of chats in the history database (the tables and their one writer:
+hearth.history.document_tables): storing a prepared document on its message, reading it back
+without the file, ranking its chunks for a question (BM25 from FTS5 always; with vectors, fused
+with cosine similarity by reciprocal rank), and the passages each message's prompt drew on.
 
 Every write is one transaction on the connection it is given (ChatStore's: autocommit mode,
 explicit BEGIN), so a document is stored whole or not at all.
@@ -20,6 +20,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..history.db import transaction
+from ..history.document_tables import (
+    copy_documents,
+    insert_document,
+    replace_sources,
+    set_document_mode,
+)
+from ..history.records import DocumentChunk, DocumentRecord
 from .prepare import PreparedDocument
 from .records import Citation
 
@@ -75,80 +82,43 @@ class DocumentIndex:
     def add(self, message_id: int, position: int, prepared: PreparedDocument, mode: str) -> int:
         """Store `prepared` on the message `message_id`; its id."""
         doc = prepared.document
+        vectors: list[dict[str, bytes]] = [{} for _ in prepared.chunks]
+        if prepared.vectors and prepared.embed_model:
+            vectors = [
+                {prepared.embed_model: np.asarray(v, "<f4").tobytes()} for v in prepared.vectors
+            ]
+        record = DocumentRecord(
+            name=doc.name,
+            kind=doc.kind,
+            pages=doc.pages,
+            sections=len(doc.sections),
+            chars=doc.chars,
+            notes=list(doc.notes),
+            mode=mode,
+            sha256=prepared.sha256,
+            created_at=time.time(),
+            chunks=[
+                DocumentChunk(chunk.section, chunk.text, vec, chunk.origin)
+                for chunk, vec in zip(prepared.chunks, vectors, strict=True)
+            ],
+        )
         with self._tx() as db:
-            cur = db.execute(
-                "INSERT INTO documents(message_id, position, name, kind, pages, sections, chars,"
-                " notes, mode, sha256, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                (
-                    message_id, position, doc.name, doc.kind, doc.pages, len(doc.sections),
-                    doc.chars, json.dumps(doc.notes), mode, prepared.sha256, time.time(),
-                ),
-            )  # fmt: skip
-            doc_id = int(cur.lastrowid or 0)
-            ids = []
-            for chunk in prepared.chunks:
-                cur = db.execute(
-                    "INSERT INTO document_chunks(document_id, position, section, text, origin)"
-                    " VALUES (?,?,?,?,?)",
-                    (doc_id, chunk.position, chunk.section, chunk.text, chunk.origin),
-                )
-                ids.append(int(cur.lastrowid or 0))
-            if prepared.vectors and prepared.embed_model:
-                db.executemany(
-                    "INSERT INTO chunk_vectors(chunk_id, model, vector) VALUES (?,?,?)",
-                    [
-                        (cid, prepared.embed_model, np.asarray(v, "<f4").tobytes())
-                        for cid, v in zip(ids, prepared.vectors, strict=True)
-                    ],
-                )
-        return doc_id
+            return insert_document(db, message_id, position, record)[0]
 
     def copy_documents(self, source_message: int, target_message: int) -> None:
         """Attach `source_message`'s documents to `target_message` too (an edited question
         keeps its documents): rows are copied inside the database, no file is read."""
         with self._tx() as db:
-            for row in db.execute(
-                "SELECT * FROM documents WHERE message_id=? ORDER BY position", (source_message,)
-            ).fetchall():
-                cur = db.execute(
-                    "INSERT INTO documents(message_id, position, name, kind, pages, sections,"
-                    " chars, notes, mode, sha256, created_at)"
-                    " SELECT ?, position, name, kind, pages, sections, chars, notes, mode, sha256,"
-                    " ? FROM documents WHERE id=?",
-                    (target_message, time.time(), row["id"]),
-                )
-                new_doc = int(cur.lastrowid or 0)
-                for chunk in db.execute(
-                    "SELECT * FROM document_chunks WHERE document_id=? ORDER BY position",
-                    (row["id"],),
-                ).fetchall():
-                    cur = db.execute(
-                        "INSERT INTO document_chunks(document_id, position, section, text, origin)"
-                        " VALUES (?,?,?,?,?)",
-                        (
-                            new_doc, chunk["position"], chunk["section"], chunk["text"],
-                            chunk["origin"],
-                        ),
-                    )  # fmt: skip
-                    db.execute(
-                        "INSERT INTO chunk_vectors(chunk_id, model, vector)"
-                        " SELECT ?, model, vector FROM chunk_vectors WHERE chunk_id=?",
-                        (int(cur.lastrowid or 0), chunk["id"]),
-                    )
+            copy_documents(db, source_message, target_message, time.time())
 
     def set_mode(self, document_id: int, mode: str) -> None:
         with self._tx() as db:
-            db.execute("UPDATE documents SET mode=? WHERE id=?", (mode, document_id))
+            set_document_mode(db, document_id, mode)
 
     def set_sources(self, message_id: int, sources: Sequence[tuple[int, int]]) -> None:
         """The passages (chunk id, number in the prompt) `message_id`'s prompt draws on."""
         with self._tx() as db:
-            db.execute("DELETE FROM message_sources WHERE message_id=?", (message_id,))
-            db.executemany(
-                "INSERT INTO message_sources(message_id, position, chunk_id, number)"
-                " VALUES (?,?,?,?)",
-                [(message_id, i, cid, n) for i, (cid, n) in enumerate(sources)],
-            )
+            replace_sources(db, message_id, sources)
 
     # -- reading -----------------------------------------------------------------------------
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import zipfile
 from pathlib import Path
 
-from .readers import DocumentError
+from .limits import DocumentError
 
 __all__ = [
     "DENSE_RATIO",

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from .readers import MAX_PAGES, DocumentError, Progress
+from .limits import MAX_PAGES, DocumentError, Progress
 from .records import Document, Section, page_ranges
 
 __all__ = ["read_pdf"]

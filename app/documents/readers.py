@@ -13,10 +13,10 @@ from __future__ import annotations
 import csv
 import io
 import re
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .limits import MAX_CHARS, MAX_FILE_BYTES, MAX_PAGES, DocumentError, Progress
 from .records import Document, Section
 
 if TYPE_CHECKING:
@@ -33,13 +33,7 @@ __all__ = [
     "read_document",
 ]
 
-MAX_FILE_BYTES = 64 * 1024 * 1024
-MAX_PAGES = 2000
-MAX_CHARS = 8_000_000  # about 2 million tokens: far past any context, still quick to index
 LINES_PER_SECTION = 40  # a text file's sections: "lines 1–40", "lines 41–80", ...
-
-# Progress(done, total): pages (PDF) or bytes read so far, for a progress line.
-Progress = Callable[[int, int], None]
 
 TEXT_SUFFIXES = {".txt", ".text", ".log", ".rst"}
 MARKDOWN_SUFFIXES = {".md", ".markdown"}
@@ -55,10 +49,6 @@ DOCUMENT_SUFFIXES = frozenset(
     {".pdf", ".docx"} | TEXT_SUFFIXES | MARKDOWN_SUFFIXES | HTML_SUFFIXES | CSV_SUFFIXES
     | CODE_SUFFIXES
 )  # fmt: skip
-
-
-class DocumentError(ValueError):
-    """A file Hearth cannot read as a document; the message is a sentence for the user."""
 
 
 def read_document(

@@ -8,8 +8,8 @@ from __future__ import annotations
 import zipfile
 from pathlib import Path
 
+from .limits import DocumentError
 from .packages import check_package
-from .readers import DocumentError
 from .records import Document, Section
 
 __all__ = ["read_docx"]

@@ -7,7 +7,7 @@
 #                                              which: ggml | llama | both (default both)
 #   bench/gpu/build-cuda.sh --configure-only [ARCH]
 #       CMake-configures ggml's CUDA build (nvcc compiles CMake's test program for ARCH) and
-#       stops: what tests/bench/test_gpu_check.py runs. cuBLAS and libcuda are stubs there,
+#       stops: what bench/gpu/test_gpu_check.py runs. cuBLAS and libcuda are stubs there,
 #       as only linking needs them.
 #   bench/gpu/build-cuda.sh --record
 #       rewrites bench/gpu/cuda-build.json (committed: what was built, how long it took, the
@@ -35,8 +35,8 @@ if [ "${1:-}" = "--configure-only" ]; then configure_only=1; shift; fi
 if [ "${1:-}" = "--record" ]; then record_only=1; shift; fi
 arch="${1:-90-real}"
 which="${2:-both}"
-out=.gpu/cuda
-work=.gpu/build
+out="${GPU_STAGE:-.gpu}/cuda"
+work="${GPU_STAGE:-.gpu}/build"
 mkdir -p "$out" "$work"
 python="${PYTHON:-$(command -v python3)}"
 case "$python" in /*) ;; *) python="$PWD/$python" ;; esac

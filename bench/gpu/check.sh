@@ -9,7 +9,7 @@
 #   bash bench/gpu/check.sh --diagnose   there: small models' forward passes on the GPU against
 #                                        the CPU (diagnose.py), each fault named by its op, and
 #                                        compute-sanitizer on the first case that fails
-#   bash bench/gpu/check.sh --dry-run    here: every step that needs no GPU (tests/bench)
+#   bash bench/gpu/check.sh --dry-run    here: every step that needs no GPU (test_gpu_check.py)
 #
 # Time plan on an H100/H200 (16 cores): install ~30 s, model join ~2 s, service and checks
 # 3-5 min (each offload setting loads the model once per step); no compiling: the CUDA
@@ -23,7 +23,8 @@ diagnose=0
 [ "${1:-}" = "--dry-run" ] && dry=1
 [ "${1:-}" = "--diagnose" ] && diagnose=1
 [ "${1:-}" = "--smoke" ] && smoke=1
-OUT="${OUT:-$repo/.gpu/out}"
+stage="${GPU_STAGE:-.gpu}"  # what stage.sh staged (another folder: the test of this check)
+OUT="${OUT:-$repo/$stage/out}"
 mkdir -p "$OUT"
 log="$OUT/check.log"
 exec > >(tee -a "$log") 2>&1
@@ -37,7 +38,7 @@ else
     python="$(command -v python3)"
     # The wheels are installed once per machine (a later call on the same machine finds them).
     site=/tmp/hearth-site
-    wheels=(.gpu/wheels/*.whl .gpu/cuda/*.whl)
+    wheels=("$stage"/wheels/*.whl "$stage"/cuda/*.whl)
     stamp="$(ls -l "${wheels[@]}" | sha256sum | cut -d' ' -f1)"
     if [ "$(cat "$site/.stamp" 2>/dev/null)" != "$stamp" ]; then
         rm -rf "$site" && mkdir -p "$site"
@@ -90,12 +91,12 @@ fi
 model=""
 if [ "$smoke" = 1 ]; then
     :  # the synthetic model below
-elif ls .gpu/model-*/part >/dev/null 2>&1; then
+elif ls "$stage"/model-*/part >/dev/null 2>&1; then
     model=/tmp/hearth-default-model.gguf
-    cat $(ls -d .gpu/model-* | sort -t- -k2 -n | sed 's|$|/part|') > "$model"
-    if [ "$(sha256sum "$model" | cut -d' ' -f1)" != "$(cat .gpu/model-1/model.sha256)" ]; then
+    cat $(ls -d "$stage"/model-* | sort -t- -k2 -n | sed 's|$|/part|') > "$model"
+    if [ "$(sha256sum "$model" | cut -d' ' -f1)" != "$(cat "$stage/model-1/model.sha256")" ]; then
         say "the default model's pieces do not join to its sha256 (a piece missing?)"
-        ls -la .gpu/model-*
+        ls -la "$stage"/model-*
         model=""
     fi
 fi
@@ -111,7 +112,7 @@ fi
 say "model $model ($(stat -c %s "$model") bytes)"
 
 vision=()
-[ -f .gpu/vision/ollama.gguf ] && vision=(--vision .gpu/vision)
+[ -f "$stage/vision/ollama.gguf" ] && vision=(--vision "$stage/vision")
 extra=()
 [ "$dry" = 1 ] && extra=(--dry-run)
 [ "$smoke" = 1 ] && extra=(--dry-run --steps devices,parity,speed)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Stage what bench/gpu/check.sh needs on a GPU machine that reaches no network, in .gpu/
-# (git-ignored), and say how it travels (the device tool sends at most 64 MiB a call).
+# (git-ignored; GPU_STAGE names another folder, as the test of this check does), and say how it
+# travels (the device tool sends at most 64 MiB a call).
 #
 #   bench/gpu/stage.sh            after scripts/bootstrap.sh test (and bench/gpu/build-cuda.sh)
 #
@@ -21,27 +22,30 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 py=.venv/bin/python
 [ -x "$py" ] || { echo "stage: run scripts/bootstrap.sh test first" >&2; exit 1; }
-mkdir -p .gpu/wheels .gpu/vision
+stage="${GPU_STAGE:-.gpu}"
+export GPU_STAGE="$stage"
+mkdir -p "$stage/wheels" "$stage/vision"
 
 # 1. wheels: Hearth's runtime needs the image lacks, at this venv's versions (wheel_list.py)
 mapfile -t pins < <("$py" bench/gpu/wheel_list.py)
-rm -f .gpu/wheels/*.whl
+rm -f "$stage"/wheels/*.whl
 "$py" -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 \
     --implementation cp --abi cp312 --abi abi3 --abi none \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
-    --platform manylinux2014_x86_64 --platform any -d .gpu/wheels "${pins[@]}"
+    --platform manylinux2014_x86_64 --platform any -d "$stage/wheels" "${pins[@]}"
 
 # 2. the tiny vision model and an image
 "$py" - <<'EOF'
+import os
 import shutil
 from pathlib import Path
 
 from hearth.plugins.testing import sample_images
 from hearth_gemma3.testing import build_tiny_gemma3_vision
 
-work = Path(".gpu/build/gemma3v")
+work = Path(os.environ["GPU_STAGE"], "build", "gemma3v")
 files = build_tiny_gemma3_vision(work)
-out = Path(".gpu/vision")
+out = Path(os.environ["GPU_STAGE"], "vision")
 shutil.copyfile(files.ollama, out / "ollama.gguf")
 name, data = next(iter(sample_images().items()))
 (out / "image.png").write_bytes(data)
@@ -50,20 +54,20 @@ EOF
 
 # 3. the default model, in pieces
 model="$("$py" -c 'from hearth.default_model import default_model_path; print(default_model_path())')"
-rm -rf .gpu/model-*
-split -b 50M -d -a 1 "$model" .gpu/piece-
-for piece in .gpu/piece-*; do
+rm -rf "$stage"/model-*
+split -b 50M -d -a 1 "$model" "$stage/piece-"
+for piece in "$stage"/piece-*; do
     n="${piece##*-}"
-    mkdir -p ".gpu/model-$((n + 1))"
-    mv "$piece" ".gpu/model-$((n + 1))/part"
+    mkdir -p "$stage/model-$((n + 1))"
+    mv "$piece" "$stage/model-$((n + 1))/part"
 done
-sha256sum "$model" | cut -d' ' -f1 > .gpu/model-1/model.sha256
+sha256sum "$model" | cut -d' ' -f1 > "$stage/model-1/model.sha256"
 
 # 4. what travels with each call
 tree=$(git ls-files -z | du -cb --files0-from=- | tail -1 | cut -f1)
 echo "stage: the working tree is $((tree >> 20)) MiB; the check's call carries:"
-du -sb .gpu/wheels .gpu/cuda .gpu/vision 2>/dev/null
-total=$((tree + $(du -cb .gpu/wheels .gpu/cuda .gpu/vision 2>/dev/null | tail -1 | cut -f1)))
+du -sb "$stage/wheels" "$stage/cuda" "$stage/vision" 2>/dev/null
+total=$((tree + $(du -cb "$stage/wheels" "$stage/cuda" "$stage/vision" 2>/dev/null | tail -1 | cut -f1)))
 echo "stage: total $((total >> 20)) MiB of 64"
 [ "$total" -lt $((64 << 20)) ] || { echo "stage: over the 64 MiB a call may carry" >&2; exit 1; }
-for d in .gpu/model-*; do echo "stage: $d: $(( $(du -sb "$d" | cut -f1) >> 20 )) MiB (a call of its own)"; done
+for d in "$stage"/model-*; do echo "stage: $d: $(( $(du -sb "$d" | cut -f1) >> 20 )) MiB (a call of its own)"; done

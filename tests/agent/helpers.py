@@ -83,3 +83,21 @@ class HttpStep:
 
     def prompt_tokens(self) -> list[int]:
         return [int(f["hearth"]["prompt_tokens"]) for f in self.finals]  # type: ignore[index]
+
+
+def forced(tool: str, arguments: dict[str, object]) -> dict[str, object]:
+    """The JSON schema that holds the model to one call of `tool` (/api/chat's `format`)."""
+    return {
+        "type": "object",
+        "required": ["name", "arguments"],
+        "additionalProperties": False,
+        "properties": {
+            "name": {"const": tool},
+            "arguments": {
+                "type": "object",
+                "required": list(arguments),
+                "additionalProperties": False,
+                "properties": arguments,
+            },
+        },
+    }

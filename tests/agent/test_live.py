@@ -34,7 +34,7 @@ from hearth.agent.hub import ToolHub
 from hearth.agent.loop import AgentEvent, Decision, run_agent
 from hearth.plugins.testing import ConverterUnavailableError, sample_images
 
-from .helpers import HttpStep, stdio_entry
+from .helpers import HttpStep, forced, stdio_entry
 
 pytestmark = pytest.mark.slow
 
@@ -42,24 +42,6 @@ TOOLS_MODEL = "agent-tools"
 VISION_MODEL = "agent-vision"
 COLORS = ["red", "green", "blue"]
 GREEDY = {"temperature": 0, "num_predict": 48}
-
-
-def forced(tool: str, arguments: dict[str, object]) -> dict[str, object]:
-    """The JSON schema that holds the model to one call of `tool` (/api/chat's `format`)."""
-    return {
-        "type": "object",
-        "required": ["name", "arguments"],
-        "additionalProperties": False,
-        "properties": {
-            "name": {"const": tool},
-            "arguments": {
-                "type": "object",
-                "required": list(arguments),
-                "additionalProperties": False,
-                "properties": arguments,
-            },
-        },
-    }
 
 
 ECHO_A_COLOR = forced("t__echo", {"text": {"enum": COLORS}})

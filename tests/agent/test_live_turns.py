@@ -32,8 +32,7 @@ from hearth.agent.config import parse_config
 from hearth.agent.hub import ToolHub
 from hearth.agent.loop import AgentEvent, Decision, run_agent
 
-from .helpers import HttpStep, stdio_entry
-from .test_live import forced
+from .helpers import HttpStep, forced, stdio_entry
 
 pytestmark = pytest.mark.slow
 

@@ -12,55 +12,17 @@ from typing import Any
 import numpy as np
 import pytest
 
-from hearth.convert import CheckpointError, convert_checkpoint
-from hearth.engine.forward import ForwardEngine
+from hearth.convert import CheckpointError
 from hearth.engine.gguf import GGUFFile
-from hearth.engine.input import PassInput
-from hearth.engine.ml.api import DType
 from hearth.plugins import UnsupportedCheckpointError
-from hearth.plugins.registry import default_converters, default_registry, load_installed_model
-from hearth.plugins.testing.parity import greedy
 
+from .converted import convert, hearth_run, tokenize
 from .hf_models import TinyLlama, build_tiny_llama, reference_greedy, reference_logits
 
 pytest.importorskip("transformers")
 pytest.importorskip("sentencepiece")
 
 PROMPTS = ["The quick brown fox jumps", "Hello world! 0123", "A picture is worth many words."]
-
-
-def convert(folder: Path, out: Path, quantize: str | None = "f32", **kw: Any) -> Path:
-    convert_checkpoint(
-        folder,
-        out,
-        converters=default_converters(),
-        registry=default_registry(),
-        quantize=quantize,
-        **kw,
-    )
-    return out
-
-
-def hearth_run(path: Path, ids: list[int], n_greedy: int = 8) -> tuple[np.ndarray, list[int]]:
-    """Hearth's logits `[n, vocab]` for `ids` and its greedy continuation (F32 KV cache)."""
-    model = load_installed_model(path)
-    engine = ForwardEngine(model, num_ctx=128, num_batch=128, kv_dtype=DType.F32)
-    try:
-        n = len(ids)
-        rows = np.arange(n, dtype=np.int32)
-        logits = engine.forward(PassInput(np.array(ids), rows, np.zeros(n, np.int32), rows))
-        return logits, greedy(engine, logits[-1], n, n_greedy)
-    finally:
-        engine.close()
-        model.close()
-
-
-def tokenize(path: Path, text: str) -> list[int]:
-    model = load_installed_model(path)
-    try:
-        return list(model.tokenizer.encode(text, add_special=True))
-    finally:
-        model.close()
 
 
 @pytest.fixture(scope="module")

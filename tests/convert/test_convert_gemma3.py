@@ -18,8 +18,8 @@ from hearth.engine.gguf import GGUFFile
 from hearth.plugins.testing import ConverterUnavailableError, sample_images
 from hearth_gemma3.testing import Gemma3VisionFiles, build_tiny_gemma3_vision, reference
 
+from .converted import convert, hearth_run
 from .hf_models import randomize, reference_logits
-from .test_convert import convert, hearth_run
 
 pytest.importorskip("transformers")
 

@@ -13,8 +13,8 @@ import pytest
 from hearth.engine.gguf import GGUFFile
 from hearth_mllama.convert import ollama_name
 
+from .converted import convert, tokenize
 from .hf_models import build_tiny_llama, write_bpe_tokenizer
-from .test_convert import convert, tokenize
 
 TEXTS = [
     "The quick brown fox jumps over 12345 dogs.",

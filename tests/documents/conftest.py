@@ -9,10 +9,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from make_documents import long_pdf
-
-LONG_PAGES = 120
-FACT_PAGE = 87
+from make_documents import FACT_PAGE, LONG_PAGES, long_pdf
 
 
 @pytest.fixture(scope="session")

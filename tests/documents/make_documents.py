@@ -12,7 +12,9 @@ from pathlib import Path
 
 __all__ = [
     "FACT",
+    "FACT_PAGE",
     "FACT_QUESTION",
+    "LONG_PAGES",
     "bomb_docx",
     "damaged_docx",
     "damaged_pdf",
@@ -24,6 +26,10 @@ __all__ = [
     "scanned_text_pdf",
     "text_picture",
 ]
+
+# The long PDF (conftest.py's long_pdf_path): its pages, and the page that states FACT.
+LONG_PAGES = 120
+FACT_PAGE = 87
 
 # Stated once, on one page; the question shares its rare words, the filler never uses them.
 FACT = (

@@ -11,15 +11,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from make_documents import FACT_QUESTION, headed_docx
+from make_documents import FACT_PAGE, FACT_QUESTION, headed_docx
 
 from hearth.documents import ChatDocuments, prepare, prepare_document, readers
 from hearth.history import ChatStore
 from hearth.history.export import ExportError, chats_to_json, import_file
 from hearth.history.export_markdown import chats_to_markdown
 
-from .conftest import FACT_PAGE
-from .test_retrieval import _toy_vector
+from .toy_embedding import _toy_vector
 
 HYBRID_QUESTION = "Port authority grant: beacon repair?"  # no word of the page: vectors find it
 

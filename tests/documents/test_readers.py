@@ -6,6 +6,8 @@ from __future__ import annotations
 import pytest
 from make_documents import (
     FACT,
+    FACT_PAGE,
+    LONG_PAGES,
     damaged_docx,
     damaged_pdf,
     encrypted_pdf,
@@ -16,8 +18,6 @@ from make_documents import (
 from hearth.documents import DocumentError, read_document
 from hearth.documents import readers as readers_module
 from hearth.documents.chunking import CHUNK_CHARS, chunk_sections
-
-from .conftest import FACT_PAGE, LONG_PAGES
 
 
 def _flat(text: str) -> str:

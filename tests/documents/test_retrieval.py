@@ -8,13 +8,13 @@ import re
 from pathlib import Path
 
 import pytest
-from make_documents import FACT, FACT_QUESTION, headed_docx
+from make_documents import FACT, FACT_PAGE, FACT_QUESTION, headed_docx
 
 from hearth.documents import ChatDocuments, prepare_document
 from hearth.documents.context import choose_modes, document_budget, estimate_tokens
 from hearth.history import ChatStore
 
-from .conftest import FACT_PAGE
+from .toy_embedding import _toy_vector
 
 
 @pytest.fixture
@@ -127,22 +127,6 @@ def test_an_edited_question_keeps_its_documents(store, tmp_path):
     assert [d.name for d in docs.attached(edited.id)] == ["trial.docx"]
     assert docs.citations(edited.id)[0].section == "Method › Irrigation"
     assert "18 millimetres" in ctx.text or "18 millimetres" in docs.message_text(edited)
-
-
-_CONCEPTS = {  # a toy embedding: words of one meaning share a dimension
-    "harbour": 0, "port": 0, "commission": 1, "authority": 1, "approved": 2, "grant": 2,
-    "granted": 2, "lighthouse": 3, "beacon": 3, "restoring": 4, "repair": 4, "kroner": 5,
-    "money": 5,
-}  # fmt: skip
-
-
-def _toy_vector(text: str) -> list[float]:
-    v = [0.0] * 8
-    for w in re.findall(r"\w+", text.lower()):
-        if w in _CONCEPTS:
-            v[_CONCEPTS[w]] += 1.0
-    v[7] = 0.01  # never the zero vector
-    return v
 
 
 def test_embeddings_find_what_the_words_alone_miss(store, long_prepared):

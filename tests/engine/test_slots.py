@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from hearth.engine.input import Batch
-from hearth.engine.kvcache import MAX_POS, Causal, ShiftNotSupportedError
+from hearth.engine.kvcache import MAX_POS, Causal
 from hearth.engine.ml import CacheConfig, DType
 from hearth.engine.ml.reference import NumpyBackend
 from hearth.engine.prompt_cache import (
@@ -22,6 +22,8 @@ from hearth.engine.prompt_cache import (
     common_prefix,
     shift_discard,
 )
+
+from support.slots import RecordingCache
 
 
 # -- TestShiftDiscard -----------------------------------------------------------------------
@@ -59,27 +61,6 @@ def test_common_prefix():
 
 
 # -- a cache that records what the slots ask of it --------------------------------------------
-class RecordingCache:
-    """The three calls InputCache makes; `shift_fails` = the model has no shift function."""
-
-    def __init__(self, shift_fails: bool = False, resumable: bool = True) -> None:
-        self.calls: list[tuple] = []
-        self.shift_fails = shift_fails
-        self.resumable = resumable
-
-    def can_resume(self, seq: int, pos: int) -> bool:
-        self.calls.append(("can_resume", seq, pos))
-        return self.resumable
-
-    def remove(self, seq: int, begin: int, end: int = MAX_POS) -> None:
-        self.calls.append(("remove", seq, begin, end))
-        if self.shift_fails and end != MAX_POS:
-            raise ShiftNotSupportedError()
-
-    def copy_prefix(self, src: int, dst: int, length: int) -> None:
-        self.calls.append(("copy_prefix", src, dst, length))
-
-
 def make_slots(
     specs: list[tuple[list[int], bool, float | None]], multi_user: bool, cache=None
 ) -> tuple[InputCache, RecordingCache]:

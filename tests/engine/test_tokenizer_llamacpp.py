@@ -22,12 +22,19 @@ import time
 from pathlib import Path
 
 import pytest
-from test_tokenizer import FIXTURES, needs_fixtures, read_vectors, sample_document, stream
 
 from hearth.engine.gguf import GGUFFile
 from hearth.engine.tokenizer import Tokenizer, load_tokenizer
 from hearth.engine.tokenizer.detokenize import clean_spaces
 from hearth.engine.tokenizer.pretokenize import KNOWN_PRE
+
+from support.tokenizer_vectors import (
+    FIXTURES,
+    needs_fixtures,
+    read_vectors,
+    sample_document,
+    stream,
+)
 
 ORACLE = Path(__file__).resolve().parents[1] / "oracles" / "llamacpp_tokenize.py"
 

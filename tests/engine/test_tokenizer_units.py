@@ -7,7 +7,6 @@ import logging
 import random
 
 import pytest
-from test_tokenizer import stream
 
 from hearth.engine.tokenizer import (
     StreamDecoder,
@@ -17,6 +16,8 @@ from hearth.engine.tokenizer import (
 )
 from hearth.engine.tokenizer.pretokenize import KNOWN_PRE, get_pretokenizer
 from hearth.engine.tokenizer.special import SpecialSplitter
+
+from support.tokenizer_vectors import stream
 
 
 def test_special_split_follows_llama_cpp_order() -> None:

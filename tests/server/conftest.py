@@ -2,13 +2,12 @@
 
 The fake runner (fakes.py) answers like `RunnerProcess` without loading a model, so the API
 layers, scheduler and error paths are tested in milliseconds. Real-model tests use
-`live_server`, a `hearth serve` subprocess on the default model.
+`live_server` (tests/conftest.py), a `hearth serve` subprocess on the default model.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,17 +16,8 @@ from fastapi.testclient import TestClient
 
 from hearth.server.app import create_app
 from hearth.server.config import ServerConfig
-from hearth.server.store.model_store import ModelStore
 
-from .fakes import FakeLauncher, LiveServer, add_model, start_server, stop_server
-
-
-@dataclass
-class FakeService:
-    client: TestClient
-    launcher: FakeLauncher
-    store: ModelStore
-    app: Any
+from .fakes import FakeLauncher, FakeService, add_model
 
 
 @pytest.fixture
@@ -65,16 +55,3 @@ def make_fake_service(tmp_path: Path, tiny_llama_path: Path) -> Iterator[Any]:
     for gen in gens:
         for _ in gen:
             pass
-
-
-@pytest.fixture(scope="module")
-def live_server(
-    tmp_path_factory: pytest.TempPathFactory, gemma3_path: Path
-) -> Iterator[LiveServer]:
-    home = tmp_path_factory.mktemp("live-home")
-    # Offline: no test's service reaches the internet (pull tests start their own).
-    server = start_server(
-        home, gemma3_path, {"HEARTH_CONTEXT_LENGTH": "1024", "HEARTH_OFFLINE": "1"}
-    )
-    yield server
-    stop_server(server)

@@ -13,7 +13,7 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hearth.runner.protocol import (
     CompletionChunk,
@@ -26,6 +26,9 @@ from hearth.runner.protocol import (
 )
 from hearth.server.scheduling.runner_process import RunnerError, RunnerOptions, RunnerStartError
 from hearth.server.store.model_store import ModelStore
+
+if TYPE_CHECKING:
+    from fastapi.testclient import TestClient
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -230,3 +233,13 @@ def stop_server(server: LiveServer) -> None:
         except subprocess.TimeoutExpired:
             server.proc.kill()
             server.proc.wait()
+
+
+@dataclass
+class FakeService:
+    """An in-process app on fake runners: the `fake_service` fixture (conftest.py)."""
+
+    client: TestClient
+    launcher: FakeLauncher
+    store: ModelStore
+    app: Any

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from .conftest import FakeService
+from .fakes import FakeService
 
 CHAT = [{"role": "user", "content": "Count to a million."}]
 ROUTES: list[tuple[str, dict[str, Any]]] = [

@@ -38,13 +38,12 @@ from hearth_mllama.testing import (
 from tests.plugins.mllama_checkpoint import LLAMA32_VISION_TEMPLATE, save_tiny
 
 from .fakes import LiveServer, start_server, stop_server
-from .test_vision_e2e import collect, hearth_cli
+from .vision_live import API_KEY, collect, hearth_cli
 
 MODEL = "tiny-mllama"
 QUESTION = "what is the er on the"
 GREEDY = {"temperature": 0, "num_predict": 8, "repeat_penalty": 1.0}  # transformers greedy
 SPEC = TinyMllamaVision(vocab=300, text_layers=5, cross_attention_layers=(1, 3))
-API_KEY = "vision-e2e-secret"  # hearth_cli (test_vision_e2e) sends this key
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
 
 

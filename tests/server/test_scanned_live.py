@@ -28,7 +28,7 @@ from hearth.history import ChatStore
 from hearth.plugins.testing import ConverterUnavailableError
 
 from .fakes import LiveServer, start_server, stop_server
-from .test_cli_service import hearth
+from support.cli import hearth
 
 pytestmark = pytest.mark.slow
 

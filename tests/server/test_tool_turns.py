@@ -27,7 +27,7 @@ from hearth.server.prompting.outputs import OutputParser
 from hearth.server.prompting.toolformats import detect_tool_format
 
 from .fakes import add_model
-from .test_tool_formats import (
+from .tool_outputs import (
     CALL,
     EMITTED,
     LLAMA31,

@@ -15,8 +15,6 @@ import base64
 import io
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -35,24 +33,21 @@ from hearth.engine.ml.api import OutOfMemoryError
 from hearth.plugins.testing import ConverterUnavailableError, sample_images
 from hearth.runner.core import Runner, RunnerConfig
 from hearth.runner.protocol import (
-    CompletionDone,
-    CompletionError,
     CompletionOptions,
     CompletionRequest,
     RunnerOptions,
-    to_wire,
 )
 from hearth.server.scheduling.runner_process import RunnerProcess, RunnerStartError
 from hearth_gemma3.testing import Gemma3VisionFiles, build_tiny_gemma3_vision
 
 from .fakes import LiveServer, start_server, stop_server
+from .vision_live import API_KEY, collect, hearth_cli
 
 pytestmark = pytest.mark.slow
 
 MODEL = "tiny-vision"
 QUESTION = "what is this?"
 GREEDY = {"temperature": 0, "num_predict": 8}
-API_KEY = "vision-e2e-secret"
 MAX_IMAGE_BYTES = 1 << 20  # HEARTH_MAX_IMAGE_BYTES for this service
 IMAGES = sample_images()
 # Two pictures the tiny model answers differently (its answers depend on the image).
@@ -117,20 +112,6 @@ def api(server: LiveServer) -> Any:
         base_url=server.url, headers={"Authorization": f"Bearer {API_KEY}"}, timeout=120
     ) as client:
         yield client
-
-
-def hearth_cli(
-    server: LiveServer, *args: str, cwd: Path | None = None
-) -> subprocess.CompletedProcess:
-    env = dict(os.environ, HEARTH_HOST=server.url, HEARTH_API_KEY=API_KEY)
-    return subprocess.run(
-        [sys.executable, "-m", "hearth", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=cwd,
-        timeout=120,
-    )
 
 
 @pytest.fixture(scope="module")
@@ -388,20 +369,6 @@ def test_the_service_answers_as_the_runner_does_in_process(oc, api, model, visio
             assert served["hearth"]["prompt_tokens"] == done.prompt_eval_count + done.prompt_cached
     finally:
         runner.close()
-
-
-def collect(seq: Any) -> tuple[str, list[dict[str, Any]], CompletionDone]:
-    """The text, the logprobs as JSON (as the runner sends them) and the last line."""
-    parts, logprobs, done = [], [], None
-    while (event := seq.events.get(timeout=120)) is not None:
-        assert not isinstance(event, CompletionError), event
-        if isinstance(event, CompletionDone):
-            done = event
-        else:
-            parts.append(event.content)
-            logprobs += [to_wire(lp) for lp in event.logprobs or []]
-    assert done is not None
-    return "".join(parts), logprobs, done
 
 
 # -- bad images -----------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from PySide6.QtGui import QColor, QImage
 from hearth.history.records import DONE, STOPPED
 from hearth.ui.app import HearthApp
 
-from conftest import file_drop, send_and_wait
+from support.ui import file_drop, send_and_wait
 
 pytestmark = pytest.mark.slow
 

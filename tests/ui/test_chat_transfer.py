@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import send_and_wait
+from support.ui import send_and_wait
 
 
 class _FileDialog:

@@ -16,7 +16,7 @@ from hearth.history.records import DONE, UNDONE
 from hearth.ui.controllers.request import chat_body
 from hearth.ui.widgets.summary_notice import SummaryNotice
 
-from conftest import send_and_wait
+from support.ui import send_and_wait
 
 pytestmark = pytest.mark.slow
 

@@ -28,7 +28,7 @@ from hearth.ui.controllers.reply import format_stats
 from hearth.ui.controllers.request import chat_body
 from hearth.ui.widgets.compare_view import CompareView
 
-from conftest import send_and_wait, service_api
+from support.ui import send_and_wait, service_api
 
 DEFAULT = "gemma3:270m"
 OTHER = "tiny-llama:latest"

@@ -14,7 +14,7 @@ from PySide6.QtCore import Qt
 from hearth.history.records import DONE
 from tests.convert.chat_models import tiny_chat_gguf
 
-from conftest import drop_file, service_api
+from support.ui import drop_file, service_api
 
 pytestmark = pytest.mark.slow
 

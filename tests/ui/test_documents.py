@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from documents.make_documents import FACT, FACT_QUESTION, long_pdf
 
-from conftest import drop_file, send_and_wait
+from support.ui import drop_file, send_and_wait
 
 PAGES, FACT_PAGE = 60, 47
 

@@ -10,7 +10,7 @@ from stub_server import StubModel
 
 from hearth.history.records import ERROR, STOPPED
 
-from conftest import file_drop, send_and_wait
+from support.ui import file_drop, send_and_wait
 
 
 def _png(tmp_path, name="pic.png"):

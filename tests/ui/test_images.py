@@ -14,7 +14,7 @@ from hearth.history.records import DONE, ERROR
 from hearth.ui.controllers.images import attachable_images, png_bytes
 from hearth.ui.item_models.model_list import ModelRow
 
-from conftest import file_drop, send_and_wait
+from support.ui import file_drop, send_and_wait
 
 VISION = "gemma3:4b"
 

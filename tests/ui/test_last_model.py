@@ -6,7 +6,7 @@ from __future__ import annotations
 from hearth.app_settings import load_settings
 from hearth.default_model import DEFAULT_MODEL
 
-from conftest import send_and_wait
+from support.ui import send_and_wait
 
 B = "qwen3:1.7b"
 C = "llama3.2:1b"

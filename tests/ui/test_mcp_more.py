@@ -15,7 +15,7 @@ import pytest
 from PySide6.QtCore import Qt
 from stub_server import StubModel, StubServer
 
-from conftest import send_and_wait
+from support.ui import send_and_wait
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "agent"))
 from mcp_more import write_server

@@ -28,7 +28,7 @@ from hearth.ui.controllers import chat as chat_controller
 from hearth_mllama.testing import TinyMllamaVision, random_png, tiny_mllama
 from tests.plugins.mllama_checkpoint import LLAMA32_VISION_TEMPLATE, save_tiny
 
-from conftest import drop_file, service_api
+from support.ui import drop_file, service_api
 
 MODEL = "tiny-mllama-ui:latest"
 SPEC = TinyMllamaVision(vocab=300, text_layers=5, cross_attention_layers=(1, 3))

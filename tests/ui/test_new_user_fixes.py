@@ -13,7 +13,8 @@ from stub_server import StubModel
 
 from hearth.history import ChatStore
 
-from conftest import REPO, send_and_wait, service_api
+from support.paths import REPO
+from support.ui import send_and_wait, service_api
 
 
 def _picker_names(app) -> list[str]:

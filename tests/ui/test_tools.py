@@ -14,7 +14,7 @@ import pytest
 from PySide6.QtCore import Qt
 from stub_server import StubModel, StubServer
 
-from conftest import send_and_wait
+from support.ui import send_and_wait
 
 WEATHER = Path(__file__).with_name("mcp_weather.py")
 MODEL = "qwen3:0.6b"

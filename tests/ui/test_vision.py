@@ -22,7 +22,7 @@ from hearth.history.records import DONE, ERROR
 from hearth.plugins.testing import ConverterUnavailableError, sample_images
 from hearth_gemma3.testing import build_tiny_gemma3_vision
 
-from conftest import drop_file, service_api
+from support.ui import drop_file, service_api
 
 pytestmark = pytest.mark.slow
 

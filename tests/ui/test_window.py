@@ -17,7 +17,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from conftest import file_drop, send_and_wait
+from support.ui import file_drop, send_and_wait
 
 _CONTROLS = (
     QAbstractButton,

@@ -10,8 +10,8 @@ chat's branch until the user continues with the other (ChatController.continue_w
 requests go out at once, each an AgentReply offered no tools (the app's one reply path, on
 a worker thread: nothing blocks the window); the service runs them side by side, or one
 after the other when it has room for one model only. Each streams into its column as a
-reply does into the transcript: every piece committed to the history before it is shown, its figures (tokens/s,
-time to first token) recorded when it ends. `stop` stops both.
+reply does into the transcript: every piece committed to the history before it is shown,
+its figures (tokens/s, time to first token) recorded when it ends. `stop` stops both.
 
 The transcript shows a compared reply as a CompareView (widgets/compare_view.py): `extras`
 gives the row on the branch its comparison's columns (`MessageItem.compared`).

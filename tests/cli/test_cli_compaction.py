@@ -12,9 +12,10 @@ import subprocess
 import sys
 
 import pytest
-from test_cli import REPO
 
 from hearth.history.compaction import NOTICE
+
+from support.paths import REPO
 
 pytestmark = pytest.mark.slow
 

@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 
 from oracle import llamacpp_greedy_text
-
-REPO = Path(__file__).resolve().parents[1]
+from support.paths import REPO
 
 
 def hearth(*args: str, home: Path, stdin: str | None = None) -> subprocess.CompletedProcess:

@@ -13,7 +13,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from test_runner import collect
 
 from hearth.engine.gguf import GGUFFile
 from hearth.engine.grammar import JsonConstraint, TokenTable, schema_from_format
@@ -27,6 +26,8 @@ from hearth.runner.protocol import (
     CompletionRequest,
 )
 from hearth.runner.sequence import Sequence, SequenceSettings
+
+from support.runner import collect
 
 EOS = "<eos>"
 SCHEMA = {

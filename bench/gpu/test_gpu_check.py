@@ -1,6 +1,10 @@
 """bench/gpu, checked on a machine with no GPU so that the GPU check cannot rot between the
 rare sessions that are lent one: the CUDA build configures, the staged files travel within the
-device tool's 64 MiB a call, and the check itself runs end to end on the CPU (--dry-run)."""
+device tool's 64 MiB a call, and the check itself runs end to end on the CPU (--dry-run).
+
+Not part of the product suite (it downloads wheels from PyPI and takes minutes): run it with
+scripts/test-gpu-check.sh (.ci/run does, as a step of its own). Everything it stages goes to a
+temporary folder (GPU_STAGE), never into the checkout's .gpu/."""
 
 from __future__ import annotations
 
@@ -40,11 +44,12 @@ def _tree_bytes() -> int:
 
 @pytest.mark.slow
 @pytest.mark.skipif(_toolkit() is None, reason="no CUDA toolkit (nvcc) on this machine")
-def test_cuda_build_configures_for_one_architecture() -> None:
+def test_cuda_build_configures_for_one_architecture(tmp_path: Path) -> None:
     r = subprocess.run(
         ["bash", str(GPU / "build-cuda.sh"), "--configure-only", "90-real"],
         cwd=REPO, capture_output=True, text=True, timeout=600,
-        env={**os.environ, "PYTHON": str(REPO / ".venv" / "bin" / "python")},
+        env={**os.environ, "PYTHON": str(REPO / ".venv" / "bin" / "python"),
+             "GPU_STAGE": str(tmp_path)},
     )  # fmt: skip
     assert r.returncode == 0, r.stderr[-3000:]
     assert "CMAKE_CUDA_ARCHITECTURES=90-real" in r.stderr
@@ -58,18 +63,21 @@ def test_cuda_build_refuses_without_a_toolkit(tmp_path: Path) -> None:
     r = subprocess.run(
         ["bash", str(GPU / "build-cuda.sh"), "--configure-only"],
         cwd=REPO, capture_output=True, text=True,
-        env={"PATH": path, "HOME": str(tmp_path), "CUDA_HOME": str(tmp_path / "none")},
+        env={"PATH": path, "HOME": str(tmp_path), "CUDA_HOME": str(tmp_path / "none"),
+             "GPU_STAGE": str(tmp_path / "stage")},
     )  # fmt: skip
     assert r.returncode == 2 and "no CUDA toolkit found" in r.stderr
 
 
 @pytest.fixture(scope="module")
-def staged() -> Path:
-    """bench/gpu/stage.sh run for real: wheels from PyPI, the tiny vision model, model pieces."""
+def staged(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """bench/gpu/stage.sh run for real: wheels from PyPI, the tiny vision model, model pieces
+    (in a temporary folder)."""
+    stage = tmp_path_factory.mktemp("gpu-stage")
     r = subprocess.run(["bash", str(GPU / "stage.sh")], cwd=REPO, capture_output=True, text=True,
-                       timeout=1200)  # fmt: skip
+                       timeout=1200, env={**os.environ, "GPU_STAGE": str(stage)})  # fmt: skip
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
-    return REPO / ".gpu"
+    return stage
 
 
 @pytest.mark.slow
@@ -110,7 +118,7 @@ def test_check_runs_end_to_end_on_the_cpu(staged: Path, tmp_path: Path) -> None:
     vision model answering; the GPU-only figures say why they are absent."""
     r = subprocess.run(
         ["bash", str(GPU / "check.sh"), "--dry-run"], cwd=REPO, capture_output=True, text=True,
-        timeout=900, env={**os.environ, "OUT": str(tmp_path)},
+        timeout=900, env={**os.environ, "OUT": str(tmp_path), "GPU_STAGE": str(staged)},
     )  # fmt: skip
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
     report = json.loads((tmp_path / "report.json").read_text())

@@ -10,24 +10,11 @@ import pytest
 from hearth.runner.core import RequestError, Runner, RunnerConfig
 from hearth.runner.protocol import (
     CompletionChunk,
-    CompletionDone,
-    CompletionError,
     CompletionOptions,
     CompletionRequest,
 )
 
-
-def collect(seq) -> tuple[str, CompletionDone]:
-    parts, done = [], None
-    while (event := seq.events.get(timeout=600)) is not None:
-        if isinstance(event, CompletionError):
-            raise RuntimeError(event.error)
-        if isinstance(event, CompletionDone):
-            done = event
-        else:
-            parts.append(event.content)
-    assert done is not None
-    return "".join(parts), done
+from support.runner import collect
 
 
 def greedy(**kw) -> CompletionOptions:

@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_runner import collect
-from test_slots import RecordingCache
 
 from hearth.engine.kvcache import MAX_POS
 from hearth.engine.prompt_cache import InputCache, ReprocessInputs, group_start
 from hearth.engine.sampling import SamplingOptions
 from hearth.runner.core import Runner, RunnerConfig
 from hearth.runner.sequence import PromptTooLongError, Sequence, SequenceSettings
+
+from support.runner import collect
+from support.slots import RecordingCache
 
 
 @pytest.fixture(scope="module")

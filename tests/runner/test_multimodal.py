@@ -15,7 +15,6 @@ from typing import Any
 import numpy as np
 import pytest
 from PIL import Image
-from test_runner import collect
 
 from hearth.engine.input import Input, Multimodal, PassInput, image_positions
 from hearth.engine.ml.api import Context, DType, OutOfMemoryError
@@ -27,6 +26,8 @@ from hearth.runner.core import RequestError, Runner, RunnerConfig
 from hearth.runner.protocol import CompletionDone, CompletionOptions, CompletionRequest
 from hearth_llama import Config
 from hearth_llama import Model as Llama
+
+from support.runner import collect
 
 PICTURE_TOKENS = [7, 300, 41, 12, 99, 5]
 

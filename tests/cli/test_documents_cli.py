@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from documents.make_documents import FACT_QUESTION, encrypted_pdf, headed_docx, long_pdf
 
-from .test_cli_service import hearth
+from support.cli import hearth
 
 pytestmark = pytest.mark.slow
 

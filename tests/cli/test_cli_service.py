@@ -5,27 +5,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import socket
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from support.cli import hearth
 
 pytestmark = pytest.mark.slow
-
-
-def hearth(*args: str, server=None, env: dict[str, str] | None = None,
-           timeout: int = 300) -> subprocess.CompletedProcess:  # fmt: skip
-    full = dict(os.environ, **(env or {}))
-    if server is not None:
-        full["HEARTH_HOST"] = server.url.removeprefix("http://")
-        full["HEARTH_HOME"] = str(server.home)
-    return subprocess.run([sys.executable, "-m", "hearth", *args], capture_output=True,
-                          text=True, env=full, timeout=timeout, cwd=REPO)  # fmt: skip
 
 
 def test_list_show_create_cp_rm(live_server, tiny_llama_path, tmp_path):

@@ -11,7 +11,13 @@ from pathlib import Path
 
 import pytest
 from gguf import GGMLQuantizationType as QT
-from test_speculative import (
+
+from hearth.runner.core import Runner
+from hearth.runner.draft_cost import DraftCost
+from hearth.runner.drafting import Drafter
+from hearth.runner.protocol import CompletionOptions, CompletionRequest
+
+from support.speculation import (
     SETTINGS,
     _differences,
     _prompt,
@@ -20,12 +26,6 @@ from test_speculative import (
     _with,
     run_both,
 )
-
-from hearth.runner.core import Runner
-from hearth.runner.draft_cost import DraftCost
-from hearth.runner.drafting import Drafter
-from hearth.runner.protocol import CompletionOptions, CompletionRequest
-
 from tiny_models import tiny_llama, write_tiny_llama
 
 WINDOW = 16  # the tiny gemma3's sliding window

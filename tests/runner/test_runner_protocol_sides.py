@@ -17,7 +17,8 @@ from pathlib import Path
 
 import hearth.runner.protocol as protocol
 
-APP = Path(__file__).resolve().parents[1] / "app"
+from support.paths import APP
+
 PROTOCOL = APP / "runner" / "protocol.py"
 
 
