@@ -70,7 +70,9 @@ def _engine_specific_uses(path: Path) -> list[str]:
     return found
 
 
-@pytest.mark.parametrize("module", ["core.py", "loop.py", "feed.py", "main.py"])
+@pytest.mark.parametrize(
+    "module", ["core.py", "loop.py", "feed.py", "main.py", "speculation.py", "disk_cache.py"]
+)
 def test_the_runner_never_asks_which_engine_it_holds(module):
     assert _engine_specific_uses(RUNNER / module) == []
 
@@ -82,7 +84,7 @@ def test_the_check_finds_an_engine_branch(tmp_path):
         "from .protocol import EngineKind\n"
         "def load(config, engine):\n"
         "    if config.engine == EngineKind.LLAMACPP:\n"
-        "        from ..engine.llamacpp import LlamaCppEngine\n"
+        "        from ..llamacpp import LlamaCppEngine\n"
         "    vision = getattr(engine, 'vision', None)\n"
         "    return self.loaded is None\n"
     )
