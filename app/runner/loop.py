@@ -46,6 +46,7 @@ import numpy as np
 
 from ..engine.kvcache import CacheFullError
 from ..engine.prompt_cache import InputCache, NoFreeSlotError, ReprocessInputs
+from .embedding import embed
 from .engine import PassInput, RunnerEngine
 from .feed import Chosen, Entry, InputFeed, Inputs
 from .sequence import Sequence
@@ -475,39 +476,12 @@ class BatchLoop:
 
     # -- embeddings -----------------------------------------------------------------------
     def _embed(self, feed: InputFeed) -> None:
-        """Pooled, L2-normalised hidden states of the whole input, evaluated in batches."""
-        tokens = feed.pending.ids
-        n = len(tokens)
-        pooling = self.engine.pooling
-        total = np.zeros(0, dtype=np.float32)
-        vec = None
+        """The sequence's embedding (embedding.py), then its slot is free."""
         try:
-            for start in range(0, n, self.num_batch):
-                part = tokens[start : start + self.num_batch]
-                m = len(part)
-                rows = np.arange(m) if pooling == "mean" else np.array([m - 1])
-                hidden = self.engine.forward(
-                    PassInput(
-                        np.array(part),
-                        np.arange(start, start + m),
-                        np.full(m, feed.slot.id),
-                        rows,
-                        hidden=True,
-                    )
-                )
-                if pooling == "mean":
-                    total = hidden.sum(axis=0) if not len(total) else total + hidden.sum(axis=0)
-                elif pooling == "first" and start == 0:
-                    vec = hidden[0]
-                elif pooling == "last":
-                    vec = hidden[-1]
+            vector = embed(self.engine, feed.pending.ids, feed.slot.id)
         except CacheFullError as e:
             self._end(feed, error=str(e))
             return
-        if pooling == "mean":
-            vec = total / n
-        assert vec is not None
-        norm = float(np.linalg.norm(vec)) or 1.0
-        feed.seq.embedded((vec / norm).tolist(), n)
+        feed.seq.embedded(vector, len(feed.pending))
         self._active.remove(feed)
         self.slots.release(feed.slot, keep=0)
