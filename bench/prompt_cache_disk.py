@@ -92,7 +92,7 @@ def _round(args: argparse.Namespace, model: str, cache: Path, round_no: int) -> 
             prompt_cache_bytes=8 << 30,
         )
         runner = Runner(config)
-        runner.disk_cache_ready.wait()
+        runner.prompt_cache.ready.wait()
         return runner
 
     runner = start(disk=True)
@@ -111,9 +111,9 @@ def _round(args: argparse.Namespace, model: str, cache: Path, round_no: int) -> 
     )
     began = time.perf_counter()
     runner.loop.stop()
-    runner.loop.slots.save_all()  # what Runner.close does: the host copy, on this thread
+    runner.prompt_cache.slots.save_all()  # what Runner.close does: the host copy, on this thread
     copied = time.perf_counter() - began
-    disk = runner.loop.slots.disk
+    disk = runner.prompt_cache.disk
     assert disk is not None
     disk.flush()
     written = time.perf_counter() - began

@@ -5,6 +5,10 @@ Libraries:
 * engine: the inference engine; imports no other Hearth package (it defines the plugin
   contract in hearth.engine.architecture; the programs that assemble Hearth hand it the
   plugins' architectures).
+* llamacpp: llama.cpp as a second engine (llama-cpp-python) for files no plugin registers,
+  with the engine's passes over its own library; engine (the passes' types, the KV-cache
+  errors, the tokenizer contract). Only the runner uses it: a process holds Hearth's ggml or
+  llama.cpp's, never both.
 * plugins: the plugin kit and the registry of installed plugins, built on the engine.
 * convert: Hugging Face checkpoint folders -> GGUF (the driver; plugins' converters); engine
   + plugins.
@@ -22,7 +26,7 @@ Libraries:
   may use.
 
 Programs (each a process, or the command that starts one):
-* runner: the runner process (one model); engine + plugins.
+* runner: the runner process (one model); engine + plugins + llamacpp.
 * server: the service; engine + plugins + convert + the runner's wire protocol
   (hearth.runner.protocol).
 * cli: the `hearth` command; starts the others, talks to the service over HTTP; `hearth chats`
@@ -43,6 +47,7 @@ PACKAGES = {
     "agent",
     "client",
     "engine",
+    "llamacpp",
     "plugins",
     "convert",
     "history",
@@ -58,13 +63,14 @@ ALLOWED: dict[str, set[str]] = {
     "agent": set(),
     "client": set(),
     "engine": set(),
+    "llamacpp": {"engine"},
     "plugins": {"engine"},
     "convert": {"engine", "plugins"},
     "history": set(),
     "documents": {"history", "client"},
     "app_settings": set(),
     "launcher": {"client"},
-    "runner": {"engine", "plugins"},
+    "runner": {"engine", "llamacpp", "plugins"},
     "server": {"engine", "plugins", "convert", "runner"},
     "cli": {
         "agent",

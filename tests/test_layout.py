@@ -69,8 +69,8 @@ def test_pre_commit_runs_ruff_ruff_format_and_mypy():
 def test_mypy_is_clean_on_the_engine_plugin_api_service_cli_and_runner():
     # The project's config: app/server, app/cli and app/runner get --strict's per-module
     # checks from its [[tool.mypy.overrides]]; the engine and plugin API the defaults.
-    targets = ["app/engine", "app/plugins", "app/server", "app/cli", "app/runner", "app/documents",
-               "app/client.py", "app/launcher.py"]  # fmt: skip
+    targets = ["app/engine", "app/llamacpp", "app/plugins", "app/server", "app/cli", "app/runner",
+               "app/documents", "app/client.py", "app/launcher.py"]  # fmt: skip
     proc = subprocess.run([_tool("mypy"), *targets], cwd=REPO, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 

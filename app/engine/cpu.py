@@ -1,5 +1,5 @@
 """CPU facts that need no ggml (for the llama.cpp engine's process, which must not load
-Hearth's ggml; see hearth.engine.llamacpp).
+Hearth's ggml; see hearth.llamacpp).
 
 `compute_threads()` is the default compute thread count of every engine: one thread per
 physical performance core this process may run on. As llama.cpp's `cpu_get_num_math` and

@@ -13,16 +13,16 @@ from typing import TYPE_CHECKING, Any
 
 from ..engine.memory_use import MemoryUse
 from ..engine.tokenizer import Tokenizer
-from .disk_cache import named_digest, open_disk_cache
+from .disk_cache import PromptCache
 from .draft_model import DraftModel
 from .engine import RunnerEngine, load_draft_engine, load_engine
 from .loop import BatchLoop
 from .protocol import CompletionRequest, RunnerInfo, RunnerMemory, RunnerOptions
 from .sequence import PromptTooLongError, Sequence, SequenceSettings, settings_from_request
+from .speculation import Speculator
 
 if TYPE_CHECKING:
     from ..engine.architecture import Architectures
-    from ..engine.disk_prompt_cache import DiskPromptCache
 
 __all__ = ["RunnerConfig", "Runner", "RequestError"]
 
@@ -78,38 +78,23 @@ class Runner:
         self.tokenizer: Tokenizer = self.engine.tokenizer
         self.architecture = self.engine.architecture
         self.context_length = self.engine.context_length
-        self.loop = BatchLoop(
+        # A file of the model store names its digest: the prompt cache's disk is attached
+        # before the first request. Another file is read whole for its digest, beside serving.
+        self.prompt_cache = PromptCache(
             self.engine,
+            config.model,
+            config,
             multi_user=config.multi_user_cache,
-            pipelined=config.pipelined,
-            draft_model=self.draft_model,
-            weigh_drafts=config.weigh_drafts,
+            folder=config.prompt_cache_dir,
+            cap_bytes=config.prompt_cache_bytes,
+        )
+        self.speculator = Speculator(self.engine, self.draft_model, weigh=config.weigh_drafts)
+        self.loop = BatchLoop(
+            self.engine, self.prompt_cache.slots, config.pipelined, self.speculator
         )
         self.loop.start()
         self.constraints: Any = None  # grammar TokenTable, built on first structured request
         self._constraints_lock = threading.Lock()
-        # Set once the prompt cache on disk is attached (or known to be off). A file of the
-        # model store names its digest: the cache is open before the first request. Another
-        # file is read whole for its digest, beside serving.
-        self.disk_cache: DiskPromptCache | None = None
-        self.disk_cache_ready = threading.Event()
-        if named_digest(config.model) is not None:
-            self._open_disk_cache()
-        else:
-            threading.Thread(target=self._open_disk_cache, name="prompt-cache", daemon=True).start()
-
-    def _open_disk_cache(self) -> None:
-        try:
-            if self.config.prompt_cache_dir:
-                self.disk_cache = self.loop.slots.disk = open_disk_cache(
-                    self.config.model,
-                    self.config,
-                    self.engine,
-                    self.config.prompt_cache_dir,
-                    self.config.prompt_cache_bytes,
-                )
-        finally:
-            self.disk_cache_ready.set()
 
     def _load_draft_model(self, registry: Architectures | None) -> DraftModel | None:
         """The draft model `config.draft_model` names, on Hearth's engine with the model's
@@ -233,24 +218,19 @@ class Runner:
     def busy_slots(self) -> int:
         """Slots a sequence holds now: generating, evaluating its prompt or embedding (read
         from another thread than the loop's: a snapshot)."""
-        return sum(1 for slot in self.loop.slots.slots if slot.in_use)
+        return sum(1 for slot in self.prompt_cache.slots.slots if slot.in_use)
 
     def speculation(self) -> dict[str, Any]:
         """Whether generations draft tokens (speculative decoding) and, if not, why."""
-        off = self.loop.drafting_off
+        off = self.speculator.off
         if off is not None:
             return {"enabled": False, "reason": off}
-        drafts = "draft model" if self.draft_model is not None else "prompt lookup"
-        return {"enabled": True, "drafts": drafts}
+        return {"enabled": True, "drafts": self.speculator.drafter.name}
 
     def close(self) -> None:
         """Stop serving; the prompt cache on disk saves every slot (within a few seconds:
         the service kills a runner that takes longer to stop), then the model is freed."""
         self.loop.stop()
-        if self.draft_model is not None:
-            self.draft_model.close()
-        disk = self.disk_cache
-        if disk is not None:
-            self.loop.slots.save_all()
-            disk.close()
+        self.speculator.close()
+        self.prompt_cache.close()
         self.engine.close()

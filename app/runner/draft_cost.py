@@ -9,7 +9,7 @@ ml/ggml.py), a check of 16 rows reads every weight 16 times and costs about what
 passes do: even a draft accepted whole saves nothing, a rejected one costs.
 
 `DraftCost` weighs what was measured: decoding passes without drafts give what a pass of so
-many sequences costs; each check pass gives its seconds (with the draft model's, if any) and
+many sequences costs; each check pass gives its seconds (with the drafter's) and
 its rows. Times are taken at their fastest (the minimum of the passes of a shape): other
 work on the machine only ever adds time, so the fastest pass is the closest to what the pass
 itself costs. A check of R rows then costs k(R) decoding passes (its fastest time over the
@@ -21,9 +21,10 @@ decoding, drafting cannot pay here (the weights' products take each lone row on 
 is switched off for the runner, with a sentence saying why (`reason`:
 `Runner.speculation()`, the runner's `/info`, and the `speculation_off` of each completion's
 last line, which the service's `/api/ps` shows). Where checks are cheap but drafts miss, the
-sequence's own drafter pauses (drafting.py): acceptance varies with the text, the cost of a
-row does not. The loop leaves drafts out of a decoding pass to measure it (`wants_plain`)
-until `_PLAIN_SAMPLES` such passes are measured, and every `_REMEASURE` checks after.
+sequence's own pace pauses it (`DraftPace`, drafting.py): acceptance varies with the text, the
+cost of a row does not. The speculator (speculation.py) leaves drafts out of a decoding pass to
+measure it (`wants_plain`) until `_PLAIN_SAMPLES` such passes are measured, and every
+`_REMEASURE` checks after.
 Switching drafting off never changes the output (drafts are checked exactly), only its
 speed.
 """

@@ -1,5 +1,6 @@
 """A draft model: a smaller model with the target's vocabulary, loaded in the same runner,
-that drafts tokens for speculative decoding (drafting.py) by decoding greedily ahead.
+that drafts tokens for speculative decoding by decoding greedily ahead (a `Drafter`,
+drafting.py).
 
 Its KV cache has one sequence per slot of the target's and follows the slot's content: before
 drafting, each sequence's cache keeps the longest prefix it shares with the slot's tokens
@@ -14,19 +15,26 @@ It sees text only: a sequence whose context holds an image drafts nothing from i
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 import numpy as np
 
 from ..engine.input import PassInput
 from ..engine.kvcache import CacheFullError, ShiftNotSupportedError
 from ..engine.prompt_cache import common_prefix
 from ..engine.tokenizer import Tokenizer
+from .drafting import DraftAsk
 from .engine import RunnerEngine
 
 __all__ = ["DraftModel"]
 
 
 class DraftModel:
-    """The draft model's engine and what each of its cache sequences holds (by slot id)."""
+    """The draft model's engine and what each of its cache sequences holds (by slot id): the
+    `Drafter` (drafting.py) that follows each slot's content rather than each sequence's
+    tokens."""
+
+    name = "draft model"
 
     def __init__(self, engine: RunnerEngine, target: Tokenizer) -> None:
         """ValueError (a sentence) when `engine`'s vocabulary is not `target`'s: a draft
@@ -48,19 +56,28 @@ class DraftModel:
         self.engine = engine
         self.held: dict[int, list[int]] = {}  # slot id -> the tokens its cache holds
 
-    def draft(self, wanted: dict[int, tuple[list[int], int]]) -> dict[int, list[int]]:
-        """Greedy drafts for slot id -> (its context: the slot's tokens and the one just
-        sampled, at most this many tokens), decoded together; a slot whose context holds an
-        image, or whose cache is full, gets none."""
+    def begin(self, slot: int, prompt: Sequence[int]) -> None:
+        """Nothing to do: `propose` follows the slot's content."""
+
+    def added(self, slot: int, token: int) -> None:
+        """Nothing to do: `propose` follows the slot's content."""
+
+    def propose(self, asks: Mapping[int, DraftAsk]) -> dict[int, list[int]]:
+        """Greedy drafts of `ask.k` tokens after each ask's context (the slot's tokens and the
+        one just sampled), decoded together; a slot whose context holds an image, or whose
+        cache is full, gets none."""
         rows: dict[int, list[int]] = {}  # slot -> inputs its next pass evaluates
-        for slot, (context, k) in wanted.items():
-            if k > 0 and context and min(context) >= 0:
+        for slot, ask in asks.items():
+            if ask.k <= 0:
+                continue
+            context = ask.context
+            if min(context) >= 0:
                 try:
                     rows[slot] = self._follow(slot, context)
                 except CacheFullError:
                     self._clear(slot)
         drafts: dict[int, list[int]] = {slot: [] for slot in rows}
-        limit = {slot: wanted[slot][1] for slot in rows}
+        limit = {slot: asks[slot].k for slot in rows}
         while rows:
             slots = sorted(rows)
             tokens = [t for s in slots for t in rows[s]]

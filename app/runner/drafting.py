@@ -1,20 +1,17 @@
 """Drafting for speculative decoding: tokens proposed cheaply, checked by the model in one pass.
 
-The loop (loop.py) asks a sequence's `Drafter` for a few tokens that may follow its last
-sampled one, evaluates that token and the drafted ones together (each row computed as a lone
-decoding row is: `PassInput.lone_rows`, so each row's logits have exactly the bits of decoding
-one token at a time), and then samples position by position as decoding would, accepting a
-drafted token while it equals the sample. Nothing about the output depends on the drafts:
-the sampler draws once per position actually sampled, penalties, grammar and stop strings
-see only the accepted tokens, and the first sample that differs from the draft is the next
-token, as it would have been. A good draft only saves passes.
+A `Drafter` proposes, for the decoding sequences of a pass, tokens that may follow each one's
+last sampled token; `Speculator` (speculation.py) asks it, has the drafts evaluated and checks
+them exactly. Two drafters implement the protocol: `PromptLookups` here, and the draft model
+(draft_model.py). Each sequence's `DraftPace` says how many tokens it drafts next. Nothing
+about the output depends on the drafts: a good draft only saves passes.
 
 `PromptLookup` drafts from the sequence's own context: the longest recent n-gram (3 tokens
 down to 1) that ends the context and occurred before proposes what followed it there. That
 pays where the output repeats its input (edits of code or text, summaries that quote,
 structured output) and costs nothing where no n-gram matches.
 
-The draft length adapts (`Drafter.checked`): it doubles while every drafted token is
+The draft length adapts (`DraftPace.checked`): it doubles while every drafted token is
 accepted and falls back to one past the accepted ones otherwise. Drafting pauses when it does
 not pay: after `_MISSES` checks in a row that accepted nothing (or, where waiting for the
 sampled token costs the loop its pipelining, passes with nothing to draft), for a pause (in
@@ -24,9 +21,11 @@ accepts.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
 
-__all__ = ["Drafter", "PromptLookup", "MAX_DRAFT"]
+__all__ = ["DraftAsk", "Drafter", "DraftPace", "PromptLookup", "PromptLookups", "MAX_DRAFT"]
 
 # Drafted tokens per pass (16 rows with the sampled one). Where drafts are accepted they are
 # accepted in long runs, and a 16-row pass of quantized weights costs little more than an
@@ -82,17 +81,69 @@ class PromptLookup:
         return []
 
 
-class Drafter:
-    """One sequence's drafting: its prompt lookup and the adaptive length and pause (module
-    docstring). `context` is the sequence's prompt; `added()` extends it with each token
-    the sequence accepts."""
+@dataclass
+class DraftAsk:
+    """One sequence's request for drafts in the pass being composed."""
 
-    def __init__(
-        self, context: Iterable[int], max_draft: int = MAX_DRAFT, costly_wait: bool = False
-    ) -> None:
+    held: list[int]  # what its slot's cache holds (the slot's tokens; read, never changed)
+    token: int  # the token just sampled, evaluated with the drafts
+    limit: int  # the most tokens it may draft (the context's room, the tokens left to it)
+    k: int  # how many its pace wants now (0 to `limit`; 0 while paused)
+
+    @property
+    def context(self) -> list[int]:
+        """Everything the drafts follow: the slot's tokens and the one just sampled."""
+        return [*self.held, self.token]
+
+
+class Drafter(Protocol):
+    """What proposes drafts, by slot id (a sequence holds its slot from `begin` to its end).
+    `propose` returns at most `ask.k` tokens for a slot, or none (the slot missing, or
+    empty); drafts are checked exactly, so a poor drafter only costs time."""
+
+    name: str  # what the runner's `/info` says drafts ("prompt lookup", "draft model")
+
+    def begin(self, slot: int, prompt: Sequence[int]) -> None:
+        """A drafting sequence with `prompt` starts in `slot`."""
+
+    def added(self, slot: int, token: int) -> None:
+        """The sequence in `slot` sampled (or accepted) its next token."""
+
+    def propose(self, asks: Mapping[int, DraftAsk]) -> dict[int, list[int]]:
+        """Drafts for the sequences of one pass: slot id -> ask."""
+
+    def close(self) -> None:
+        """Free what the drafter loaded."""
+
+
+class PromptLookups:
+    """The `Drafter` that drafts by prompt lookup: one `PromptLookup` per drafting slot,
+    over the sequence's prompt and every token it added."""
+
+    name = "prompt lookup"
+
+    def __init__(self) -> None:
+        self.lookups: dict[int, PromptLookup] = {}
+
+    def begin(self, slot: int, prompt: Sequence[int]) -> None:
+        self.lookups[slot] = PromptLookup(prompt)
+
+    def added(self, slot: int, token: int) -> None:
+        self.lookups[slot].append(token)
+
+    def propose(self, asks: Mapping[int, DraftAsk]) -> dict[int, list[int]]:
+        return {slot: self.lookups[slot].propose(ask.k) for slot, ask in asks.items()}
+
+    def close(self) -> None:
+        self.lookups.clear()
+
+
+class DraftPace:
+    """One drafting sequence's adaptive draft length and pause (module docstring)."""
+
+    def __init__(self, max_draft: int = MAX_DRAFT, costly_wait: bool = False) -> None:
         """`costly_wait`: waiting for the sampled token to draft costs the loop its pipelining
         (loop.py), so a pass with nothing to draft counts as a miss too."""
-        self.lookup = PromptLookup(context)
         self.costly_wait = costly_wait
         self.max_draft = max_draft
         self.length = min(4, max_draft)  # tokens to draft next time
@@ -106,24 +157,14 @@ class Drafter:
         than planning it as a pipelined placeholder)."""
         return self.paused == 0
 
-    def added(self, token: int) -> None:
-        """The sequence's next token (sampled or accepted)."""
-        self.lookup.append(token)
+    def added(self) -> None:
+        """The sequence sampled (or accepted) its next token."""
         if self.paused:
             self.paused -= 1
 
     def wanted(self, limit: int) -> int:
         """How many tokens to draft now, at most `limit`: 0 while paused."""
         return min(self.length, limit) if self.active else 0
-
-    def propose(self, limit: int) -> list[int]:
-        """Prompt lookup's tokens to check after the last one added, at most `limit`; []
-        while paused."""
-        k = self.wanted(limit)
-        draft = self.lookup.propose(k)
-        if not draft and k > 0:
-            self.nothing_drafted()
-        return draft
 
     def nothing_drafted(self) -> None:
         """A pass that could have drafted had nothing to draft."""

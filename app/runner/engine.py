@@ -15,12 +15,14 @@ A `RunnerEngine` is:
 * what `/info` reports: `memory` (totals), `devices()` (bytes per device and part),
   `invariance` (the batch-invariance report, None where not probed) and `speculation_off`
   (why speculative decoding is off, None where drafts are checked exactly).
+* the prompt cache on disk: `disk_cache_key(options)`, what keys its files besides the model
+  file's digest (disk_cache.py), None where the engine keeps its cache to itself.
 * whether the loop may plan pass N+1 while pass N computes (`can_pipeline`), and whether that
   pays here (`spare_core`).
 * `close()`, which frees everything it loaded.
 
 Hearth's own engine (`HearthEngine`: `ForwardEngine` over a `LoadedModel` and an architecture
-plugin) and llama.cpp's (`LlamaCppRunnerEngine`: `hearth.engine.llamacpp.LlamaCppEngine`)
+plugin) and llama.cpp's (`LlamaCppRunnerEngine`: `hearth.llamacpp.LlamaCppEngine`)
 implement it. Each imports its engine only when loaded: one process holds either Hearth's
 ggml or llama.cpp's, never both.
 """
@@ -36,6 +38,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from .. import env
 from ..engine.input import PassInput
 from ..engine.memory_use import MemoryUse
 from ..engine.tokenizer import Tokenizer
@@ -44,9 +47,9 @@ from .protocol import ENGINES, EngineKind, RunnerOptions
 if TYPE_CHECKING:
     from ..engine.architecture import Architectures
     from ..engine.forward import ForwardEngine
-    from ..engine.llamacpp import LlamaCppEngine
     from ..engine.ml.invariance import InvarianceReport
     from ..engine.model import LoadedModel
+    from ..llamacpp import LlamaCppEngine
 
 __all__ = [
     "PassInput",
@@ -179,6 +182,12 @@ class RunnerEngine(ABC):
         logits of decoding one token at a time. An engine says so itself (default: off)."""
         return "this engine does not check drafted tokens"
 
+    def disk_cache_key(self, options: RunnerOptions) -> dict[str, Any] | None:
+        """What keys the prompt cache's files on disk (disk_cache.py) besides the model
+        file's digest: everything that changes the cached bits or where they sit, loaded with
+        `options`. None where the prompt cache on disk does not apply (default)."""
+        return None
+
     def close(self) -> None:
         self.native.close()
 
@@ -279,6 +288,22 @@ class HearthEngine(RunnerEngine):
             return None
         return f"drafts cannot be checked exactly: {report.summary()}"
 
+    def disk_cache_key(self, options: RunnerOptions) -> dict[str, Any]:
+        backend = self.loaded.backend
+        return {
+            "engine": "hearth",
+            "architecture": self.architecture,
+            "kv_type": str(options.kv_type),
+            "flash_attention": bool(options.flash_attention),
+            "kv_padding": int(getattr(backend, "kv_padding", 0)),
+            "num_ctx": self.num_ctx,
+            "num_batch": self.num_batch,
+            "threads": int(backend.num_threads),
+            "cpu_kernels": env.cpu_kernels().value,
+            "layout": options.layout or "",
+            "rpc": env.text("HEARTH_RPC_SERVERS"),
+        }
+
     def close(self) -> None:
         super().close()
         self.loaded.close()
@@ -295,7 +320,7 @@ class LlamaCppRunnerEngine(RunnerEngine):
     def load(
         cls, model: str, config: RunnerOptions, progress: Callable[[float], None] | None = None
     ) -> LlamaCppRunnerEngine:
-        from ..engine.llamacpp import LlamaCppEngine
+        from ..llamacpp import LlamaCppEngine
         from .layout_option import parse_layout
 
         return cls(
@@ -375,7 +400,7 @@ def load_errors(kind: str) -> tuple[type[Exception], ...]:
     """Engine `kind`'s "this file cannot be run" errors, imported only for that engine (one
     process holds either Hearth's ggml or llama.cpp's)."""
     if kind == EngineKind.LLAMACPP:
-        from ..engine.llamacpp import LlamaCppLoadError
+        from ..llamacpp import LlamaCppLoadError
 
         return (LlamaCppLoadError,)
     from ..engine.model import ModelLoadError

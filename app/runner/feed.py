@@ -4,18 +4,21 @@ A sequence (sequence.py) owns its output; the loop owns its input side: an `Inpu
 active sequence holds its slot (the KV-cache sequence, see prompt_cache.py), the inputs still
 to evaluate (`Inputs`: ids with their same-batch marks, edited together), how many generated
 tokens have been evaluated into the cache, and the state of a pipelined placeholder (the
-next token's input planned before the token is sampled).
+next token's input planned before the token is sampled). `Chosen` and `Entry` are one feed's
+share of a pass: its inputs chosen for it, then their rows.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from collections.abc import Sequence as Seq
+from dataclasses import dataclass
 
 from ..engine.prompt_cache import Slot, group_start
-from .drafting import Drafter
+from .drafting import DraftPace
 from .sequence import Sequence
 
-__all__ = ["Inputs", "InputFeed"]
+__all__ = ["Inputs", "InputFeed", "Chosen", "Entry"]
 
 
 class Inputs:
@@ -64,7 +67,7 @@ class InputFeed:
         first (`drop_placeholder`).
     limit_reached: the context is full and may not shift: the sequence ends after the token
         being sampled now.
-    drafter: its speculative drafting (drafting.py), None when it does not draft.
+    pace: how it drafts for speculative decoding (drafting.py), None when it does not.
     """
 
     def __init__(self, seq: Sequence, slot: Slot, pending: Inputs) -> None:
@@ -74,7 +77,7 @@ class InputFeed:
         self.fed = 0
         self.placeholder_planned = False
         self.limit_reached = False
-        self.drafter: Drafter | None = None
+        self.pace: DraftPace | None = None
 
     def plan_placeholder(self) -> Inputs:
         """The input of the token being sampled now, planned before it exists."""
@@ -103,9 +106,49 @@ class InputFeed:
         self.pending.prepend(kept)
         self.slot.set([])
 
+    def state_cut(self, take: int, replaces: Callable[[int], bool]) -> int:
+        """Where the first `take` pending inputs must end in this pass (0: nowhere) so that a
+        whole multimodal item replacing an earlier one of the sequence (`replaces`, the
+        engine's `replaces_state`: a second mllama image) starts a pass: the inputs before it
+        still attend to the earlier item, which the new one replaces in the cache during its
+        pass."""
+        pending = self.pending.ids
+        if not any(t < 0 for t in pending[:take]):
+            return 0
+        held = any(replaces(t) for t in self.slot.tokens if t < 0)
+        for i in range(take):
+            if replaces(pending[i]):
+                if i and held:
+                    return i
+                held = True
+        return 0
+
     def tokens_to_keep(self) -> int:
         """How many of the slot's inputs the prompt cache should keep once the sequence is
         done: all but the generated tokens whose text was never sent (a stop string trims
         those)."""
         unsent = self.fed - min(self.fed, self.seq.sent_tokens)
         return max(0, len(self.slot.tokens) - unsent)
+
+
+@dataclass
+class Chosen:
+    """Inputs of one sequence that go into the next pass."""
+
+    feed: InputFeed
+    inputs: Inputs
+    placeholder: bool  # the single input is a token still being sampled
+    drafts: list[int] | None = None  # drafted tokens after the sampled one (`inputs` ends so)
+
+
+@dataclass
+class Entry:
+    """One sequence's rows in a planned pass."""
+
+    feed: InputFeed
+    start: int  # batch row of the first input
+    count: int
+    sample: bool  # the last input's logits are sampled
+    placeholder: bool = False  # the single input is a token still being sampled
+    drafts: list[int] | None = None  # the last len(drafts) inputs were drafted: every row samples
+    produced: int = 0  # tokens its sampling produced (a check: the accepted drafts and one)

@@ -22,18 +22,11 @@ N get a placeholder input in N+1 whose value is filled in once N is sampled. A s
 finished at N leaves its placeholder unused; its cache cell is dropped when the slot is
 released.
 
-Speculative decoding (drafting.py): a decoding sequence whose `Drafter` proposes tokens
-evaluates its sampled token and the drafted ones in one pass, each row computed as a lone
-decoding row is (`PassInput.lone_rows`), so every row's logits have exactly the bits that
-decoding one token per pass gives. `_check` then samples position by position as decoding
-would (one draw per position sampled, penalties, grammar, stop strings and logprobs on the
-accepted tokens only), accepts a drafted token while it equals the sample, and removes the
-cache cells of the rejected ones: the output is the same with speculation on or off. A
-sequence that may draft takes no pipelined placeholder (its next input depends on the check).
-Drafting is on only where the engine says it is exact (`RunnerEngine.speculation_off`), and
-while it pays (`draft_cost.py` weighs each check pass's measured seconds against what decoding
-its tokens would take; `drafting_off` says why not). The cells of rejected drafts leave the
-cache with `Cache.reject`, as if their rows had never been evaluated.
+Speculative decoding (speculation.py): the loop asks its `Speculator` for drafts after each
+decoding sequence's sampled token (`add_drafts`), lays them out as rows that each compute as
+a lone decoding row, and hands their logits back to it (`check`); a sequence that may draft
+takes no pipelined placeholder (`drafts_next`), and each decoding pass's time is weighed
+(`weigh`).
 
 Failures stay local: an error in one sequence (a full cache, a broken grammar state) ends that
 sequence with a message; the loop goes on serving the others.
@@ -53,12 +46,11 @@ import numpy as np
 
 from ..engine.kvcache import CacheFullError
 from ..engine.prompt_cache import InputCache, NoFreeSlotError, ReprocessInputs
-from .draft_cost import DraftCost
-from .draft_model import DraftModel
-from .drafting import Drafter
+from .embedding import embed
 from .engine import PassInput, RunnerEngine
-from .feed import InputFeed, Inputs
+from .feed import Chosen, Entry, InputFeed, Inputs
 from .sequence import Sequence
+from .speculation import Speculator
 
 __all__ = ["BatchLoop"]
 
@@ -69,30 +61,9 @@ _RATE_ROWS = 32  # a pass of at least this many rows measures prompt evaluation'
 
 
 @dataclass
-class _Chosen:
-    """Inputs of one sequence that go into the next pass."""
-
-    feed: InputFeed
-    inputs: Inputs
-    placeholder: bool  # the single input is a token still being sampled
-    drafts: list[int] | None = None  # drafted tokens after the sampled one (`inputs` ends so)
-
-
-@dataclass
-class _Entry:
-    feed: InputFeed
-    start: int  # batch row of the first input
-    count: int
-    sample: bool  # the last input's logits are sampled
-    placeholder: bool = False  # the single input is a token still being sampled
-    drafts: list[int] | None = None  # the last len(drafts) inputs were drafted: every row samples
-    produced: int = 0  # tokens its sampling produced (a check: the accepted drafts and one)
-
-
-@dataclass
 class _Flight:
     plan: Any  # the engine's planned pass (its `tokens` may still change)
-    entries: list[_Entry]
+    entries: list[Entry]
     rows: dict[int, int]  # entry index -> output row
     # A pass the compute worker runs (pipelined) tells the loop when it started and ended;
     # one the loop thread runs itself needs no signals (two Events per token cost time).
@@ -101,7 +72,7 @@ class _Flight:
     logits: np.ndarray | None = None
     error: BaseException | None = None
     seconds: float = 0.0  # the pass's compute time
-    drafting: float = 0.0  # the draft model's time drafting for it
+    drafting: float = 0.0  # the drafter's time drafting for it
 
 
 class BatchLoop:
@@ -110,18 +81,15 @@ class BatchLoop:
     def __init__(
         self,
         engine: RunnerEngine,
-        multi_user: bool = False,
+        slots: InputCache | None = None,
         pipelined: bool | None = None,
-        draft_model: DraftModel | None = None,
-        weigh_drafts: bool = True,
+        speculator: Speculator | None = None,
     ) -> None:
-        """`pipelined` None: when a core is spare (`engine.spare_core`); an engine that
-        cannot plan while it computes (`engine.can_pipeline`: llama.cpp's) never is.
-        `draft_model`: drafts for speculative decoding (else prompt lookup drafts).
-        `weigh_drafts`: drafting switches itself off where the measured passes say it does
-        not pay (draft_cost.py); False drafts whatever it costs."""
+        """`slots`: the prompt cache over `engine.cache` (None: one in single-user mode, not
+        on disk). `pipelined` None: when a core is spare (`engine.spare_core`); an engine
+        that cannot plan while it computes (`engine.can_pipeline`: llama.cpp's) never is.
+        `speculator`: speculative decoding (None: prompt lookup, weighed)."""
         self.engine = engine
-        self.draft_model = draft_model
         if not engine.can_pipeline:
             pipelined = False
         elif pipelined is None:
@@ -130,10 +98,10 @@ class BatchLoop:
             pipelined = engine.spare_core
         self.num_batch = engine.num_batch
         self.num_ctx = engine.num_ctx
-        self.slots = InputCache(engine.cache, engine.parallel, engine.num_ctx, multi_user)
-        self.speculation_off = engine.speculation_off  # None: drafting is exact here
-        self.draft_cost = DraftCost() if weigh_drafts else None
-        self._drafting = 0.0  # the draft model's seconds for the pass being composed
+        if slots is None:
+            slots = InputCache(engine.cache, engine.parallel, engine.num_ctx)
+        self.slots = slots
+        self.speculator = speculator if speculator is not None else Speculator(engine)
         self.pipelined = pipelined
         self._incoming: deque[Sequence] = deque()
         self._active: list[InputFeed] = []
@@ -147,14 +115,6 @@ class BatchLoop:
         self.max_batch_seen = 0
 
     # -- public ---------------------------------------------------------------------------
-    @property
-    def drafting_off(self) -> str | None:
-        """Why sequences do not draft (a sentence): the engine cannot check drafts exactly,
-        or they did not pay here (draft_cost.py); None while they may."""
-        if self.speculation_off is not None:
-            return self.speculation_off
-        return self.draft_cost.reason if self.draft_cost is not None else None
-
     def start(self) -> None:
         if self.pipelined:
             self._worker.start()
@@ -218,9 +178,9 @@ class BatchLoop:
         return bool(inflight or self._incoming or self._active)
 
     def _step(self, inflight: _Flight | None) -> _Flight | None:
-        if inflight is not None and self._incoming and self.slots.disk is not None:
-            # Admission may restore a slot from disk, writing its cells now: a cell the pass
-            # in flight still writes (a finished sequence's placeholder) must be written first.
+        if inflight is not None and self._incoming and self.slots.acquire_writes:
+            # Admission may write cells now: a cell the pass in flight still writes (a
+            # finished sequence's placeholder) must be written first.
             assert inflight.done is not None
             inflight.done.wait()
         self._admit()
@@ -281,10 +241,7 @@ class BatchLoop:
                     return
                 self._incoming.popleft()
             feed = InputFeed(seq, slot, Inputs(seq.prompt[cached:], seq.marks[cached:]))
-            if self.drafting_off is None and seq.settings.speculate and not seq.embedding:
-                feed.drafter = Drafter(seq.prompt, costly_wait=self.pipelined)
-            elif self.speculation_off is None:
-                seq.speculation_off = self.drafting_off
+            self.speculator.begin(feed, costly_wait=self.pipelined)
             seq.started(cached, evaluated=len(feed.pending))
             self._active.append(feed)
 
@@ -293,30 +250,31 @@ class BatchLoop:
         """The next pass: which inputs go in (`_choose`), their rows (`_lay_out`), the
         engine's plan of it (`_plan`). `inflight`: the pass computing now, whose sampled
         tokens get placeholders in this one."""
-        chosen = self._choose(inflight)
+        chosen, room = self._choose(inflight)
         if not chosen:
             return None
+        drafting = self.speculator.add_drafts(chosen, room)
         entries, rows, inputs = self._lay_out(chosen)
         flight = self._plan(entries, rows, inputs)
         if flight is not None:
-            flight.drafting, self._drafting = self._drafting, 0.0
+            flight.drafting = drafting
         return flight
 
-    def _choose(self, inflight: _Flight | None) -> list[_Chosen]:
+    def _choose(self, inflight: _Flight | None) -> tuple[list[Chosen], int]:
         """Admission to the pass: round robin from the resume point, each sequence taking
         what the room left and its own limits allow (`_take`); a sequence awaiting a token
-        from `inflight` takes a placeholder for it. Moves the inputs out of their feeds."""
+        from `inflight` takes a placeholder for it. Moves the inputs out of their feeds.
+        Returns them and the rows the pass has left."""
+        spec = self.speculator
         awaiting = {
             id(e.feed)
             for e in (inflight.entries if inflight else [])
-            if e.sample
-            and not e.drafts
-            and not (e.feed.drafter and e.feed.drafter.active and self.drafting_off is None)
+            if e.sample and not e.drafts and not (e.feed.pace and spec.drafts_next(e.feed))
         }
         active = [f for f in self._active if not f.seq.done and not f.seq.embedding]
         if not active:
-            return []
-        chosen: list[_Chosen] = []
+            return [], 0
+        chosen: list[Chosen] = []
         n = len(active)
         start = self._next % n
         left_out = None  # the first sequence with inputs that got no room
@@ -343,7 +301,7 @@ class BatchLoop:
             if take <= 0:
                 continue
             inputs = feed.plan_placeholder() if placeholder else feed.pending.take(take)
-            chosen.append(_Chosen(feed, inputs, placeholder))
+            chosen.append(Chosen(feed, inputs, placeholder))
             used += take
             if feed.pending:
                 partial = partial or feed
@@ -351,8 +309,7 @@ class BatchLoop:
             # The next step starts with whoever got nothing this time, so no one starves.
             resume = left_out or partial
             self._next = active.index(resume) if resume is not None else (start + 1) % n
-            self._add_drafts(chosen, self.num_batch - used)
-        return chosen
+        return chosen, self.num_batch - used
 
     def _take(self, feed: InputFeed, room: int, want: int, placeholder: bool) -> int | None:
         """How many of the `want` inputs of `feed` go into this pass, `room` rows being left:
@@ -363,7 +320,7 @@ class BatchLoop:
             return take
         pending = feed.pending
         take = pending.group_start(take)  # SameBatch runs stay whole
-        state_cut = self._state_cut(feed, take)
+        state_cut = feed.state_cut(take, self.engine.replaces_state)
         if state_cut:
             return state_cut  # even one lone row: what precedes a new image goes first
         if want >= 2:
@@ -383,72 +340,7 @@ class BatchLoop:
                 take = fits
         return take
 
-    def _add_drafts(self, chosen: list[_Chosen], room: int) -> None:
-        """Drafted tokens after the sampled token of each decoding sequence that drafts,
-        in the `room` the pass has left (drafts never take a row from another sequence's
-        inputs), within the context and the tokens left to each (drafts never make the
-        context shift nor outrun the token limit). From the draft model, when the runner
-        has one, else by prompt lookup."""
-        cost = self.draft_cost
-        if cost is not None:
-            if not cost.on:
-                return
-            decoding = all(len(c.inputs) == 1 and not c.feed.pending for c in chosen)
-            if decoding and cost.wants_plain(len(chosen)):
-                return  # this pass measures decoding without drafts (draft_cost.py)
-        wanted: dict[int, tuple[_Chosen, Drafter, int]] = {}  # slot id -> (inputs, drafter, k)
-        for c in chosen:
-            feed, seq = c.feed, c.feed.seq
-            drafter = feed.drafter
-            if drafter is None or c.placeholder or feed.pending or len(c.inputs) != 1:
-                continue
-            limit = min(
-                self.num_ctx - len(feed.slot.tokens) - 1,
-                seq.num_predict - len(seq.generated) - 1,
-            )
-            if feed.fed and limit > 0:
-                wanted[feed.slot.id] = (c, drafter, limit)
-        if not wanted:
-            return
-        if self.draft_model is None:
-            drafts = {s: drafter.propose(k) for s, (_, drafter, k) in wanted.items()}
-        else:
-            asked: dict[int, tuple[list[int], int]] = {}
-            for s, (c, drafter, limit) in wanted.items():
-                if k := drafter.wanted(limit):
-                    asked[s] = (c.feed.slot.tokens + c.inputs.ids, k)
-            began = time.perf_counter()
-            drafts = self.draft_model.draft(asked)
-            self._drafting = time.perf_counter() - began
-            for s in asked:
-                if not drafts.get(s):
-                    wanted[s][1].nothing_drafted()
-        for s, (c, _, _) in sorted(wanted.items()):
-            draft = drafts.get(s, [])[: max(0, room)]
-            if draft:
-                for t in draft:
-                    c.inputs.append_token(t)
-                c.drafts = draft
-                room -= len(draft)
-
-    def _state_cut(self, feed: InputFeed, take: int) -> int:
-        """Where the feed's inputs in this pass must end (0: nowhere) so that a whole
-        multimodal item replacing an earlier one of the sequence (`engine.replaces_state`: a
-        second mllama image) starts a pass: the inputs before it still attend to the earlier
-        item, which the new one replaces in the cache during its pass."""
-        pending = feed.pending.ids
-        if not any(t < 0 for t in pending[:take]):
-            return 0
-        replaces = self.engine.replaces_state
-        held = any(replaces(t) for t in feed.slot.tokens if t < 0)
-        for i in range(take):
-            if replaces(pending[i]):
-                if i and held:
-                    return i
-                held = True
-        return 0
-
-    def _lay_out(self, chosen: list[_Chosen]) -> tuple[list[_Entry], dict[int, int], PassInput]:
+    def _lay_out(self, chosen: list[Chosen]) -> tuple[list[Entry], dict[int, int], PassInput]:
         """The pass's rows: each sequence's inputs together, at the positions that follow its
         slot's content (which they extend), and the rows to sample (entry index -> output
         row). Rows go in slot order, whatever the round robin's starting point: the batch
@@ -457,13 +349,13 @@ class BatchLoop:
         tokens: list[int] = []
         positions: list[int] = []
         seqs: list[int] = []
-        entries: list[_Entry] = []
+        entries: list[Entry] = []
         for c in sorted(chosen, key=lambda c: c.feed.slot.id):
             slot = c.feed.slot
             take = len(c.inputs)
             pos0 = len(slot.tokens)
             sample = not c.feed.pending
-            entries.append(_Entry(c.feed, len(tokens), take, sample, c.placeholder, c.drafts))
+            entries.append(Entry(c.feed, len(tokens), take, sample, c.placeholder, c.drafts))
             tokens.extend(c.inputs.ids)
             positions.extend(range(pos0, pos0 + take))
             seqs.extend([slot.id] * take)
@@ -487,7 +379,7 @@ class BatchLoop:
         return entries, rows, inputs
 
     def _plan(
-        self, entries: list[_Entry], rows: dict[int, int], inputs: PassInput
+        self, entries: list[Entry], rows: dict[int, int], inputs: PassInput
     ) -> _Flight | None:
         """The engine's plan of the pass; a full cache ends the pass's sequences."""
         try:
@@ -542,11 +434,13 @@ class BatchLoop:
                 continue
             try:
                 if entry.drafts:
-                    token = self._check(entry, flight.logits, flight.rows[i])
+                    token, entry.produced = self.speculator.check(
+                        entry.feed, entry.drafts, flight.logits, flight.rows[i]
+                    )
                 else:
                     token = seq.accept_logits(flight.logits[flight.rows[i]])
-                    if token is not None and entry.feed.drafter is not None:
-                        entry.feed.drafter.added(token)
+                    if token is not None and entry.feed.pace is not None:
+                        self.speculator.sampled(entry.feed, token)
             except Exception as e:  # a broken sampler state ends one sequence
                 seq.fail(f"sampling failed: {e}")
                 continue
@@ -564,55 +458,7 @@ class BatchLoop:
                 feed.seq.finish("length")
                 continue
             feed.add_sampled(token)
-        self._weigh(flight)
-
-    def _weigh(self, flight: _Flight) -> None:
-        """Hand a decoding pass's cost and tokens to `draft_cost` (a pass with prompt rows
-        says nothing of it); when drafting is switched off, tell the running sequences."""
-        cost, entries = self.draft_cost, flight.entries
-        if cost is None or not cost.on or not entries:
-            return
-        if not all(e.sample and (e.count == 1 or e.drafts) for e in entries):
-            return
-        if any(e.drafts for e in entries):
-            tokens = sum(e.produced if e.drafts else 1 for e in entries)
-            rows = sum(e.count for e in entries)
-            cost.checked(len(entries), rows, tokens, flight.seconds + flight.drafting)
-            if not cost.on:
-                _log.info("%s", cost.reason)
-                for feed in self._active:
-                    feed.seq.speculation_off = cost.reason
-        else:
-            cost.decoded(len(entries), flight.seconds)
-
-    def _check(self, entry: _Entry, logits: np.ndarray, row: int) -> int | None:
-        """Sample a drafting entry's rows in order as decoding would, accepting each drafted
-        token while it is the sample (module docstring); the cells of the drafted tokens not
-        accepted leave the cache. Returns the next token to evaluate, or None when the
-        sequence finished."""
-        feed, drafts = entry.feed, entry.drafts
-        assert drafts is not None and feed.drafter is not None
-        seq, drafter = feed.seq, feed.drafter
-        accepted = 0
-        token: int | None = None
-        for j in range(len(drafts) + 1):
-            token = seq.accept_logits(logits[row + j])
-            if token is None:
-                break
-            drafter.added(token)
-            if j == len(drafts) or token != drafts[j]:
-                break
-            accepted += 1  # the drafted token's cell holds the sampled token: keep it
-        entry.produced = accepted + (token is not None)
-        seq.drafted(len(drafts), accepted)
-        drafter.checked(len(drafts), accepted)
-        feed.fed += accepted
-        rejected = len(drafts) - accepted
-        if rejected:
-            kept = len(feed.slot.tokens) - rejected
-            self.engine.cache.reject(feed.slot.id, kept)
-            feed.slot.keep(kept)
-        return None if seq.done else token
+        self.speculator.weigh(flight.entries, flight.seconds, flight.drafting, self._active)
 
     def _reap(self) -> None:
         for feed in [f for f in self._active if f.seq.done]:
@@ -630,39 +476,12 @@ class BatchLoop:
 
     # -- embeddings -----------------------------------------------------------------------
     def _embed(self, feed: InputFeed) -> None:
-        """Pooled, L2-normalised hidden states of the whole input, evaluated in batches."""
-        tokens = feed.pending.ids
-        n = len(tokens)
-        pooling = self.engine.pooling
-        total = np.zeros(0, dtype=np.float32)
-        vec = None
+        """The sequence's embedding (embedding.py), then its slot is free."""
         try:
-            for start in range(0, n, self.num_batch):
-                part = tokens[start : start + self.num_batch]
-                m = len(part)
-                rows = np.arange(m) if pooling == "mean" else np.array([m - 1])
-                hidden = self.engine.forward(
-                    PassInput(
-                        np.array(part),
-                        np.arange(start, start + m),
-                        np.full(m, feed.slot.id),
-                        rows,
-                        hidden=True,
-                    )
-                )
-                if pooling == "mean":
-                    total = hidden.sum(axis=0) if not len(total) else total + hidden.sum(axis=0)
-                elif pooling == "first" and start == 0:
-                    vec = hidden[0]
-                elif pooling == "last":
-                    vec = hidden[-1]
+            vector = embed(self.engine, feed.pending.ids, feed.slot.id)
         except CacheFullError as e:
             self._end(feed, error=str(e))
             return
-        if pooling == "mean":
-            vec = total / n
-        assert vec is not None
-        norm = float(np.linalg.norm(vec)) or 1.0
-        feed.seq.embedded((vec / norm).tolist(), n)
+        feed.seq.embedded(vector, len(feed.pending))
         self._active.remove(feed)
         self.slots.release(feed.slot, keep=0)

@@ -75,7 +75,7 @@ class SequenceSettings:
     shift: bool = True
     stream_interval: float = field(default_factory=_stream_interval)  # seconds
     show_tokens: tuple[str, ...] = ()  # special tokens whose text the output keeps
-    speculate: bool = True  # draft tokens where the runner can check them exactly (loop.py)
+    speculate: bool = True  # draft where the runner can check drafts exactly (speculation.py)
 
 
 def settings_from_request(req: CompletionRequest) -> SequenceSettings:

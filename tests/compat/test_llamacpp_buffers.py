@@ -3,7 +3,7 @@ llama-model.cpp, llama-kv-cache.cpp, llama-memory-recurrent.cpp, llama-context.c
 
 from __future__ import annotations
 
-from hearth.engine.llamacpp.buffers import device_of_buffer, parse_buffers
+from hearth.llamacpp.buffers import device_of_buffer, parse_buffers
 
 MIB = 2**20
 

@@ -1,4 +1,4 @@
-"""The service's layout in llama.cpp's model parameters (`hearth.engine.llamacpp.layout`), and
+"""The service's layout in llama.cpp's model parameters (`hearth.llamacpp.layout`), and
 a layout naming a device this CPU-only llama.cpp lacks: the runner's load fails with that
 sentence (the scheduler then starts the model on the CPU)."""
 
@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from hearth.engine.gguf import GGUFFile
-from hearth.engine.llamacpp.layout import LlamaCppLayoutError, LlamaCppSplit, llamacpp_split
 from hearth.engine.ml.placement import DevicePlacement
+from hearth.llamacpp.layout import LlamaCppLayoutError, LlamaCppSplit, llamacpp_split
 
 BLOCKS = 8  # layers 0..7, and 8 the output layer
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hearth.engine.llamacpp.positions import MRopePositions
+from hearth.llamacpp.positions import MRopePositions
 
 
 def _mtmd_positions(chunks: list[tuple[str, int, int]]) -> list[int]:

@@ -62,7 +62,7 @@ def start(model: Path, cache: Path | None, cap: int = 1 << 30, **options) -> Run
         **settings,
     )
     runner = Runner(config)
-    assert runner.disk_cache_ready.wait(60)
+    assert runner.prompt_cache.ready.wait(60)
     return runner
 
 
@@ -147,7 +147,7 @@ def test_a_slot_reused_for_another_prompt_is_saved_and_loaded_back(tiny_llama_pa
     a, b = tokens(5, 120), tokens(6, 120)
     ask(runner, a, n=2)
     ask(runner, b, n=2)  # the only slot now holds b: a was saved
-    assert runner.loop.slots.disk is not None and runner.loop.slots.disk.flush(30)
+    assert runner.prompt_cache.disk is not None and runner.prompt_cache.disk.flush(30)
     assert len(files(cache)) == 1
     _, done = ask(runner, a + tokens(7, 11)[1:], n=2)
     assert done.prompt_eval_count == 10  # a came back from the disk
@@ -391,7 +391,7 @@ def test_a_prompt_with_an_image_saves_and_loads_the_text_before_it(tiny_mllama_p
 
     again = start(tiny_mllama_path, cache)
     loaded, done = collect(again.completion(request))
-    disk = again.disk_cache
+    disk = again.prompt_cache.disk
     again.close()
     assert disk is not None
     (held,) = disk.entries

@@ -1,11 +1,13 @@
 """The runner's one engine interface (hearth.runner.engine) and the loop's input feed
 (hearth.runner.feed): both engines implement the interface, nothing outside engine.py asks
 which engine it holds, and the batching loop runs any `RunnerEngine` (here one whose passes
-are recorded, not computed) while keeping ids and same-batch marks together."""
+are recorded, not computed) while keeping ids and same-batch marks together; the prompt cache
+keeps files on disk where the engine keys them."""
 
 from __future__ import annotations
 
 import ast
+import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +18,7 @@ import hearth.runner as runner_package
 from hearth.engine.memory_use import MemoryUse
 from hearth.engine.prompt_cache import Slot
 from hearth.engine.sampling import SamplingOptions
+from hearth.runner.disk_cache import PromptCache
 from hearth.runner.engine import (
     HearthEngine,
     LlamaCppRunnerEngine,
@@ -70,7 +73,9 @@ def _engine_specific_uses(path: Path) -> list[str]:
     return found
 
 
-@pytest.mark.parametrize("module", ["core.py", "loop.py", "feed.py", "main.py"])
+@pytest.mark.parametrize(
+    "module", ["core.py", "loop.py", "feed.py", "main.py", "speculation.py", "disk_cache.py"]
+)
 def test_the_runner_never_asks_which_engine_it_holds(module):
     assert _engine_specific_uses(RUNNER / module) == []
 
@@ -82,7 +87,7 @@ def test_the_check_finds_an_engine_branch(tmp_path):
         "from .protocol import EngineKind\n"
         "def load(config, engine):\n"
         "    if config.engine == EngineKind.LLAMACPP:\n"
-        "        from ..engine.llamacpp import LlamaCppEngine\n"
+        "        from ..llamacpp import LlamaCppEngine\n"
         "    vision = getattr(engine, 'vision', None)\n"
         "    return self.loaded is None\n"
     )
@@ -218,6 +223,38 @@ def test_the_loop_runs_any_runner_engine_and_keeps_same_batch_runs_whole(tok, pi
     # planned for the token that ended the sequence may be computed unfilled.
     assert sorted(f[:14] for f in fed.values()) == sorted(p + [answer] * 2 for p in prompts)
     assert all(f[14:] in ([], [0]) for f in fed.values())
+
+
+# -- the prompt cache on disk, through the interface ----------------------------------------
+class _KeyedEngine(_RecordedEngine):
+    def disk_cache_key(self, options: RunnerOptions) -> dict[str, Any]:
+        return {"engine": "recorded", "num_ctx": self.num_ctx}
+
+
+def test_the_prompt_cache_keeps_files_on_disk_only_where_the_engine_keys_them(tok, tmp_path):
+    model = tmp_path / "model.gguf"  # not a store blob: its digest is read from the file
+    model.write_bytes(b"not really a model")
+    folder = str(tmp_path / "prompt-cache")
+    plain = _RecordedEngine(tok, 65, 8, pipelined=False)
+    unkeyed = PromptCache(plain, str(model), RunnerOptions(), folder=folder, cap_bytes=1 << 20)
+    assert unkeyed.ready.is_set() and unkeyed.disk is None
+    assert not unkeyed.slots.acquire_writes
+    off = PromptCache(_KeyedEngine(tok, 65, 8, pipelined=False), str(model), RunnerOptions())
+    assert off.ready.is_set() and off.disk is None  # no folder: no disk
+    keyed = PromptCache(
+        _KeyedEngine(tok, 65, 8, pipelined=False),
+        str(model),
+        RunnerOptions(),
+        folder=folder,
+        cap_bytes=1 << 20,
+    )
+    assert keyed.ready.wait(30)
+    assert keyed.disk is not None and keyed.slots.disk is keyed.disk
+    assert keyed.slots.acquire_writes  # admission now waits for the pass in flight
+    digest = hashlib.sha256(b"not really a model").hexdigest()
+    assert keyed.disk.settings["model"] == digest
+    assert (keyed.disk.settings["engine"], keyed.disk.settings["num_ctx"]) == ("recorded", 64)
+    keyed.close()
 
 
 # -- the feed ------------------------------------------------------------------------------

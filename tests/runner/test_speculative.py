@@ -11,18 +11,18 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
 
 from hearth.runner.core import Runner
-from hearth.runner.drafting import Drafter, PromptLookup
-from hearth.runner.loop import BatchLoop
+from hearth.runner.drafting import DraftAsk, DraftPace, PromptLookup, PromptLookups
 from hearth.runner.protocol import (
     CompletionOptions,
     CompletionRequest,
 )
+from hearth.runner.sequence import Sequence
+from hearth.runner.speculation import Speculator
 
 from support.speculation import (
     SCHEMA,
@@ -271,9 +271,10 @@ def test_a_draft_model_of_another_vocabulary_is_refused(tiny_llama_path, gemma3_
 
 
 # -- the comparison fails when the rule is loosened ------------------------------------------
-def _accept_argmax(self: BatchLoop, entry: Any, logits: np.ndarray, row: int) -> int | None:
+def _accept_argmax(
+    self: Speculator, seq: Sequence, drafts: list[int], logits: np.ndarray, row: int
+) -> tuple[int, int | None]:
     """A loosened rule: a drafted token the model ranks first is taken without sampling it."""
-    seq, drafts = entry.feed.seq, entry.drafts
     accepted, token = 0, None
     for j in range(len(drafts) + 1):
         row_logits = logits[row + j]
@@ -286,12 +287,13 @@ def _accept_argmax(self: BatchLoop, entry: Any, logits: np.ndarray, row: int) ->
         if token is None or j == len(drafts) or token != drafts[j]:
             break
         accepted += 1
-    return _finish_check(self, entry, accepted, token)
+    return accepted, token
 
 
-def _draw_every_row(self: BatchLoop, entry: Any, logits: np.ndarray, row: int) -> int | None:
+def _draw_every_row(
+    self: Speculator, seq: Sequence, drafts: list[int], logits: np.ndarray, row: int
+) -> tuple[int, int | None]:
     """A loosened rule: the rows after a rejected draft are sampled too (their draws spent)."""
-    seq, drafts = entry.feed.seq, entry.drafts
     accepted, token, stopped = 0, None, False
     for j in range(len(drafts) + 1):
         if stopped:
@@ -302,22 +304,7 @@ def _draw_every_row(self: BatchLoop, entry: Any, logits: np.ndarray, row: int) -
             stopped = True
             continue
         accepted += 1
-    return _finish_check(self, entry, accepted, token)
-
-
-def _finish_check(self: BatchLoop, entry: Any, accepted: int, token: int | None) -> int | None:
-    feed, drafts = entry.feed, entry.drafts
-    for t in feed.seq.generated[-(accepted + 1) :]:
-        feed.drafter.added(t)
-    feed.seq.drafted(len(drafts), accepted)
-    feed.drafter.checked(len(drafts), accepted)
-    feed.fed += accepted
-    rejected = len(drafts) - accepted
-    if rejected:
-        kept = len(feed.slot.tokens) - rejected
-        self.engine.cache.reject(feed.slot.id, kept)
-        feed.slot.keep(kept)
-    return None if feed.seq.done else token
+    return accepted, token
 
 
 @pytest.fixture(scope="module")
@@ -359,7 +346,7 @@ def test_the_comparison_fails_when_the_acceptance_rule_is_loosened(
         for r in plain.values()
     )
     with monkeypatch.context() as m:
-        m.setattr(BatchLoop, "_check", loosened)
+        m.setattr(Speculator, "accept", loosened)
         found, drafted, _ = compare(runner, reqs)
     assert drafted > 0
     assert any(": text " in f for f in found), found  # the loosened rule changes the text
@@ -376,25 +363,29 @@ def test_prompt_lookup_drafts_what_followed_the_longest_recent_ngram():
 
 
 def test_the_drafter_adapts_its_length_and_pauses_when_drafts_miss():
-    drafter = Drafter([1, 2, 3, 1, 2, 3, 1, 2], max_draft=7)
-    assert drafter.propose(10) == [3, 1, 2]  # what followed the latest "1 2"
-    drafter.checked(4, 4)
-    assert drafter.length == 7  # doubled from 4, held to max_draft
-    drafter.checked(7, 1)
-    drafter.checked(2, 2)
-    assert drafter.length == 4  # from one past the accepted, doubled
-    drafter.checked(6, 1)
-    assert drafter.length == 2
+    lookups, pace = PromptLookups(), DraftPace(max_draft=7)
+    lookups.begin(0, [1, 2, 3, 1, 2, 3, 1, 2])
+    ask = DraftAsk([1, 2, 3, 1, 2, 3, 1], 2, 10, pace.wanted(10))
+    assert ask.k == 4 and ask.context == [1, 2, 3, 1, 2, 3, 1, 2]
+    assert lookups.propose({0: ask}) == {0: [3, 1, 2]}  # what followed the latest "1 2"
+    pace.checked(4, 4)
+    assert pace.length == 7  # doubled from 4, held to max_draft
+    pace.checked(7, 1)
+    pace.checked(2, 2)
+    assert pace.length == 4  # from one past the accepted, doubled
+    pace.checked(6, 1)
+    assert pace.length == 2
     for _ in range(3):
-        drafter.checked(2, 0)
-    assert not drafter.active and drafter.propose(5) == []
-    for _ in range(drafter.paused):
-        drafter.added(1)
-    assert drafter.active
+        pace.checked(2, 0)
+    assert not pace.active and pace.wanted(5) == 0
+    for _ in range(pace.paused):
+        pace.added()
+    assert pace.active
 
 
 def test_where_waiting_costs_pipelining_passes_without_a_draft_count_as_misses():
-    patient, costly = Drafter([1, 2, 3]), Drafter([1, 2, 3], costly_wait=True)
+    patient, costly = DraftPace(), DraftPace(costly_wait=True)
     for _ in range(3):
-        assert patient.propose(4) == [] and costly.propose(4) == []
+        patient.nothing_drafted()
+        costly.nothing_drafted()
     assert patient.active and not costly.active

@@ -14,7 +14,7 @@ from gguf import GGMLQuantizationType as QT
 
 from hearth.runner.core import Runner
 from hearth.runner.draft_cost import DraftCost
-from hearth.runner.drafting import Drafter
+from hearth.runner.drafting import DraftAsk, PromptLookups
 from hearth.runner.protocol import CompletionOptions, CompletionRequest
 
 from support.speculation import (
@@ -41,9 +41,9 @@ def gemma3_narrow(tiny_gemma3_path):
     runner.close()
 
 
-def _wrong_drafts(self: Drafter, limit: int) -> list[int]:
+def _wrong_drafts(self: PromptLookups, asks: dict[int, DraftAsk]) -> dict[int, list[int]]:
     """Six drafted tokens every pass, rejected at once as a rule (byte 0x00 is not text)."""
-    return [3] * min(6, limit)
+    return {slot: [3] * min(6, ask.limit) for slot, ask in asks.items()}
 
 
 @pytest.mark.slow
@@ -60,7 +60,7 @@ def test_speculation_is_exact_where_rejected_drafts_pass_the_windows_memory(
     compared exactly."""
     runner = gemma3_narrow
     if drafts == "rejected":
-        monkeypatch.setattr(Drafter, "propose", _wrong_drafts)
+        monkeypatch.setattr(PromptLookups, "propose", _wrong_drafts)
     settings = {
         **{name: SETTINGS[name] for name in ("greedy", "warm")},
         # Hot enough that this model's loops break and drafts of them are rejected.
@@ -162,7 +162,7 @@ def test_drafting_that_cannot_pay_switches_itself_off_and_says_why(float_llama):
     assert not found, "\n".join(found)  # exact, drafting on and then off
     assert spec["first"]["done"].accepted > 0  # drafts were made and taken before the switch
     off = runner.speculation()
-    assert off["enabled"] is False, runner.loop.draft_cost.__dict__
+    assert off["enabled"] is False, runner.speculator.cost.__dict__
     assert off["reason"].startswith("drafting was switched off: a check of")
     assert runner.info().speculation == off
     assert spec["second"]["done"].speculation_off == off["reason"]  # the service hears of it
@@ -195,7 +195,7 @@ def test_drafting_that_pays_stays_on(gemma3_weighed):
     plain, spec = run_both(runner, {"greedy": req})
     assert not _differences(plain["greedy"], spec["greedy"], "greedy")
     done = spec["greedy"]["done"]
-    cost = runner.loop.draft_cost
+    cost = runner.speculator.cost
     apart = [t for t in ("Q4_K", "Q8_0", "Q6_K") if _taken_apart(runner, t)]
     if not apart:
         assert cost.checks >= 8, cost.__dict__  # weighed, and kept on

@@ -14,7 +14,7 @@ from __future__ import annotations
 import ctypes
 from typing import Any
 
-from ..tokenizer import Tokenizer, TokenType
+from ..engine.tokenizer import Tokenizer, TokenType
 
 __all__ = ["LlamaCppTokenizer"]
 

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from ..multimodal_store import DEFAULT_BUDGET, IMAGE_MARKER, image_hash, placeholder
+from ..engine.multimodal_store import DEFAULT_BUDGET, IMAGE_MARKER, image_hash, placeholder
 
 __all__ = ["ImagePositions", "MtmdVision", "VisionLoadError"]
 

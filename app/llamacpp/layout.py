@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..ml.placement import DevicePlacement
+from ..engine.ml.placement import DevicePlacement
 
 __all__ = ["LlamaCppLayoutError", "LlamaCppSplit", "llamacpp_devices", "llamacpp_split"]
 

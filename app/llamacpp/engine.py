@@ -38,13 +38,13 @@ from typing import Any
 
 import numpy as np
 
-from ..cpu_turns import CpuTurns, turns_from_env
-from ..input import PassInput
-from ..kvcache import CacheFullError, KVCacheType, ShiftNotSupportedError
-from ..memory_use import MemoryUse
-from ..ml.api import OutOfMemoryError
-from ..ml.placement import DevicePlacement
-from ..multimodal_store import split_placeholder
+from ..engine.cpu_turns import CpuTurns, turns_from_env
+from ..engine.input import PassInput
+from ..engine.kvcache import CacheFullError, KVCacheType, ShiftNotSupportedError
+from ..engine.memory_use import MemoryUse
+from ..engine.ml.api import OutOfMemoryError
+from ..engine.ml.placement import DevicePlacement
+from ..engine.multimodal_store import split_placeholder
 from .buffers import device_parts, parse_buffers
 from .layout import LlamaCppLayoutError, LlamaCppSplit, llamacpp_devices, llamacpp_split
 from .positions import MRopePositions
@@ -492,7 +492,7 @@ def _split(lib: Any, path: str, placement: DevicePlacement) -> LlamaCppSplit:
     sentence when this llama.cpp cannot follow it."""
     if placement.cpu_only:
         return LlamaCppSplit()
-    from ..gguf import GGUFFile
+    from ..engine.gguf import GGUFFile
 
     with GGUFFile(path) as f:
         blocks = f.metadata.uint("block_count")
@@ -606,7 +606,7 @@ def _load_failure(path: str, lines: list[str]) -> str:
 def _default_threads() -> int:
     """llama.cpp's own default for CPU work: the physical performance cores
     (`cpu_get_num_math`; see hearth.engine.cpu)."""
-    from ..cpu import compute_threads
+    from ..engine.cpu import compute_threads
 
     return compute_threads()
 
