@@ -23,27 +23,23 @@ from hearth.engine.prompt_cache import InputCache
 from hearth.runner.core import Runner, RunnerConfig
 from hearth.runner.protocol import (
     CompletionDone,
-    CompletionError,
     CompletionOptions,
     CompletionRequest,
 )
+
+from support.runner import read_events
 
 pytestmark = pytest.mark.slow
 
 
 def collect(seq) -> tuple[list, CompletionDone]:
     """The logprobs of every generated token, and the final record."""
-    logprobs, done = [], None
-    while (event := seq.events.get(timeout=600)) is not None:
-        if isinstance(event, CompletionError):
-            raise RuntimeError(event.error)
-        if isinstance(event, CompletionDone):
-            done = event
-        else:
-            for lp in event.logprobs or []:
-                top = [(t.token, t.logprob) for t in lp.top_logprobs or []]
-                logprobs.append((lp.token, lp.logprob, top))
-    assert done is not None
+    pieces, done = read_events(seq)
+    logprobs = [
+        (lp.token, lp.logprob, [(t.token, t.logprob) for t in lp.top_logprobs or []])
+        for p in pieces
+        for lp in p.logprobs or []
+    ]
     return logprobs, done
 
 

@@ -12,11 +12,11 @@ import numpy as np
 
 from hearth.runner.core import Runner, RunnerConfig
 from hearth.runner.protocol import (
-    CompletionDone,
-    CompletionError,
     CompletionOptions,
     CompletionRequest,
 )
+
+from .runner import read_events
 
 SCHEMA = {
     "type": "object",
@@ -53,19 +53,10 @@ def _run(runner: Runner, req: CompletionRequest) -> dict[str, Any]:
 
 
 def _result(seq: Any) -> dict[str, Any]:
-    parts: list[bytes] = []
-    logprobs: list[Any] = []
-    done: CompletionDone | None = None
-    while (event := seq.events.get(timeout=600)) is not None:
-        if isinstance(event, CompletionError):
-            raise RuntimeError(event.error)
-        if isinstance(event, CompletionDone):
-            done = event
-        else:
-            parts.append(event.content.encode())
-            logprobs += event.logprobs or []
-    assert done is not None
-    return {"bytes": b"".join(parts), "logprobs": logprobs, "done": done}
+    pieces, done = read_events(seq)
+    logprobs = [lp for p in pieces for lp in p.logprobs or []]
+    return {"bytes": b"".join(p.content.encode() for p in pieces), "logprobs": logprobs,
+            "done": done}  # fmt: skip
 
 
 def _with(req: CompletionRequest, speculate: bool) -> CompletionRequest:
