@@ -49,7 +49,9 @@ LIMIT = 300  # seconds, the model loaded: below what the runaway turn takes with
 
 
 def fenced_template(tool: str) -> str:
-    """Five earlier answers that were a fenced call of `tool`, then the conversation."""
+    """Five earlier answers that were a fenced call of `tool`, then the conversation. The
+    offered tools are named, not dumped: the greedy text of this base model must not hang on
+    the order of the keys of a server's schema (which the MCP SDK's eras list differently)."""
     block = '```json\n{"name": "' + tool + '", "arguments": {"text": "red"}}\n```'
     shots = "".join(
         f"<start_of_turn>user\nEcho red.<end_of_turn>\n<start_of_turn>model\n{block}<end_of_turn>\n"
@@ -57,7 +59,8 @@ def fenced_template(tool: str) -> str:
     )
     return (
         "{% if tools %}<start_of_turn>user\nCall a function with <tool_call>{...}</tool_call>: "
-        "{{ tools | tojson }}<end_of_turn>\n{% endif %}" + shots +
+        "{{ tools | map(attribute='function') | map(attribute='name') | join(', ') }}"
+        "<end_of_turn>\n{% endif %}" + shots +
         "{% for m in messages %}<start_of_turn>{{ 'model' if m.role == 'assistant' else 'user' }}"
         "\n{{ m.content }}<end_of_turn>\n{% endfor %}<start_of_turn>model\n"
     )  # fmt: skip

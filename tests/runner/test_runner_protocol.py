@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
+from hearth.engine.sampling import Sampler
 from hearth.runner.core import Runner, RunnerConfig
 from hearth.runner.http import RunnerState, make_server
 from hearth.runner.protocol import (
@@ -145,7 +146,8 @@ def test_options_round_trip_through_the_wire_and_reach_the_sampler():
     bare = to_wire(CompletionRequest(tokens=[1]))
     assert bare["options"] == {"stop": []}
     defaults = settings_from_request(from_wire(CompletionRequest, bare))
-    assert (defaults.num_predict, defaults.num_keep, defaults.sampling.temperature) == (-1, 4, 0.8)
+    assert (defaults.num_predict, defaults.num_keep) == (-1, 4)
+    assert Sampler(defaults.sampling).temperature == 0.8  # the declared default, in the sampler
 
 
 def test_a_missing_required_field_is_named():
