@@ -4,13 +4,22 @@ from __future__ import annotations
 
 import json
 import secrets
+import threading
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from hearth.default_model import DEFAULT_MODEL
 from hearth.paths import data_dir
 
-__all__ = ["AppSettings", "load_settings", "save_settings", "settings_path", "new_api_key"]
+__all__ = [
+    "AppSettings",
+    "load_settings",
+    "load_tool_grants",
+    "new_api_key",
+    "save_settings",
+    "save_tool_grants",
+    "settings_path",
+]
 
 THEMES = ("system", "light", "dark")
 
@@ -70,6 +79,9 @@ def settings_path() -> Path:
     return data_dir() / "settings.json"
 
 
+_WRITING = threading.RLock()  # one writer of the file at a time in this process
+
+
 def load_settings(path: Path | None = None) -> AppSettings:
     """Read the settings; a missing or damaged file gives the defaults (never a crash)."""
     path = path or settings_path()
@@ -98,6 +110,21 @@ def load_settings(path: Path | None = None) -> AppSettings:
 
 def save_settings(settings: AppSettings, path: Path | None = None) -> None:
     path = path or settings_path()
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(asdict(settings), indent=2), encoding="utf-8")
-    tmp.replace(path)  # atomic: a crash mid-write never leaves half a file
+    with _WRITING:
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(settings), indent=2), encoding="utf-8")
+        tmp.replace(path)  # atomic: a crash mid-write never leaves half a file
+
+
+def load_tool_grants(path: Path | None = None) -> list[dict[str, str]]:
+    """The "always allow" grants as the file keeps them now (`hearth.agent.approvals`)."""
+    return load_settings(path).tool_grants
+
+
+def save_tool_grants(grants: list[dict[str, str]], path: Path | None = None) -> None:
+    """Write the grants into the file, every other key as the file has it: the app and
+    `hearth run --tools` each change grants this way, so neither loses the other's."""
+    with _WRITING:
+        settings = load_settings(path)
+        settings.tool_grants = [dict(g) for g in grants]
+        save_settings(settings, path)

@@ -9,10 +9,11 @@ A grant applies only while the configured server has that identity: a server who
 arguments or URL changed is asked about again, whatever its name (`Approvals.prune` also drops
 such grants, so the list the user sees holds only grants that apply).
 
-Grants are kept in the app's settings (`AppSettings.tool_grants`, a list of
-`Grant.to_json()` objects) by whoever owns them (`save`): the window's settings controller,
-or, for the CLI, `hearth.cli.terminal_tools.settings_grants()`, which rereads and rewrites
-settings.json around each change.
+Grants are kept in the app's settings file (`AppSettings.tool_grants`, a list of
+`Grant.to_json()` objects), which the desktop app and `hearth run --tools` share: each reads
+the file again before using or changing them (`reload`) and writes only that key back at
+once (`save`: `app_settings.save_tool_grants`), so a grant or revoke in one is never lost
+by the other.
 """
 
 from __future__ import annotations
@@ -75,6 +76,10 @@ class Grant:
         return Grant(server, identity, tool) if identity else None
 
 
+def _parsed(raw: Iterable[Any]) -> list[Grant]:
+    return [g for g in map(Grant.from_json, raw) if g is not None]
+
+
 class Approvals:
     """The grants, thread-safe (an agent loop's thread asks while the window lists them).
     `save(grants)` is called after every change with the grants to keep."""
@@ -83,19 +88,32 @@ class Approvals:
         self,
         grants: Iterable[Grant] = (),
         save: Callable[[list[Grant]], None] | None = None,
+        reload: Callable[[], Iterable[Any]] | None = None,
     ) -> None:
         self._grants = list(dict.fromkeys(grants))
         self._save = save
+        # Where the grants are kept, read again before each use and change: another program
+        # (the CLI beside the app) may have changed them since (stored `to_json` objects).
+        self._reload = reload
         self._lock = threading.Lock()
 
     @classmethod
     def from_json(
-        cls, raw: Iterable[Any], save: Callable[[list[Grant]], None] | None = None
+        cls,
+        raw: Iterable[Any],
+        save: Callable[[list[Grant]], None] | None = None,
+        reload: Callable[[], Iterable[Any]] | None = None,
     ) -> Approvals:
-        return cls([g for g in map(Grant.from_json, raw) if g is not None], save)
+        return cls(_parsed(raw), save, reload)
+
+    def _refresh(self) -> None:
+        """Take the kept grants as they are now (under the lock)."""
+        if self._reload is not None:
+            self._grants = list(dict.fromkeys(_parsed(self._reload())))
 
     def grants(self) -> list[Grant]:
         with self._lock:
+            self._refresh()
             return list(self._grants)
 
     def allows(self, config: ServerConfig | None, tool: str) -> bool:
@@ -104,12 +122,14 @@ class Approvals:
             return False
         identity = server_identity(config)
         with self._lock:
+            self._refresh()
             return any(g.identity == identity and g.tool in ("", tool) for g in self._grants)
 
     def grant(self, config: ServerConfig, tool: str = "") -> Grant:
         """Remember "always allow" for `tool` of `config` ("" = the whole server)."""
         new = Grant(config.name, server_identity(config), tool)
         with self._lock:
+            self._refresh()
             if new in self._grants:
                 return new
             self._grants.append(new)
@@ -120,6 +140,7 @@ class Approvals:
     def revoke(self, grant: Grant) -> None:
         """Ask again before the calls `grant` allowed."""
         with self._lock:
+            self._refresh()
             if grant not in self._grants:
                 return
             self._grants.remove(grant)
@@ -131,6 +152,7 @@ class Approvals:
         they were granted under); returns the grants dropped."""
         identities = {server_identity(c) for c in servers.values()}
         with self._lock:
+            self._refresh()
             dropped = [
                 g
                 for g in self._grants

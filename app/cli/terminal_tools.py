@@ -33,7 +33,7 @@ from ..agent.loop import (
     repeated_sentence,
     run_agent,
 )
-from ..app_settings import load_settings, save_settings
+from ..app_settings import load_tool_grants, save_tool_grants
 from ..client import HearthClient, ServiceError
 from .terminal_elicit import TerminalElicit
 
@@ -116,16 +116,13 @@ class TerminalApproval:
 
 
 def settings_grants() -> Approvals:
-    """The "always allow" grants in the app's settings.json (the desktop app's too): each
-    change rereads the file and writes it back with only `tool_grants` changed (the app may
-    have changed other keys meanwhile)."""
+    """The "always allow" grants in the app's settings.json (the desktop app's too), read
+    again before each use and written back with only `tool_grants` changed."""
 
     def save(grants: list[Grant]) -> None:
-        settings = load_settings()
-        settings.tool_grants = [g.to_json() for g in grants]
-        save_settings(settings)
+        save_tool_grants([g.to_json() for g in grants])
 
-    return Approvals.from_json(load_settings().tool_grants, save)
+    return Approvals.from_json(load_tool_grants(), save, reload=load_tool_grants)
 
 
 class ToolSession:

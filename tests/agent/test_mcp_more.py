@@ -244,3 +244,26 @@ def test_form_values_and_prompt_commands_are_checked_with_sentences():
     assert parse_prompt_command("hello /review") is None
     with pytest.raises(ValueError, match="name=value"):
         parse_prompt_command("/review oops")
+
+
+def test_grants_made_by_the_app_and_the_cli_at_once_are_all_kept(script: Path):
+    """Two programs hold grants over one settings.json (the desktop app and `hearth run`):
+    each reads the file again before using or changing them, so neither loses the other's,
+    and a revoke in one is seen by the other at its next call."""
+    from hearth.app_settings import load_settings, save_settings
+
+    servers = {"more": config(script)}
+    app, cli = settings_grants(), settings_grants()
+    book = app.grant(servers["more"], "book")
+    echo = cli.grant(servers["more"], "echo")
+    assert cli.allows(servers["more"], "book") and app.allows(servers["more"], "echo")
+    assert set(map(Grant.from_json, load_settings().tool_grants)) == {book, echo}
+    settings = load_settings()  # another key changed meanwhile survives a grant's write
+    settings.tool_max_steps = 7
+    save_settings(settings)
+    app.revoke(echo)
+    assert not cli.allows(servers["more"], "echo") and cli.allows(servers["more"], "book")
+    after = load_settings()
+    assert after.tool_max_steps == 7 and after.tool_grants == [book.to_json()]
+    for grant in app.grants():
+        app.revoke(grant)

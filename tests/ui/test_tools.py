@@ -171,6 +171,18 @@ def test_always_allow_is_remembered_per_tool(make_app, tool_stub, qtbot):
     from hearth.app_settings import load_settings
 
     assert load_settings().tool_grants == [weather_grant(app, "forecast")]  # survives a restart
+    # `hearth run --tools` grants another tool meanwhile; the app's next save keeps it.
+    from hearth.agent.approvals import Grant
+    from hearth.cli.terminal_tools import settings_grants
+
+    settings_grants().grant(app.tools.servers()["weather"], "alerts")
+    app.settings_ctrl.set_tool_max_steps(9)
+    kept = [weather_grant(app, "forecast"), weather_grant(app, "alerts")]
+    assert load_settings().tool_grants == kept and load_settings().tool_max_steps == 9
+    assert app.tools.approvals.allows(app.tools.servers()["weather"], "alerts")
+    app.tools.revoke(Grant.from_json(kept[1]))  # and the app's revoke reaches the file
+    qtbot.waitUntil(lambda: app.settings.tool_grants == kept[:1])
+    assert load_settings().tool_grants == kept[:1]
     # Next time the same tool runs without a card; another tool still asks.
     chart = qualified(app, "chart")
     tool_stub.script = [

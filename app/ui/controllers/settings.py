@@ -5,7 +5,15 @@ from __future__ import annotations
 from PySide6.QtCore import QObject, QTimer, Signal
 from PySide6.QtWidgets import QApplication
 
-from ...app_settings import THEMES, AppSettings, new_api_key, save_settings
+from ...app_settings import (
+    THEMES,
+    AppSettings,
+    load_tool_grants,
+    new_api_key,
+    save_settings,
+    save_tool_grants,
+    settings_path,
+)
 from ..service_manager import ServiceManager
 from ..theme import Palette, apply_theme
 
@@ -31,6 +39,10 @@ class SettingsController(QObject):
         return self.settings
 
     def _save(self, restart: bool = False) -> None:
+        # The grants are written where they change (`save_tool_grants`, by the app or the
+        # CLI): the file's are kept, not this copy's.
+        if settings_path().exists():
+            self.settings.tool_grants = load_tool_grants()
         save_settings(self.settings)
         self.changed.emit()
         if restart:
@@ -128,4 +140,5 @@ class SettingsController(QObject):
         """The "always allow" grants (`hearth.agent.approvals`, which owns their meaning)."""
         if grants != self.settings.tool_grants:
             self.settings.tool_grants = [dict(g) for g in grants]
+            save_tool_grants(self.settings.tool_grants)
             self._save()

@@ -28,6 +28,7 @@ from ...agent.config import (
 )
 from ...agent.hub import ElicitHandler, ServerStatus, ToolHub, ToolSpec
 from ...agent.loop import Approve, Decision, ToolCall
+from ...app_settings import load_tool_grants, save_tool_grants
 from .settings import SettingsController
 
 __all__ = ["ToolsController", "server_entry"]
@@ -71,8 +72,10 @@ class ToolsController(QObject):
         self._status_elsewhere.connect(self._relay)
         self._grants_elsewhere.connect(self._save_grants)
         # "Always allow" grants: an agent loop's thread adds them, the settings file keeps them.
+        # The file is their truth (the CLI changes them too): each change is written at once,
+        # from whichever thread makes it, and the settings on screen follow on the GUI thread.
         self.approvals = Approvals.from_json(
-            settings.current().tool_grants, self._grants_elsewhere.emit
+            load_tool_grants(), self._write_grants, reload=load_tool_grants
         )
 
     def _relay(self) -> None:
@@ -166,6 +169,10 @@ class ToolsController(QObject):
             hub = self._hub
         if hub is not None:
             hub.call_timeout = float(seconds)
+
+    def _write_grants(self, grants: list[Grant]) -> None:
+        save_tool_grants([g.to_json() for g in grants])
+        self._grants_elsewhere.emit(grants)
 
     def _save_grants(self, grants: list[Grant]) -> None:
         self._settings.set_tool_grants([g.to_json() for g in grants])
