@@ -66,8 +66,10 @@ sha256sum "$model" | cut -d' ' -f1 > "$stage/model-1/model.sha256"
 # 4. what travels with each call
 tree=$(git ls-files -z | du -cb --files0-from=- | tail -1 | cut -f1)
 echo "stage: the working tree is $((tree >> 20)) MiB; the check's call carries:"
-du -sb "$stage/wheels" "$stage/cuda" "$stage/vision" 2>/dev/null
-total=$((tree + $(du -cb "$stage/wheels" "$stage/cuda" "$stage/vision" 2>/dev/null | tail -1 | cut -f1)))
+carried=("$stage/wheels" "$stage/vision")
+[ -d "$stage/cuda" ] && carried+=("$stage/cuda")  # build-cuda.sh's wheels, once built
+du -sb "${carried[@]}"
+total=$((tree + $(du -cb "${carried[@]}" | tail -1 | cut -f1)))
 echo "stage: total $((total >> 20)) MiB of 64"
 [ "$total" -lt $((64 << 20)) ] || { echo "stage: over the 64 MiB a call may carry" >&2; exit 1; }
 for d in "$stage"/model-*; do echo "stage: $d: $(( $(du -sb "$d" | cut -f1) >> 20 )) MiB (a call of its own)"; done
