@@ -198,9 +198,7 @@ class HearthClient:
             )
             return conn, conn.getresponse()
         except BaseException as e:
-            conn.close()
-            if cancel is not None:
-                cancel._attach(None)
+            _release(conn, cancel)
             raise self._failure(e, cancel) from None
 
     def _failure(self, e: BaseException, cancel: Cancel | None) -> BaseException:
@@ -246,9 +244,7 @@ class HearthClient:
         except (OSError, http.client.HTTPException) as e:
             raise self._failure(e, cancel) from None
         finally:
-            conn.close()
-            if cancel is not None:
-                cancel._attach(None)
+            _release(conn, cancel)
         if resp.status >= 400:
             raise ServiceError(error_text(raw, resp.status), kind="http", status=resp.status)
         return _parse(raw)
@@ -275,9 +271,7 @@ class HearthClient:
         except (OSError, http.client.HTTPException) as e:
             raise self._failure(e, cancel) from None
         finally:
-            conn.close()
-            if cancel is not None:
-                cancel._attach(None)
+            _release(conn, cancel)
 
     # -- endpoints ------------------------------------------------------------------------
 
@@ -332,3 +326,10 @@ class HearthClient:
 
     def create(self, body: dict[str, Any]) -> Iterator[dict[str, Any]]:
         return self.stream("/api/create", {**body, "stream": True})
+
+
+def _release(conn: http.client.HTTPConnection, cancel: Cancel | None) -> None:
+    """Close a request's connection and detach it from its `cancel`."""
+    conn.close()
+    if cancel is not None:
+        cancel._attach(None)

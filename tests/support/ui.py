@@ -68,3 +68,19 @@ def drop_file(app: object, path: Path, hint: str = "Drop to attach the image") -
     assert window.overlay.label.text() == hint
     QApplication.sendEvent(target, QDropEvent(QPointF(where), action, mime, button, mods))
     assert not window.overlay.isVisible()
+
+
+def wait_card(qtbot, app):
+    """The tool call's approval card, once the transcript shows it."""
+    transcript = app.window.chat_page.transcript
+    qtbot.waitUntil(lambda: transcript.approval is not None, timeout=30_000)
+    return transcript.approval
+
+
+def ask(qtbot, app, text: str) -> None:
+    """Type `text` in the composer and press Return (no wait for the reply)."""
+    from PySide6.QtCore import Qt
+
+    edit = app.window.chat_page.composer.edit
+    edit.setPlainText(text)
+    qtbot.keyClick(edit, Qt.Key.Key_Return)

@@ -15,7 +15,7 @@ import pytest
 from PySide6.QtCore import Qt
 from stub_server import StubModel, StubServer
 
-from support.ui import send_and_wait
+from support.ui import ask, send_and_wait, wait_card
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "agent"))
 from mcp_more import write_server
@@ -50,18 +50,6 @@ def call(name: str, **arguments) -> dict:
 
 def chat_requests(stub: StubServer) -> list[dict]:
     return [r for r in stub.requests if r["path"] == "/api/chat"]
-
-
-def wait_card(qtbot, app):
-    transcript = app.window.chat_page.transcript
-    qtbot.waitUntil(lambda: transcript.approval is not None, timeout=30_000)
-    return transcript.approval
-
-
-def ask(qtbot, app, text: str) -> None:
-    edit = app.window.chat_page.composer.edit
-    edit.setPlainText(text)
-    qtbot.keyClick(edit, Qt.Key.Key_Return)
 
 
 def test_always_allow_this_server_is_kept_and_asked_again_when_its_command_changes(

@@ -14,7 +14,7 @@ import pytest
 from PySide6.QtCore import Qt
 from stub_server import StubModel, StubServer
 
-from support.ui import send_and_wait
+from support.ui import ask, send_and_wait, wait_card
 
 WEATHER = Path(__file__).with_name("mcp_weather.py")
 MODEL = "qwen3:0.6b"
@@ -52,18 +52,6 @@ def qualified(app, tool: str) -> str:
 
 def call(name: str, **arguments) -> dict:
     return {"function": {"name": name, "arguments": arguments}}
-
-
-def wait_card(qtbot, app):
-    transcript = app.window.chat_page.transcript
-    qtbot.waitUntil(lambda: transcript.approval is not None, timeout=30_000)
-    return transcript.approval
-
-
-def ask(qtbot, app, text: str) -> None:
-    edit = app.window.chat_page.composer.edit
-    edit.setPlainText(text)
-    qtbot.keyClick(edit, Qt.Key.Key_Return)
 
 
 def roles(app) -> list[str]:
