@@ -1,6 +1,7 @@
 """The service's shared state and the steps every API route takes: resolve the model, merge
 its parameters with the request's options, pick runner settings, and run a completion on a
-leased runner (`Generation`). The Ollama and OpenAI route modules only translate formats.
+leased runner (`Generation`, generation.py, re-exported here with `Piece` and `pieces`). The
+Ollama and OpenAI route modules only translate formats.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import contextlib
 import json
 import os
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -20,22 +21,19 @@ from pydantic import ValidationError
 from ..engine.gguf import GGUFError
 from ..options import LoadOptions, default
 from ..runner.protocol import (
-    CompletionChunk,
-    CompletionDone,
     CompletionOptions,
     CompletionRequest,
     EngineKind,
     KVCacheType,
-    TokenLogprob,
     from_wire,
-    to_wire,
 )
 from .config import ConfigError, ServerConfig, parse_duration
 from .errors import ModelFailed, ModelFileMissing, RequestError
+from .generation import Generation, Piece, pieces
 from .prompting.fenced import tool_schemas
 from .prompting.harmony import HarmonyParser, is_harmony
 from .prompting.images import check_image
-from .prompting.outputs import OutputParser, ParsedCall, PartialCall
+from .prompting.outputs import OutputParser
 from .prompting.toolformats import (
     THINK_TAGS,
     ThinkingMarkers,
@@ -407,152 +405,3 @@ class Service:
             await gen.close()
             raise
         return gen
-
-
-class Generation:
-    """One completion on a leased runner. Iterate `events()` once: runner chunks, then the
-    final `CompletionDone` (when it comes, `total_duration` is set). A RunnerError raised
-    from `events()` is a mid-stream failure; the lease is always released."""
-
-    def __init__(
-        self, service: Service, lease: Lease, request: CompletionRequest, started: int
-    ) -> None:
-        self.service = service
-        self.lease = lease
-        self.request = request
-        self.started = started
-        self.total_duration = 0  # nanoseconds from the request to the last line
-        self._iter: AsyncIterator[CompletionChunk | CompletionDone] | None = None
-        self._first: CompletionChunk | CompletionDone | None = None
-        self._closed = False
-
-    async def prime(self) -> None:
-        self._iter = aiter(self.lease.runner.completion(self.request))
-        try:
-            self._first = await anext(self._iter)
-        except StopAsyncIteration:
-            self._first = None
-        except RunnerError as e:
-            raise self.service.runner_failure(self.lease, e) from None
-
-    def _failed(self, error: RunnerError) -> None:
-        crashed = isinstance(error, RunnerCrashed)
-        self.service.scheduler.runner_failed(self.lease.entry, crashed=crashed)
-
-    async def events(self) -> AsyncIterator[CompletionChunk | CompletionDone]:
-        assert self._iter is not None
-        try:
-            item = self._first
-            while True:
-                if item is None:
-                    raise RunnerError("the runner ended the response without finishing it")
-                if isinstance(item, CompletionDone):
-                    self.total_duration = time.perf_counter_ns() - self.started
-                    yield item
-                    return
-                yield item
-                try:
-                    item = await anext(self._iter)
-                except StopAsyncIteration:
-                    item = None
-        except RunnerError as e:
-            self._failed(e)
-            raise
-        finally:
-            await self.close()
-
-    async def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        try:
-            if self._iter is not None and hasattr(self._iter, "aclose"):
-                with contextlib.suppress(RuntimeError):  # already finished or mid-cancellation
-                    await self._iter.aclose()
-        finally:
-            self.lease.release()
-
-
-@dataclass
-class Piece:
-    """One step of a parsed completion: text split into thinking and content, its tokens'
-    logprobs as the API shows them; `final` is the runner's `CompletionDone` as JSON, with
-    `total_duration` and `load_duration`, on the last step, when `tool_calls` are known.
-    `partial_calls`, on the other steps, are the calls begun so far with their arguments' text
-    so far (`OutputParser.partial_calls`), for routes that stream arguments as they grow."""
-
-    thinking: str = ""
-    content: str = ""
-    logprobs: list[dict[str, Any]] | None = None
-    tool_calls: list[ParsedCall] = field(default_factory=list)
-    final: dict[str, Any] | None = None
-    partial_calls: list[PartialCall] = field(default_factory=list)
-
-
-async def pieces(gen: Generation, parser: OutputParser) -> AsyncIterator[Piece]:
-    """The generation's events run through `parser`. A turn that is over before the model
-    ends it (`OutputParser.turn_over`: its one call written, or a call repeated) stops the
-    generation there and ends with done_reason "stop" (`_cut_short`)."""
-    events = aiter(gen.events())
-    tokens, first = 0, 0
-    try:
-        async for event in events:
-            if isinstance(event, CompletionDone):
-                thinking, content = parser.feed("")  # the parser may settle its state first
-                more_thinking, more_content, calls = parser.finish()
-                final = _final(gen, event)
-                yield Piece(thinking + more_thinking, content + more_content, None, calls, final)
-                return
-            first = first or time.perf_counter_ns()
-            tokens += len(event.logprobs) if event.logprobs else 1
-            thinking, content = parser.feed(event.content)
-            logprobs = _logprobs_json(event.logprobs)
-            yield Piece(thinking, content, logprobs, partial_calls=parser.partial_calls())
-            if parser.turn_over:
-                final = await _cut_short(gen, tokens, first)
-                _, content, calls = parser.finish()
-                yield Piece("", content, None, calls, final)
-                return
-    finally:
-        if isinstance(events, AsyncGenerator):
-            await events.aclose()
-
-
-async def _cut_short(gen: Generation, tokens: int, first: int) -> dict[str, Any]:
-    """Stop `gen` (its runner stops generating) and make its final record: done_reason
-    "stop", the tokens generated as counted from the chunks received, the prompt's tokens as
-    the runner tokenizes its text (no cache is counted: the runner's own record is lost)."""
-    request = gen.request
-    prompt_tokens = len(request.tokens or [])
-    if request.prompt:
-        with contextlib.suppress(RunnerError, AttributeError):
-            prompt_tokens = len(await gen.lease.runner.tokenize(request.prompt))
-    await gen.close()  # cancels the runner's generation, releases the lease
-    now = time.perf_counter_ns()
-    gen.total_duration = now - gen.started
-    done = CompletionDone(
-        done_reason="stop",
-        prompt_eval_count=prompt_tokens,
-        prompt_eval_duration=max(0, first - gen.started),
-        eval_count=tokens,
-        eval_duration=now - first,
-    )
-    return _final(gen, done)
-
-
-def _final(gen: Generation, done: CompletionDone) -> dict[str, Any]:
-    """The final record as JSON: the runner's, with the request's durations and `num_ctx`,
-    the context length the runner that answered holds per sequence (what the prompt was fitted
-    to: a request that set none gets the model's Modelfile value or the service's default; one
-    served by a runner already loaded with more gets that runner's)."""
-    return {
-        **to_wire(done),
-        "total_duration": gen.total_duration,
-        "load_duration": gen.lease.load_duration,
-        "num_ctx": gen.lease.entry.spec.options.num_ctx,
-    }
-
-
-def _logprobs_json(logprobs: list[TokenLogprob] | None) -> list[dict[str, Any]] | None:
-    """A chunk's logprobs as the APIs show them (Ollama's shape: the runner's)."""
-    return None if logprobs is None else [to_wire(lp) for lp in logprobs]
