@@ -231,7 +231,7 @@ class ChatState(QObject):
         self.chat_meta_changed.emit()
         self._emit_context()
 
-    # -- messages --------------------------------------------------------------------------
+    # -- messages ----------------------------------------------------------------------------
 
     def copy_message(self, message_id: int) -> str:
         msg = self._store.message(message_id)
