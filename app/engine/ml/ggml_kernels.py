@@ -79,7 +79,7 @@ _K_TYPES = frozenset({DType.Q4_K, DType.Q6_K})
 _Q8_K = 15  # ggml's activation type for the K types (not a weight type Hearth names)
 # The C side's cases and calling convention (hearth_kernels_abi): a build of other sources
 # would abort on a case it does not know, so it is not used.
-_ABI = 2
+_ABI = 3
 # The kernel's code paths (the C side's numbers), chosen per weight type at load: AVX2, or
 # AVX-512 (F, BW, VL, VNNI) for more than a few rows.
 ISA_AVX2 = 1
@@ -155,6 +155,11 @@ class FewRowsKernel:
     @property
     def types(self) -> set[DType]:
         return set(self.isa)
+
+    @property
+    def library(self) -> ctypes.CDLL:
+        """The loaded extension (its experts' entry points: ggml_experts.py)."""
+        return self._lib
 
     @classmethod
     def for_backend(cls, backend: Backend) -> FewRowsKernel | None:
