@@ -121,7 +121,7 @@ def main() -> None:
                     backend.experts_kernel = kernel  # type: ignore[attr-defined]
                     times.append(
                         time_product(backend, plain.tensor, x, ids, args.repeat)
-                        if kernel is not None and kernel.takes(dtype, n)
+                        if kernel is not None and kernel.takes(dtype, n, USED, EXPERTS)
                         else float("nan")
                     )
                     line = f"{dtype.name:5}{k:6}{m:5}{n:7}"

@@ -1086,6 +1086,43 @@ HK_TARGET void hearth_quantize_rows(void *dst, int ith, int nth, void *userdata)
                  q + i % a * d_nb[1] + i / a * d_nb[2], x_ne[0]);
 }
 
+/* The cost of one weight row of an expert with `cnt` activation rows, per block, in about
+ * the int8 products of one 32-weight group: up to HK_MAX_COLS rows go to the few-rows code
+ * (a decoding in registers per 4 rows, a group product per row), more to the many-rows code
+ * (a decoding to memory, 8 group products per 8 rows). */
+static inline int64_t hk_id_cost(int64_t cnt) {
+    if (!cnt) return 0;
+    return cnt <= HK_MAX_COLS ? 12 * ((cnt + 3) / 4) + 8 * cnt : 24 + 64 * ((cnt + 7) / 8);
+}
+
+/* Weight rows [r0, r1) of one expert times its `cnt` (<= HK_MAX_COLS) quantized activation
+ * rows by the few-rows code (as hearth_mul_mat_few does), into out[c * m + r]. */
+static HK_TARGET void hk_id_few(const hk_format *f, const char *w, size_t w_stride, int64_t r0,
+                                int64_t r1, int64_t m, int64_t nblocks, const void *const *rows,
+                                int cnt, float *xd, float *out) {
+    const int groups = (cnt + 3) / 4;
+    const void *cols[2][4];
+    for (int gi = 0; gi < groups; gi++) {
+        const int nc = cnt - 4 * gi < 4 ? cnt - 4 * gi : 4;
+        for (int j = 0; j < 4; j++) {
+            cols[gi][j] = rows[4 * gi + (j < nc ? j : 0)];
+            for (int64_t l = 0; f->block == HK_QK && l < nblocks; l++)
+                xd[gi * nblocks * 4 + l * 4 + j] =
+                    j < nc ? hk_half(((const hk_block_q8_0 *)cols[gi][j])[l].d) : 0.0f;
+        }
+    }
+    /* With two groups, both use a chunk of rows while it is in cache. */
+    const int64_t chunk = groups == 1 ? r1 - r0 : HK_CHUNK_ROWS;
+    for (int64_t c0 = r0; c0 < r1; c0 += chunk) {
+        const int64_t c1 = c0 + chunk < r1 ? c0 + chunk : r1;
+        for (int gi = 0; gi < groups; gi++) {
+            const int nc = cnt - 4 * gi < 4 ? cnt - 4 * gi : 4;
+            f->rows[nc - 1](w, w_stride, c0, c1, nblocks, cols[gi], xd + gi * nblocks * 4,
+                            out + gi * 4 * m, (size_t)m);
+        }
+    }
+}
+
 /*
  * ggml custom op equal to ggml_mul_mat_id: sources experts [k, m, E] (a many-rows type),
  * activations as hearth_quantize_rows left them [row bytes, nx, n], ids I32 [used, n];
@@ -1147,8 +1184,7 @@ HK_TARGET void hearth_mul_mat_id(void *dst, int ith, int nth, void *userdata) {
     for (int64_t e = 0; e < n_expert; e++) {
         const int64_t cnt = offsets[e + 1];
         if (cnt > most) most = cnt;
-        /* per weight row: its decoding (1), each 8 activation rows (2) */
-        total += cnt ? m * (1 + 2 * ((cnt + 7) / 8)) : 0;
+        total += m * hk_id_cost(cnt);
         offsets[e + 1] += offsets[e];
     }
     {
@@ -1175,18 +1211,23 @@ HK_TARGET void hearth_mul_mat_id(void *dst, int ith, int nth, void *userdata) {
     const int64_t tile = hk_tile_rows(kind, nblocks, m);
     const size_t packed_bytes = HK_ALIGN64(sizeof(int32_t) * hk_packed_units(kind, wide, most, nblocks));
     const size_t tile_bytes = HK_ALIGN64(kind->wblock * tile * nblocks);
-    const size_t rows_bytes = HK_ALIGN64(sizeof(void *) * most);
-    char *scratch = hk_scratch_or_die(packed_bytes + tile_bytes + 2 * rows_bytes);
+    const size_t rows_bytes = HK_ALIGN64(sizeof(void *) * (most > HK_MAX_COLS ? most : HK_MAX_COLS));
+    const size_t few_bytes = HK_ALIGN64(sizeof(float) * HK_MAX_COLS * m); /* few rows' results */
+    const size_t xd_bytes = HK_ALIGN64(sizeof(float) * 8 * nblocks); /* and scales (32-blocks) */
+    char *scratch = hk_scratch_or_die(packed_bytes + tile_bytes + 2 * rows_bytes + few_bytes +
+                                      xd_bytes);
     int32_t *packed = (int32_t *)scratch;
     char *wt = scratch + packed_bytes;
     const void **rows = (const void **)(wt + tile_bytes);
     float **outs = (float **)((char *)rows + rows_bytes);
+    float *few = (float *)((char *)outs + rows_bytes);
+    float *xd = (float *)((char *)few + few_bytes);
 
     int64_t start = 0; /* the cost before expert e */
     for (int64_t e = 0; e < n_expert && start < hi; e++) {
         const int64_t cnt = offsets[e + 1] - offsets[e];
         if (!cnt) continue;
-        const int64_t per_row = 1 + 2 * ((cnt + 7) / 8), end = start + m * per_row;
+        const int64_t per_row = hk_id_cost(cnt), end = start + m * per_row;
         /* This thread's weight rows: where its share's bounds fall, rounded to a row. */
         const int64_t b0 = lo <= start ? 0 : lo >= end ? m : (lo - start + per_row / 2) / per_row;
         const int64_t b1 = hi <= start ? 0 : hi >= end ? m : (hi - start + per_row / 2) / per_row;
@@ -1198,6 +1239,13 @@ HK_TARGET void hearth_mul_mat_id(void *dst, int ith, int nth, void *userdata) {
             rows[c] = q + (j % nx) * q_nb[1] + t * q_nb[2];
             outs[c] = (float *)(out + j * d_nb[1] + t * d_nb[2]);
         }
+        const char *we = w + e * w_nb[2];
+        if (cnt <= HK_MAX_COLS) { /* few rows: the few-rows code, then to their columns */
+            hk_id_few(f, we, w_nb[1], b0, b1, m, nblocks, rows, (int)cnt, xd, few);
+            for (int64_t c = 0; c < cnt; c++)
+                memcpy(outs[c] + b0, few + c * m + b0, sizeof(float) * (size_t)(b1 - b0));
+            continue;
+        }
         int32_t *dst_v = packed;
         for (int64_t c = 0; c < cnt;) {
             const int L = hk_lanes(wide, cnt - c);
@@ -1206,8 +1254,7 @@ HK_TARGET void hearth_mul_mat_id(void *dst, int ith, int nth, void *userdata) {
             dst_v += (int64_t)L * kind->xunits * nblocks;
             c += L;
         }
-        hk_tiles(kind, type, wide, w + e * w_nb[2], w_nb[1], b0, b1, nblocks, packed, cnt, outs,
-                 wt, tile);
+        hk_tiles(kind, type, wide, we, w_nb[1], b0, b1, nblocks, packed, cnt, outs, wt, tile);
     }
     hk_scratch_done(scratch);
     free(pairs);

@@ -15,8 +15,8 @@ the tokens are routed. `ExpertsKernel.for_backend` checks that at load as the de
 check does: ggml's mul_mat_id and the kernel on random experts, routes that give experts
 0, 1, few and many rows and activations shared by the chosen experts or one row each, on
 every code path the CPU has; a type is used on the best path that agrees bit for bit.
-Below `MIN_TOKENS` tokens (decoding) an expert has a row or two and ggml's dot product is as
-fast; those products stay ggml's.
+When most experts get a row or none (decoding: below `MIN_ROWS_PER_EXPERT` rows per expert),
+ggml's dot product is as fast, and those products stay ggml's.
 """
 
 from __future__ import annotations
@@ -34,13 +34,15 @@ from .ggml_kernels import ISA_AVX2, ISA_AVX512, FewRowsKernel, random_blocks
 if TYPE_CHECKING:
     from .api import Backend
 
-__all__ = ["ExpertsKernel", "MIN_TOKENS"]
+__all__ = ["ExpertsKernel", "MIN_ROWS_PER_EXPERT"]
 
 _log = logging.getLogger("hearth.kernels")
 
-# Tokens from which a product goes to the kernel (bench/expert_rows.py: at 8 of 128 experts
-# it is faster from about this many).
-MIN_TOKENS = 32
+# Products go to the kernel from this many (slot, token) rows per expert on average (at 8 of
+# 128 experts: from 16 tokens). Below, most experts have one row, for which ggml's dot product
+# is 10-25% faster (bench/expert_rows.py); from there on the kernel is (16 tokens: 1.3x, 64:
+# 1.5x, 256: 2x on one core), more so when tokens favour some experts, as they do.
+MIN_ROWS_PER_EXPERT = 1
 # Weight types (weights per block, bytes per block) and their activations' block bytes.
 _BLOCKS = {
     DType.Q4_K: (256, 144, 292),
@@ -98,19 +100,22 @@ class ExpertsKernel:
                 )
         return kernel if kernel.isa else None
 
-    def takes(self, dtype: DType, tokens: int) -> bool:
-        """Whether products of experts of `dtype` for `tokens` tokens go to the kernel."""
-        return dtype in self.isa and tokens >= MIN_TOKENS
+    def takes(self, dtype: DType, tokens: int, used: int, experts: int) -> bool:
+        """Whether the products of `tokens` tokens choosing `used` of `experts` experts of
+        `dtype` go to the kernel: two tokens or more, MIN_ROWS_PER_EXPERT rows per expert."""
+        return (
+            dtype in self.isa and tokens >= 2 and tokens * used >= MIN_ROWS_PER_EXPERT * experts
+        )
 
     def applies(self, experts: Any, b: Any, ids: Any) -> bool:
         """Whether `ggml_mul_mat_id(experts, b, ids)` (ctypes tensor pointers) can be this
-        kernel: plain blocks in host memory, F32 activations, I32 ids, MIN_TOKENS tokens."""
+        kernel: plain blocks in host memory, F32 activations, I32 ids, enough tokens (`takes`)."""
         w, x, i = experts.contents, b.contents, ids.contents
         if w.type not in self.isa:
             return False
         per_block, block_bytes, _ = _BLOCKS[DType(w.type)]
         return (
-            self.takes(DType(w.type), i.ne[1])
+            self.takes(DType(w.type), i.ne[1], i.ne[0], w.ne[2])
             and w.nb[0] == block_bytes
             and (not w.buffer or g.ggml_backend_buffer_is_host(w.buffer))
             and w.ne[0] % per_block == 0
@@ -154,16 +159,18 @@ class ExpertsKernel:
 
     def _agrees_with_ggml(self, backend: Backend, dtype: DType, isa: int) -> bool:
         """Kernel (on code path `isa`) and ggml's mul_mat_id give equal bits: 40 tokens
-        choosing 2 of 7 experts, which get 40 rows (every token), 17, 9, 8, 5, 1 and none, in
-        mixed slots; activations shared by a token's experts, or one row per expert."""
+        choosing 3 of 11 experts, which get 40 rows (every token), 31, 17, 9, 8, 5, 4, 3, 2,
+        1 and none (each of the kernel's cases), in mixed slots (a token may choose an expert
+        twice); activations shared by a token's experts, or one row per expert."""
         rng = np.random.default_rng(int(dtype) + 100)
         per_block = _BLOCKS[dtype][0]
-        k, m, n_expert, used, n = 2 * per_block, 37, 7, 2, 40
+        k, m, n_expert, used, n = 2 * per_block, 37, 11, 3, 40
         weights = random_blocks(dtype, m * n_expert, k, rng)
-        others = rng.permutation(np.repeat([1, 2, 3, 4, 6], [17, 9, 8, 5, 1]))
-        ids = np.stack([np.zeros(n, np.int32), others.astype(np.int32)], axis=1)
-        swap = rng.random(n) < 0.5
-        ids[swap] = ids[swap][:, ::-1]
+        counts = [31, 17, 9, 8, 5, 4, 3, 2, 1]
+        others = rng.permutation(np.repeat(np.arange(1, 10), counts)).reshape(n, 2)
+        ids = np.concatenate([np.zeros((n, 1), np.int64), others], axis=1)
+        ids = np.take_along_axis(ids, rng.permuted(np.tile(np.arange(used), (n, 1)), axis=1), 1)
+        ids = ids.astype(np.int32)
         ctx = backend.new_context(32)
         saved = self.isa.get(dtype)
         self.isa[dtype] = isa
