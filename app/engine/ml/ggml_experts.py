@@ -100,6 +100,15 @@ class ExpertsKernel:
                 )
         return kernel if kernel.isa else None
 
+    def using(self, isa: int) -> ExpertsKernel:
+        """A copy that runs every enabled type it can on code path `isa` (for checks and
+        tests; Q8_0 only on AVX-512)."""
+        if isa not in (ISA_AVX2, ISA_AVX512) or isa > max(self.isa.values()):
+            raise ValueError(f"code path {isa} is not enabled here")
+        other = ExpertsKernel(self._lib)
+        other.isa = {t: isa for t in self.isa if _path_takes(t, isa)}
+        return other
+
     def takes(self, dtype: DType, tokens: int, used: int, experts: int) -> bool:
         """Whether the products of `tokens` tokens choosing `used` of `experts` experts of
         `dtype` go to the kernel: two tokens or more, MIN_ROWS_PER_EXPERT rows per expert."""
