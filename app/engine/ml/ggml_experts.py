@@ -112,9 +112,7 @@ class ExpertsKernel:
     def takes(self, dtype: DType, tokens: int, used: int, experts: int) -> bool:
         """Whether the products of `tokens` tokens choosing `used` of `experts` experts of
         `dtype` go to the kernel: two tokens or more, MIN_ROWS_PER_EXPERT rows per expert."""
-        return (
-            dtype in self.isa and tokens >= 2 and tokens * used >= MIN_ROWS_PER_EXPERT * experts
-        )
+        return dtype in self.isa and tokens >= 2 and tokens * used >= MIN_ROWS_PER_EXPERT * experts
 
     def applies(self, experts: Any, b: Any, ids: Any) -> bool:
         """Whether `ggml_mul_mat_id(experts, b, ids)` (ctypes tensor pointers) can be this
