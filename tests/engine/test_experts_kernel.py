@@ -269,3 +269,43 @@ def test_kept_to_avx2_by_the_environment(monkeypatch, backend, kernel):
     assert checked is not None
     assert set(checked.isa.values()) == {ISA_AVX2}
     assert {DType.Q4_K, DType.Q6_K} <= set(checked.isa) and DType.Q8_0 not in checked.isa
+
+
+def test_the_load_probe_finds_expert_products_invariant_and_would_see_otherwise(
+    backend, kernel, monkeypatch
+):
+    """`probe_experts` (run at load for each experts' type) on 128 experts choosing 8: the
+    engine's product (this kernel for the whole batch, ggml's for the small ones) keeps rows
+    apart from their batch, as the tests above check directly; a product whose rows depend on
+    the batch size is caught."""
+    from hearth.engine.ml.ggml import GGMLContext, GGMLTensor, metadata_context
+    from hearth.engine.ml.invariance import ProductRule, probe_experts
+
+    raw, _ = _experts(DType.Q4_K, 256, 16, 128, seed=5)
+    meta = metadata_context(2)  # the experts in a buffer of their own, as a model's weights
+    p = g.ggml_new_tensor_3d(meta, int(DType.Q4_K), 256, 16, 128)
+    buf = g.ggml_backend_alloc_ctx_tensors_from_buft(meta, backend.cpu_buffer_type)
+    g.ggml_backend_tensor_set(p, raw.ctypes.data, 0, raw.nbytes)
+    w = GGMLTensor(p, meta)
+    try:
+        calls = []
+        real = GGMLContext.mul_mat_id
+
+        def counted(self, *args):
+            y = real(self, *args)
+            calls.append(y.ptr.contents.op)
+            return y
+
+        monkeypatch.setattr(GGMLContext, "mul_mat_id", counted)
+        assert probe_experts(backend, w, 8) is ProductRule.INVARIANT
+        assert {g.GGML_OP_CUSTOM, g.GGML_OP_MUL_MAT_ID} <= set(calls)
+
+        def by_batch(self, *args):
+            y = real(self, *args)
+            return self.scale(y, 1.0 + 1e-3 * y.dim(2))
+
+        monkeypatch.setattr(GGMLContext, "mul_mat_id", by_batch)
+        assert probe_experts(backend, w, 8) is ProductRule.NOT_INVARIANT
+    finally:
+        g.ggml_backend_buffer_free(buf)
+        g.ggml_free(meta)

@@ -46,10 +46,13 @@ def test_config_reads_the_experts_and_renormalises_by_default():
     assert cfg.key_length == 128 and cfg.rope.neox
 
 
-def _logits(path, passes, experts_kernel: bool = True) -> list[np.ndarray]:
+def _logits(path, passes, experts_kernel: bool = True, reports: list | None = None):
     """Hearth's logits for each pass of `passes` ((ids, positions, sequences), every row's
-    logits), one engine with two sequences; `experts_kernel=False`: ggml's mul_mat_id."""
+    logits), one engine with two sequences; `experts_kernel=False`: ggml's mul_mat_id. The
+    load's invariance report is added to `reports`."""
     loaded = load_installed_model(path, num_threads=2)
+    if reports is not None:
+        reports.append(loaded.weights.invariance_report())
     if not experts_kernel:
         loaded.backend.experts_kernel = None
     engine = ForwardEngine(loaded, num_ctx=256, num_batch=128, parallel=2)
@@ -97,11 +100,15 @@ def test_k_quant_experts_take_hearths_kernel_exactly(tmp_path):
         calls.append(1)
         return real(self, *args)
 
+    reports: list = []
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(ExpertsKernel, "mul_mat_id", counted)
-        ours, mixed, *parts = _logits(path, [alone, beside, *pieces])
+        ours, mixed, *parts = _logits(path, [alone, beside, *pieces], reports=reports)
     if not calls:
         pytest.skip("Hearth's experts' kernel is not in use on this machine")
+    # The load probed the experts' products too, and claims what the checks below find.
+    claims = {k: r for k, r in reports[0].products.items() if " experts " in k}
+    assert "Q4_K experts (CPU)" in claims and all(r.holds for r in claims.values())
     (ggml_only,) = _logits(path, [alone], experts_kernel=False)
     assert np.array_equal(ours, ggml_only)
     assert np.array_equal(mixed[len(b) :], ours)
