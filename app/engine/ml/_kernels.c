@@ -59,8 +59,9 @@
  * on random data before it uses the kernel, and falls back to ggml's mul_mat when a check
  * fails or the CPU lacks AVX2.
  *
- * The entry point has ggml's custom-op signature and runs on ggml's own worker threads;
- * rows are split between them. Tensor fields are read through byte offsets given at init
+ * The entry points (hearth_mul_mat_few; for routed experts, hearth_quantize_rows and
+ * hearth_mul_mat_id, "Routed experts" below) have ggml's custom-op signature and run on
+ * ggml's own worker threads; the work is split between them. Tensor fields are read through byte offsets given at init
  * (from the ctypes description of struct ggml_tensor), so no ggml header is needed here.
  */
 #define PY_SSIZE_T_CLEAN

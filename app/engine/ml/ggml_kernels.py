@@ -25,7 +25,8 @@ covering each code path's cases (`_CHECK_ROWS`), on every code path the CPU has 
 and AVX2), and enables a type, on the best path that agrees, only where all results are
 equal (about 0.05 s on two cores). Where the extension is missing, the CPU lacks
 AVX2/FMA/F16C, the check fails, or `HEARTH_CPU_KERNELS=0` is set, graphs use ggml's mul_mat
-as before; `HEARTH_CPU_KERNELS=avx2` keeps the kernel to its AVX2 code.
+as before; `HEARTH_CPU_KERNELS=avx2` keeps the kernel to its AVX2 code. Routed experts'
+products (`mul_mat_id`) use the same code through `ggml_experts.py`, checked there likewise.
 """
 
 from __future__ import annotations
