@@ -81,11 +81,11 @@ class ExpertsKernel:
         passed) is None, or no type agrees with ggml. The check runs once per process."""
         if rows is None:
             return None
-        global _checked
         key = (id(rows), rows.best_isa)
-        if _checked.get("key") != key:
-            _checked.update(key=key, kernel=cls._checked_on(backend, rows))
-        return _checked["kernel"]  # type: ignore[no-any-return]
+        if key not in _checked:
+            _checked.clear()
+            _checked[key] = cls._checked_on(backend, rows)
+        return _checked[key]
 
     @classmethod
     def _checked_on(cls, backend: Backend, rows: FewRowsKernel) -> ExpertsKernel | None:
@@ -206,4 +206,5 @@ class ExpertsKernel:
             ctx.close()
 
 
-_checked: dict[str, object] = {}
+# The check's outcome for the process's dense kernel (one entry).
+_checked: dict[tuple[int, int], ExpertsKernel | None] = {}

@@ -232,13 +232,14 @@ class WeightStore:
             if f"{kind} ({buft})" in self.product_rules:
                 continue
             if experts:
-                rule = probe_experts(self.backend, slot.tensor, used)
-            else:
-                key = layout_key(slot.tensor.ptr)
-                rule = self.backend.product_rules.get(key)
-                if rule is None:
-                    rule = probe_product(self.backend, slot.tensor)
-                    self.backend.product_rules[key] = rule
+                self.product_rules[f"{kind} ({buft})"] = probe_experts(
+                    self.backend, slot.tensor, used
+                )
+                continue
+            key = layout_key(slot.tensor.ptr)
+            rule = self.backend.product_rules.get(key)
+            if rule is None:
+                rule = self.backend.product_rules[key] = probe_product(self.backend, slot.tensor)
             self.product_rules[f"{kind} ({buft})"] = rule
 
     def invariance_report(self) -> InvarianceReport:
