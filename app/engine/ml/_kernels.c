@@ -61,8 +61,9 @@
  *
  * The entry points (hearth_mul_mat_few; for routed experts, hearth_quantize_rows and
  * hearth_mul_mat_id, "Routed experts" below) have ggml's custom-op signature and run on
- * ggml's own worker threads; the work is split between them. Tensor fields are read through byte offsets given at init
- * (from the ctypes description of struct ggml_tensor), so no ggml header is needed here.
+ * ggml's own worker threads; the work is split between them. Tensor fields are read
+ * through byte offsets given at init (from the ctypes description of struct ggml_tensor),
+ * so no ggml header is needed here.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -629,8 +630,9 @@ static HK_TARGET void hk_pack_rows(int type, const void *const *rows_, int nrows
 
 /* The microkernel: weight rows [r0, r1) (decoded, wt[(r - r0) * nblocks + b]) times one
  * packed vector of activation rows; outs[c][r] for the first nc lanes c (each lane's output
- * row has a pointer of its own: a dense product's are evenly spaced, experts' scattered). Written once
- * with the vector operations as macros, instantiated per instruction set and width. */
+ * row has a pointer of its own: a dense product's are evenly spaced, experts' scattered).
+ * Written once with the vector operations as macros, instantiated per instruction set and
+ * width. */
 #define HK_MANY_BODY(TYPE, L, UNROLL_G, VI, VF, ZI, ZF, LDI, LDF, B32, BF, DOT, MADD, CVT, FMA,  \
                      MUL, ADD, STF)                                                             \
     for (int64_t r = r0; r < r1; r++) {                                                        \
@@ -1024,7 +1026,8 @@ static HK_TARGET void hk_mul_mat_many(int isa, int type, const char *w, size_t w
 
     const int64_t na = a1 - a0;
     const int64_t tile = hk_tile_rows(kind, nblocks, r1 - r0);
-    const size_t packed_bytes = HK_ALIGN64(sizeof(int32_t) * hk_packed_units(kind, wide, na, nblocks));
+    const size_t packed_bytes =
+        HK_ALIGN64(sizeof(int32_t) * hk_packed_units(kind, wide, na, nblocks));
     const size_t tile_bytes = HK_ALIGN64(kind->wblock * tile * nblocks);
     const size_t quant_bytes = HK_ALIGN64(kind->qblock * 16 * nblocks);
     const size_t outs_bytes = sizeof(float *) * na;
@@ -1210,9 +1213,11 @@ HK_TARGET void hearth_mul_mat_id(void *dst, int ith, int nth, void *userdata) {
         return;
     }
     const int64_t tile = hk_tile_rows(kind, nblocks, m);
-    const size_t packed_bytes = HK_ALIGN64(sizeof(int32_t) * hk_packed_units(kind, wide, most, nblocks));
+    const size_t packed_bytes =
+        HK_ALIGN64(sizeof(int32_t) * hk_packed_units(kind, wide, most, nblocks));
     const size_t tile_bytes = HK_ALIGN64(kind->wblock * tile * nblocks);
-    const size_t rows_bytes = HK_ALIGN64(sizeof(void *) * (most > HK_MAX_COLS ? most : HK_MAX_COLS));
+    const size_t rows_bytes =
+        HK_ALIGN64(sizeof(void *) * (most > HK_MAX_COLS ? most : HK_MAX_COLS));
     const size_t few_bytes = HK_ALIGN64(sizeof(float) * HK_MAX_COLS * m); /* few rows' results */
     const size_t xd_bytes = HK_ALIGN64(sizeof(float) * 8 * nblocks); /* and scales (32-blocks) */
     char *scratch = hk_scratch_or_die(packed_bytes + tile_bytes + 2 * rows_bytes + few_bytes +
