@@ -8,7 +8,7 @@ random, prints the time of one mul_mat_id (minimum over `--repeat` runs of the g
   plain     ggml's mul_mat_id on plain blocks (vec_dot, one weight row and row at a time)
   repacked  ggml's mul_mat_id on the CPU_REPACK layout (what llama.cpp uses for Q4_K; not
             batch-invariant, so Hearth does not)
-  hearth    Hearth's kernel (ggml_kernels.ExpertsKernel: the activations quantized once by a
+  hearth    Hearth's kernel (ggml_experts.ExpertsKernel: the activations quantized once by a
             node of their own, then each expert times the rows routed to it), "-" where it
             leaves the case to ggml
 Only times printed in the same run are comparable.
