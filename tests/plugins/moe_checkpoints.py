@@ -43,19 +43,22 @@ def _randomize_experts(model: object, seed: int, fan_in_axis: int) -> None:
                 p.copy_(torch.randn(p.shape, generator=gen) / p.shape[fan_in_axis] ** 0.5)
 
 
-def build_tiny_qwen3moe(folder: Path, seed: int = 5) -> Path:
-    """A `Qwen3MoeForCausalLM` folder: 2 layers, 64 wide, 4 heads of 16 (2 KV heads), 8
-    experts of 32, 2 per token, normalised top-k weights."""
+def build_tiny_qwen3moe(
+    folder: Path, seed: int = 5, width: int = 64, expert_ff: int = 32, experts: int = 8
+) -> Path:
+    """A `Qwen3MoeForCausalLM` folder: 2 layers, `width` wide (default 64), 4 heads of 16 (2
+    KV heads), `experts` experts (8) of `expert_ff` (32), 2 per token, normalised top-k
+    weights."""
     import torch
     from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
 
     ids = write_bpe_tokenizer(folder, 400, ("<|im_start|>", "<|im_end|>"), CHATML)
     config = Qwen3MoeConfig(
         vocab_size=max(ids.values()) + 1,
-        hidden_size=64,
+        hidden_size=width,
         intermediate_size=96,
-        moe_intermediate_size=32,
-        num_experts=8,
+        moe_intermediate_size=expert_ff,
+        num_experts=experts,
         num_experts_per_tok=2,
         norm_topk_prob=True,
         decoder_sparse_step=1,
@@ -121,11 +124,26 @@ def build_tiny_gpt_oss(folder: Path, seed: int = 9, window: int = 16) -> Path:
     return folder
 
 
-def tiny_qwen3moe_gguf(work: Path) -> Path:
+def tiny_qwen3moe_gguf(work: Path, **sizes: int) -> Path:
+    """build_tiny_qwen3moe(`sizes`) converted by llama.cpp's converter."""
     out = work / "tiny-qwen3moe.gguf"
-    hf = build_tiny_qwen3moe(work / "hf-qwen3moe")
+    hf = build_tiny_qwen3moe(work / "hf-qwen3moe", **sizes)
     run_llamacpp_converter(llamacpp_converter(), hf, out, mmproj=False, bpe_pre="qwen2")
     return out
+
+
+def llamacpp_quantized(src: Path, dst: Path, ftype: str) -> Path:
+    """`src` through llama.cpp's quantizer as `ftype` (a llama.cpp file type: Q4_K_M...)."""
+    import hearth.plugins.testing as testing
+
+    script = Path(testing.__file__).parent / "llamacpp_quantize.py"
+    proc = subprocess.run(
+        [sys.executable, str(script), str(src), str(dst), ftype, "2"],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return dst
 
 
 def tiny_gpt_oss_gguf(work: Path, window: int = 16) -> Path:
@@ -166,13 +184,4 @@ def mxfp4_experts(src: Path, dst: Path) -> Path:
 
 def quantize_mxfp4_moe(src: Path, dst: Path) -> Path:
     """`src` through llama.cpp's quantizer as MXFP4_MOE: experts MXFP4, the rest Q8_0."""
-    import hearth.plugins.testing as testing
-
-    script = Path(testing.__file__).parent / "llamacpp_quantize.py"
-    proc = subprocess.run(
-        [sys.executable, str(script), str(src), str(dst), "MXFP4_MOE", "2"],
-        capture_output=True,
-        text=True,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return dst
+    return llamacpp_quantized(src, dst, "MXFP4_MOE")

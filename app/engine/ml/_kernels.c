@@ -59,9 +59,11 @@
  * on random data before it uses the kernel, and falls back to ggml's mul_mat when a check
  * fails or the CPU lacks AVX2.
  *
- * The entry point has ggml's custom-op signature and runs on ggml's own worker threads;
- * rows are split between them. Tensor fields are read through byte offsets given at init
- * (from the ctypes description of struct ggml_tensor), so no ggml header is needed here.
+ * The entry points (hearth_mul_mat_few; for routed experts, hearth_quantize_rows and
+ * hearth_mul_mat_id, "Routed experts" below) have ggml's custom-op signature and run on
+ * ggml's own worker threads; the work is split between them. Tensor fields are read
+ * through byte offsets given at init (from the ctypes description of struct ggml_tensor),
+ * so no ggml header is needed here.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -121,7 +123,7 @@ int hearth_kernels_init(void *quantize_q8_0, void *quantize_q8_K, size_t off_typ
 
 /* The cases and userdata the entry point takes (Python's ggml_kernels._ABI must match: a
  * stale build would otherwise abort on a case it does not know). */
-int hearth_kernels_abi(void) { return 2; }
+int hearth_kernels_abi(void) { return 3; }
 
 /* Whether K-quant activations are quantized by Hearth's vectorized copy of ggml's quantizer
  * (1), or by ggml's own function (0: it differed from ggml's, or no x86). */
@@ -627,8 +629,10 @@ static HK_TARGET void hk_pack_rows(int type, const void *const *rows_, int nrows
 }
 
 /* The microkernel: weight rows [r0, r1) (decoded, wt[(r - r0) * nblocks + b]) times one
- * packed vector of activation rows; out[c * os + r] for the first nc lanes c. Written once
- * with the vector operations as macros, instantiated per instruction set and width. */
+ * packed vector of activation rows; outs[c][r] for the first nc lanes c (each lane's output
+ * row has a pointer of its own: a dense product's are evenly spaced, experts' scattered).
+ * Written once with the vector operations as macros, instantiated per instruction set and
+ * width. */
 #define HK_MANY_BODY(TYPE, L, UNROLL_G, VI, VF, ZI, ZF, LDI, LDF, B32, BF, DOT, MADD, CVT, FMA,  \
                      MUL, ADD, STF)                                                             \
     for (int64_t r = r0; r < r1; r++) {                                                        \
@@ -664,17 +668,17 @@ static HK_TARGET void hk_pack_rows(int type, const void *const *rows_, int nrows
         if (TYPE == HK_Q4_K) sum = ADD(sum, ADD(ADD(macc[0], macc[2]), ADD(macc[1], macc[3]))); \
         float lanes[L] __attribute__((aligned(64)));                                           \
         STF(lanes, sum);                                                                       \
-        for (int c = 0; c < nc; c++) out[c * os + r] = lanes[c];                               \
+        for (int c = 0; c < nc; c++) outs[c][r] = lanes[c];                                    \
     }
 
-typedef void (*hk_many_fn)(const void *, int64_t, int64_t, int64_t, const int32_t *, int, float *,
-                           size_t);
+typedef void (*hk_many_fn)(const void *, int64_t, int64_t, int64_t, const int32_t *, int,
+                           float *const *);
 
 #define HK_MANY_FN(NAME, TARGET, TYPE, L, UNROLL_G, ...)                                       \
     static TARGET __attribute__((noinline)) void NAME(const void *wt_, int64_t r0,             \
                                                       int64_t r1, int64_t nblocks,             \
-                                                      const int32_t *xv, int nc, float *out,   \
-                                                      size_t os) {                             \
+                                                      const int32_t *xv, int nc,               \
+                                                      float *const *outs) {                    \
         HK_MANY_BODY(TYPE, L, UNROLL_G, __VA_ARGS__)                                           \
     }
 
@@ -783,13 +787,13 @@ static HK_TARGET void hk_pack_rows32(int type, const void *const *rows_, int nro
                            ADD(ADD(facc[5], facc[1]), ADD(facc[7], facc[3])));                 \
         float lanes[L] __attribute__((aligned(64)));                                           \
         STF(lanes, sum);                                                                       \
-        for (int c = 0; c < nc; c++) out[c * os + r] = lanes[c];                               \
+        for (int c = 0; c < nc; c++) outs[c][r] = lanes[c];                                    \
     }
 
 #define HK_MANY32_FN(NAME, TARGET, L, ...)                                                     \
     static TARGET __attribute__((noinline)) void NAME(                                         \
         const void *wt_, int64_t r0, int64_t r1, int64_t nblocks, const int32_t *xv, int nc,   \
-        float *out, size_t os) {                                                               \
+        float *const *outs) {                                                                  \
         HK_MANY32_BODY(L, __VA_ARGS__)                                                         \
     }
 #define HK_512_DPBUSD(acc, u, s) _mm512_dpbusd_epi32(acc, u, s)
@@ -922,6 +926,76 @@ static const hk_many_kind hk_many_32avx2 = {
     sizeof(hk_wblock32), HK_XB32_UNITS, sizeof(hk_block_q8_0), hk_wdecode_32, hk_pack_rows32,
     {hk_many32_avx2, hk_many32_avx2}, {hk_many32_avx2, hk_many32_avx2}};
 
+static const hk_many_kind *hk_kind_of(int isa, int type) {
+    const int k_family = type == HK_Q4_K || type == HK_Q6_K;
+    if (isa >= HK_ISA_AVX512) return k_family ? &hk_many_k512 : &hk_many_32;
+    return k_family ? &hk_many_k256 : &hk_many_32avx2;
+}
+
+/* The activation format's quantizer (Q8_K for the K types, else Q8_0) and its block. */
+static hk_quantize_fn hk_quantizer_of(int type, int64_t *block_k) {
+    const int k_family = type == HK_Q4_K || type == HK_Q6_K;
+    *block_k = k_family ? HK_QK_K : HK_QK;
+    return k_family ? hk_quantize_q8_K : hk.quantize_q8_0;
+}
+
+/* Lanes of the vector that takes the next of `left` activation rows: 16 on the wide path
+ * (8 for a short last group), else 8. */
+static inline int hk_lanes(int wide, int64_t left) { return wide && left > 8 ? 16 : 8; }
+
+/* int32 units of `na` activation rows packed in vectors. */
+static int64_t hk_packed_units(const hk_many_kind *kind, int wide, int64_t na, int64_t nblocks) {
+    int64_t units = 0;
+    for (int64_t c = 0; c < na;) {
+        const int L = hk_lanes(wide, na - c);
+        units += (int64_t)L * kind->xunits * nblocks;
+        c += L;
+    }
+    return units;
+}
+
+/* Weight rows [r0, r1) times `na` packed activation rows, a tile of `tile` decoded weight
+ * rows (in `wt`) at a time; row c's outputs go to outs[c][r]. */
+static HK_TARGET void hk_tiles(const hk_many_kind *kind, int type, int wide, const char *w,
+                               size_t w_stride, int64_t r0, int64_t r1, int64_t nblocks,
+                               const int32_t *packed, int64_t na, float *const *outs, char *wt,
+                               int64_t tile) {
+    const hk_many_fn full = kind->full[type == HK_Q6_K], half = kind->half[type == HK_Q6_K];
+    for (int64_t t0 = r0; t0 < r1; t0 += tile) {
+        const int64_t t1 = t0 + tile < r1 ? t0 + tile : r1;
+        for (int64_t r = t0; r < t1; r++)
+            for (int64_t b = 0; b < nblocks; b++)
+                kind->decode(type, w + r * w_stride, b,
+                             wt + ((r - t0) * nblocks + b) * kind->wblock);
+        const int32_t *xv = packed;
+        for (int64_t c = 0; c < na;) {
+            const int L = hk_lanes(wide, na - c);
+            const int nr = na - c < L ? (int)(na - c) : L;
+            (L == 16 ? full : half)(wt, t0, t1, nblocks, xv, nr, outs + c);
+            xv += (int64_t)L * kind->xunits * nblocks;
+            c += L;
+        }
+    }
+}
+
+/* Decoded weight rows per tile (HK_TILE_BYTES), at most `rows`. */
+static int64_t hk_tile_rows(const hk_many_kind *kind, int64_t nblocks, int64_t rows) {
+    int64_t tile = HK_TILE_BYTES / (nblocks * (int64_t)kind->wblock);
+    if (tile < 1) tile = 1;
+    return tile > rows ? rows : tile;
+}
+
+static char *hk_scratch_or_die(size_t size) {
+    char *p = hk_scratch_get(size);
+    if (!p) { /* as ggml does: no silent wrong numbers (the runner is a subprocess) */
+        fputs("hearth: out of memory in the many-rows kernel\n", stderr);
+        abort();
+    }
+    return p;
+}
+
+#define HK_ALIGN64(n) (((size_t)(n) + 63) & ~(size_t)63)
+
 /*
  * Weights [k, m] (nblocks blocks a row) times n activation rows, for this thread (ith of
  * nth). Threads take a share of the activation rows each where there are enough (each
@@ -932,12 +1006,10 @@ static HK_TARGET void hk_mul_mat_many(int isa, int type, const char *w, size_t w
                                       int64_t m, int64_t nblocks, const char *x,
                                       size_t x_stride, int64_t n, float *out, size_t os,
                                       int ith, int nth) {
-    const int k_family = type == HK_Q4_K || type == HK_Q6_K;
-    const int wide = isa >= HK_ISA_AVX512; /* 16-row vectors (8 for a short last one) */
-    const hk_many_kind *kind = wide ? (k_family ? &hk_many_k512 : &hk_many_32)
-                                    : (k_family ? &hk_many_k256 : &hk_many_32avx2);
-    const hk_quantize_fn quantize = k_family ? hk_quantize_q8_K : hk.quantize_q8_0;
-    const int64_t block_k = k_family ? HK_QK_K : HK_QK;
+    const int wide = isa >= HK_ISA_AVX512;
+    const hk_many_kind *kind = hk_kind_of(isa, type);
+    int64_t block_k;
+    const hk_quantize_fn quantize = hk_quantizer_of(type, &block_k);
 
     int nt_c = 1; /* threads along the activation rows: each at least 32 of them */
     for (int d = nth; d >= 1; d--)
@@ -953,63 +1025,246 @@ static HK_TARGET void hk_mul_mat_many(int isa, int type, const char *w, size_t w
     if (a0 >= a1 || r0 >= r1) return;
 
     const int64_t na = a1 - a0;
-    int64_t packed_units = 0; /* all row groups (vectors), in int32 */
-    for (int64_t c = 0; c < na;) {
-        const int L = wide && na - c > 8 ? 16 : 8;
-        packed_units += (int64_t)L * kind->xunits * nblocks;
-        c += L;
-    }
-    int64_t tile = HK_TILE_BYTES / (nblocks * (int64_t)kind->wblock);
-    if (tile < 1) tile = 1;
-    if (tile > r1 - r0) tile = r1 - r0;
-
-    const size_t packed_bytes = sizeof(int32_t) * packed_units;
-    const size_t tile_bytes = (kind->wblock * tile * nblocks + 63) & ~(size_t)63;
-    const size_t quant_bytes = (kind->qblock * 16 * nblocks + 63) & ~(size_t)63;
-    char *scratch = hk_scratch_get(packed_bytes + tile_bytes + quant_bytes);
-    if (!scratch) {
-        fputs("hearth: out of memory in the many-rows kernel\n", stderr);
-        abort();
-    }
+    const int64_t tile = hk_tile_rows(kind, nblocks, r1 - r0);
+    const size_t packed_bytes =
+        HK_ALIGN64(sizeof(int32_t) * hk_packed_units(kind, wide, na, nblocks));
+    const size_t tile_bytes = HK_ALIGN64(kind->wblock * tile * nblocks);
+    const size_t quant_bytes = HK_ALIGN64(kind->qblock * 16 * nblocks);
+    const size_t outs_bytes = sizeof(float *) * na;
+    char *scratch = hk_scratch_or_die(packed_bytes + tile_bytes + quant_bytes + outs_bytes);
     int32_t *packed = (int32_t *)scratch;
     char *wt = scratch + packed_bytes;
-    char *quant = scratch + packed_bytes + tile_bytes;
+    char *quant = wt + tile_bytes;
+    float **outs = (float **)(quant + quant_bytes);
 
     /* Quantize and pack this thread's activation rows, a group at a time. */
-    {
-        int32_t *dst = packed;
-        for (int64_t c = 0; c < na;) {
-            const int L = wide && na - c > 8 ? 16 : 8;
-            const int nr = na - c < L ? (int)(na - c) : L;
-            const void *rows[16];
-            for (int j = 0; j < nr; j++) {
-                char *q = quant + j * kind->qblock * nblocks;
-                quantize((const float *)(x + (a0 + c + j) * x_stride), q, nblocks * block_k);
-                rows[j] = q;
-            }
-            kind->pack(type, rows, nr, L, nblocks, dst);
-            dst += (int64_t)L * kind->xunits * nblocks;
-            c += L;
+    int32_t *dst = packed;
+    for (int64_t c = 0; c < na;) {
+        const int L = hk_lanes(wide, na - c);
+        const int nr = na - c < L ? (int)(na - c) : L;
+        const void *rows[16];
+        for (int j = 0; j < nr; j++) {
+            char *q = quant + j * kind->qblock * nblocks;
+            quantize((const float *)(x + (a0 + c + j) * x_stride), q, nblocks * block_k);
+            rows[j] = q;
         }
+        kind->pack(type, rows, nr, L, nblocks, dst);
+        dst += (int64_t)L * kind->xunits * nblocks;
+        c += L;
+    }
+    for (int64_t c = 0; c < na; c++) outs[c] = out + (a0 + c) * os;
+    hk_tiles(kind, type, wide, w, w_stride, r0, r1, nblocks, packed, na, outs, wt, tile);
+    hk_scratch_done(scratch);
+}
+
+/* ---- Routed experts (ggml_mul_mat_id) ---------------------------------------------------
+ *
+ * A prompt's tokens each choose a few experts (Qwen3-30B-A3B: 8 of 128), so an expert
+ * multiplies the rows of the tokens that chose it, about 16 of them in a 256-token prompt.
+ * ggml computes that with its one-row dot product, row by row; here every expert is one
+ * many-rows product over its rows, with the same arithmetic per element (the contract above),
+ * so the numbers are ggml's and a row's do not depend on the rows beside it. Two nodes: the
+ * activations are quantized once (hearth_quantize_rows; the gate and up products of a layer
+ * share them), then each expert's rows are gathered, packed and multiplied
+ * (hearth_mul_mat_id).
+ */
+
+/*
+ * ggml custom op: source x f32 [k, a, b] (any row strides), destination I8 [row bytes, a, b]
+ * contiguous, each row quantized to the activation format of weight type `userdata`
+ * (Q8_K for the K types, else Q8_0), as ggml quantizes a product's activations. Threads take
+ * rows in turn.
+ */
+HK_TARGET void hearth_quantize_rows(void *dst, int ith, int nth, void *userdata) {
+    void *x_t = ((void *const *)((char *)dst + hk.src))[0];
+    const int64_t *x_ne = &HK_FIELD(x_t, hk.ne, int64_t);
+    const size_t *x_nb = &HK_FIELD(x_t, hk.nb, size_t);
+    const size_t *d_nb = &HK_FIELD(dst, hk.nb, size_t);
+    const char *x = HK_FIELD(x_t, hk.data, const char *);
+    char *q = HK_FIELD(dst, hk.data, char *);
+    int64_t block_k;
+    const hk_quantize_fn quantize = hk_quantizer_of((int)(intptr_t)userdata, &block_k);
+    const int64_t a = x_ne[1], rows = x_ne[1] * x_ne[2];
+    for (int64_t i = ith; i < rows; i += nth)
+        quantize((const float *)(x + i % a * x_nb[1] + i / a * x_nb[2]),
+                 q + i % a * d_nb[1] + i / a * d_nb[2], x_ne[0]);
+}
+
+/* The cost of one weight row of an expert with `cnt` activation rows, per block, in about
+ * the int8 products of one 32-weight group: up to HK_MAX_COLS rows go to the few-rows code
+ * (a decoding in registers per 4 rows, a group product per row), more to the many-rows code
+ * (a decoding to memory, 8 group products per 8 rows). */
+static inline int64_t hk_id_cost(int64_t cnt) {
+    if (!cnt) return 0;
+    return cnt <= HK_MAX_COLS ? 12 * ((cnt + 3) / 4) + 8 * cnt : 24 + 64 * ((cnt + 7) / 8);
+}
+
+/* Weight rows [r0, r1) of one expert times its `cnt` (<= HK_MAX_COLS) quantized activation
+ * rows by the few-rows code (as hearth_mul_mat_few does), into out[c * m + r]. */
+static HK_TARGET void hk_id_few(const hk_format *f, const char *w, size_t w_stride, int64_t r0,
+                                int64_t r1, int64_t m, int64_t nblocks, const void *const *rows,
+                                int cnt, float *xd, float *out) {
+    const int groups = (cnt + 3) / 4;
+    const void *cols[2][4];
+    for (int gi = 0; gi < groups; gi++) {
+        const int nc = cnt - 4 * gi < 4 ? cnt - 4 * gi : 4;
+        for (int j = 0; j < 4; j++) {
+            cols[gi][j] = rows[4 * gi + (j < nc ? j : 0)];
+            for (int64_t l = 0; f->block == HK_QK && l < nblocks; l++)
+                xd[gi * nblocks * 4 + l * 4 + j] =
+                    j < nc ? hk_half(((const hk_block_q8_0 *)cols[gi][j])[l].d) : 0.0f;
+        }
+    }
+    /* With two groups, both use a chunk of rows while it is in cache. */
+    const int64_t chunk = groups == 1 ? r1 - r0 : HK_CHUNK_ROWS;
+    for (int64_t c0 = r0; c0 < r1; c0 += chunk) {
+        const int64_t c1 = c0 + chunk < r1 ? c0 + chunk : r1;
+        for (int gi = 0; gi < groups; gi++) {
+            const int nc = cnt - 4 * gi < 4 ? cnt - 4 * gi : 4;
+            f->rows[nc - 1](w, w_stride, c0, c1, nblocks, cols[gi], xd + gi * nblocks * 4,
+                            out + gi * 4 * m, (size_t)m);
+        }
+    }
+}
+
+/*
+ * ggml custom op equal to ggml_mul_mat_id: sources experts [k, m, E] (a many-rows type),
+ * activations as hearth_quantize_rows left them [row bytes, nx, n], ids I32 [used, n];
+ * destination [m, used, n] f32; userdata: the code path. Slot j of token t is expert
+ * ids[j, t] times activation row (j % nx, t), into destination column (j, t).
+ *
+ * Every thread groups the (slot, token) pairs by expert itself (a few microseconds; no
+ * barrier needed). The work, each weight row of each chosen expert costed by the vectors
+ * its activation rows fill, is cut into nth equal shares along the experts in order; a
+ * thread decodes only its own weight rows and packs the rows of the experts it has a share
+ * of (of one or two experts shared with a neighbour, the rows are packed by both).
+ */
+HK_TARGET void hearth_mul_mat_id(void *dst, int ith, int nth, void *userdata) {
+    void *const *srcs = (void *const *)((char *)dst + hk.src);
+    void *w_t = srcs[0], *q_t = srcs[1], *id_t = srcs[2];
+    const int type = HK_FIELD(w_t, hk.type, int);
+    const int64_t *w_ne = &HK_FIELD(w_t, hk.ne, int64_t);
+    const size_t *w_nb = &HK_FIELD(w_t, hk.nb, size_t);
+    const int64_t *q_ne = &HK_FIELD(q_t, hk.ne, int64_t);
+    const size_t *q_nb = &HK_FIELD(q_t, hk.nb, size_t);
+    const int64_t *id_ne = &HK_FIELD(id_t, hk.ne, int64_t);
+    const size_t *id_nb = &HK_FIELD(id_t, hk.nb, size_t);
+    const size_t *d_nb = &HK_FIELD(dst, hk.nb, size_t);
+    const char *w = HK_FIELD(w_t, hk.data, const char *);
+    const char *q = HK_FIELD(q_t, hk.data, const char *);
+    const char *ids = HK_FIELD(id_t, hk.data, const char *);
+    char *out = HK_FIELD(dst, hk.data, char *);
+
+    int isa = (int)(intptr_t)userdata, best = hearth_kernels_isa();
+    if (isa < HK_ISA_AVX2 || isa > best) isa = best;
+    const int wide = isa >= HK_ISA_AVX512;
+    const hk_format *f = hk_format_of(type);
+    const int64_t k = w_ne[0], m = w_ne[1], n_expert = w_ne[2];
+    const int64_t used = id_ne[0], n = id_ne[1], nx = q_ne[1];
+    if (!f || k % f->block || (type == HK_Q8_0 && !wide)) {
+        fputs("hearth: the experts' kernel was given a case it does not handle\n", stderr);
+        abort(); /* ggml_experts.ExpertsKernel.applies never builds such a node */
+    }
+    const hk_many_kind *kind = hk_kind_of(isa, type);
+    const int64_t nblocks = k / f->block;
+
+    /* (slot, token) pairs by expert, in ggml's order: offsets[e] .. offsets[e + 1]. */
+    int64_t *offsets = calloc((size_t)n_expert + 1, sizeof *offsets);
+    int32_t *pairs = malloc(sizeof *pairs * (size_t)(used * n + 1));
+    if (!offsets || !pairs) {
+        fputs("hearth: out of memory in the experts' kernel\n", stderr);
+        abort();
+    }
+    for (int64_t t = 0; t < n; t++)
+        for (int64_t j = 0; j < used; j++) {
+            const int32_t e = *(const int32_t *)(ids + t * id_nb[1] + j * id_nb[0]);
+            if (e < 0 || e >= n_expert) {
+                fputs("hearth: an expert id is out of range\n", stderr);
+                abort(); /* as ggml's mul_mat_id asserts */
+            }
+            offsets[e + 1]++;
+        }
+    int64_t most = 0, total = 0; /* the most rows of one expert; the cost of all */
+    for (int64_t e = 0; e < n_expert; e++) {
+        const int64_t cnt = offsets[e + 1];
+        if (cnt > most) most = cnt;
+        total += m * hk_id_cost(cnt);
+        offsets[e + 1] += offsets[e];
+    }
+    {
+        int64_t *fill = malloc(sizeof *fill * (size_t)n_expert);
+        if (!fill) {
+            fputs("hearth: out of memory in the experts' kernel\n", stderr);
+            abort();
+        }
+        memcpy(fill, offsets, sizeof *fill * (size_t)n_expert);
+        for (int64_t t = 0; t < n; t++)
+            for (int64_t j = 0; j < used; j++) {
+                const int32_t e = *(const int32_t *)(ids + t * id_nb[1] + j * id_nb[0]);
+                pairs[fill[e]++] = (int32_t)(t * used + j);
+            }
+        free(fill);
     }
 
-    const hk_many_fn full = kind->full[type == HK_Q6_K], half = kind->half[type == HK_Q6_K];
-    for (int64_t t0 = r0; t0 < r1; t0 += tile) {
-        const int64_t t1 = t0 + tile < r1 ? t0 + tile : r1;
-        for (int64_t r = t0; r < t1; r++)
-            for (int64_t b = 0; b < nblocks; b++)
-                kind->decode(type, w + r * w_stride, b,
-                             wt + ((r - t0) * nblocks + b) * kind->wblock);
-        const int32_t *xv = packed;
-        for (int64_t c = 0; c < na;) {
-            const int L = wide && na - c > 8 ? 16 : 8;
-            const int nr = na - c < L ? (int)(na - c) : L;
-            (L == 16 ? full : half)(wt, t0, t1, nblocks, xv, nr, out + (a0 + c) * os, os);
-            xv += (int64_t)L * kind->xunits * nblocks;
+    const int64_t lo = total * ith / nth, hi = total * (ith + 1) / nth;
+    if (lo >= hi) {
+        free(pairs);
+        free(offsets);
+        return;
+    }
+    const int64_t tile = hk_tile_rows(kind, nblocks, m);
+    const size_t packed_bytes =
+        HK_ALIGN64(sizeof(int32_t) * hk_packed_units(kind, wide, most, nblocks));
+    const size_t tile_bytes = HK_ALIGN64(kind->wblock * tile * nblocks);
+    const size_t rows_bytes =
+        HK_ALIGN64(sizeof(void *) * (most > HK_MAX_COLS ? most : HK_MAX_COLS));
+    const size_t few_bytes = HK_ALIGN64(sizeof(float) * HK_MAX_COLS * m); /* few rows' results */
+    const size_t xd_bytes = HK_ALIGN64(sizeof(float) * 8 * nblocks); /* and scales (32-blocks) */
+    char *scratch = hk_scratch_or_die(packed_bytes + tile_bytes + 2 * rows_bytes + few_bytes +
+                                      xd_bytes);
+    int32_t *packed = (int32_t *)scratch;
+    char *wt = scratch + packed_bytes;
+    const void **rows = (const void **)(wt + tile_bytes);
+    float **outs = (float **)((char *)rows + rows_bytes);
+    float *few = (float *)((char *)outs + rows_bytes);
+    float *xd = (float *)((char *)few + few_bytes);
+
+    int64_t start = 0; /* the cost before expert e */
+    for (int64_t e = 0; e < n_expert && start < hi; e++) {
+        const int64_t cnt = offsets[e + 1] - offsets[e];
+        if (!cnt) continue;
+        const int64_t per_row = hk_id_cost(cnt), end = start + m * per_row;
+        /* This thread's weight rows: where its share's bounds fall, rounded to a row. */
+        const int64_t b0 = lo <= start ? 0 : lo >= end ? m : (lo - start + per_row / 2) / per_row;
+        const int64_t b1 = hi <= start ? 0 : hi >= end ? m : (hi - start + per_row / 2) / per_row;
+        start = end;
+        if (b0 >= b1) continue;
+        for (int64_t c = 0; c < cnt; c++) {
+            const int32_t s = pairs[offsets[e] + c];
+            const int64_t t = s / used, j = s % used;
+            rows[c] = q + (j % nx) * q_nb[1] + t * q_nb[2];
+            outs[c] = (float *)(out + j * d_nb[1] + t * d_nb[2]);
+        }
+        const char *we = w + e * w_nb[2];
+        if (cnt <= HK_MAX_COLS) { /* few rows: the few-rows code, then to their columns */
+            hk_id_few(f, we, w_nb[1], b0, b1, m, nblocks, rows, (int)cnt, xd, few);
+            for (int64_t c = 0; c < cnt; c++)
+                memcpy(outs[c] + b0, few + c * m + b0, sizeof(float) * (size_t)(b1 - b0));
+            continue;
+        }
+        int32_t *dst_v = packed;
+        for (int64_t c = 0; c < cnt;) {
+            const int L = hk_lanes(wide, cnt - c);
+            const int nr = cnt - c < L ? (int)(cnt - c) : L;
+            kind->pack(type, rows + c, nr, L, nblocks, dst_v);
+            dst_v += (int64_t)L * kind->xunits * nblocks;
             c += L;
         }
+        hk_tiles(kind, type, wide, we, w_nb[1], b0, b1, nblocks, packed, cnt, outs, wt, tile);
     }
     hk_scratch_done(scratch);
+    free(pairs);
+    free(offsets);
 }
 
 /*
@@ -1112,6 +1367,14 @@ void hearth_mul_mat_few(void *dst, int ith, int nth, void *userdata) {
     (void)ith;
     (void)nth;
     (void)userdata;
+}
+
+void hearth_quantize_rows(void *dst, int ith, int nth, void *userdata) {
+    hearth_mul_mat_few(dst, ith, nth, userdata);
+}
+
+void hearth_mul_mat_id(void *dst, int ith, int nth, void *userdata) {
+    hearth_mul_mat_few(dst, ith, nth, userdata);
 }
 
 #endif

@@ -30,6 +30,7 @@ from .api import (
     trim_shape,
 )
 from .ggml_attention import AttentionKernel
+from .ggml_experts import ExpertsKernel
 from .ggml_kernels import FewRowsKernel
 from .ggml_lib import address as _addr
 from .ggml_lib import compute_threads, layout_key, metadata_context
@@ -152,6 +153,8 @@ class GGMLContext(Context):
         # Set by the engine per pass: for operands with this many rows, the (start, count)
         # runs that belong to one sequence each (see mul_mat).
         self.row_groups: dict[int, list[tuple[int, int]]] = {}
+        # Activations quantized for the experts' kernel, by (tensor address, format).
+        self._quantized: dict[tuple[int, int], Any] = {}
 
     @property
     def flash_attention_enabled(self) -> bool:
@@ -351,7 +354,18 @@ class GGMLContext(Context):
 
     # -- routed experts -----------------------------------------------------------------
     def mul_mat_id(self, experts: Tensor, b: Tensor, ids: Tensor) -> GGMLTensor:
-        return self._t(g.ggml_mul_mat_id(self._ctx, experts.ptr, b.ptr, ids.ptr))  # type: ignore[attr-defined]
+        ep, bp, ip = experts.ptr, b.ptr, ids.ptr  # type: ignore[attr-defined]
+        kernel = self._backend.experts_kernel
+        if kernel is not None and _on_cpu(ep) and kernel.applies(ep, bp, ip):
+            # Hearth's kernel (ggml_experts.py); the products of one layer that read the
+            # same activations (gate and up) share their quantized copy.
+            dtype = DType(ep.contents.type)
+            key = (_addr(bp), kernel.activation_format(dtype))
+            q = self._quantized.get(key)
+            if q is None:
+                q = self._quantized[key] = kernel.quantize(self._ctx, dtype, bp)
+            return self._t(kernel.mul_mat_id(self._ctx, ep, q, ip))
+        return self._t(g.ggml_mul_mat_id(self._ctx, ep, bp, ip))
 
     def add_id(self, a: Tensor, b: Tensor, ids: Tensor) -> GGMLTensor:
         return self._t(g.ggml_add_id(self._ctx, a.ptr, b.ptr, ids.ptr))  # type: ignore[attr-defined]
@@ -595,6 +609,10 @@ class GGMLBackend(Backend):
         # together, many for prompts, one for a huge output matrix; see ggml_kernels.py)
         # where it is built and agrees bit for bit with ggml's.
         self.few_rows_kernel: FewRowsKernel | None = FewRowsKernel.for_backend(self)
+        # Routed experts' products for prompts likewise (ggml_experts.py).
+        self.experts_kernel: ExpertsKernel | None = ExpertsKernel.for_backend(
+            self, self.few_rows_kernel
+        )
         # Encoders' unmasked F32 attention as one fused node (ggml_attention.py).
         self.attention_kernel: AttentionKernel | None = AttentionKernel.for_process()
         # What the weight store probed at load (invariance.py), by layout_key.

@@ -25,7 +25,8 @@ covering each code path's cases (`_CHECK_ROWS`), on every code path the CPU has 
 and AVX2), and enables a type, on the best path that agrees, only where all results are
 equal (about 0.05 s on two cores). Where the extension is missing, the CPU lacks
 AVX2/FMA/F16C, the check fails, or `HEARTH_CPU_KERNELS=0` is set, graphs use ggml's mul_mat
-as before; `HEARTH_CPU_KERNELS=avx2` keeps the kernel to its AVX2 code.
+as before; `HEARTH_CPU_KERNELS=avx2` keeps the kernel to its AVX2 code. Routed experts'
+products (`mul_mat_id`) use the same code through `ggml_experts.py`, checked there likewise.
 """
 
 from __future__ import annotations
@@ -79,7 +80,7 @@ _K_TYPES = frozenset({DType.Q4_K, DType.Q6_K})
 _Q8_K = 15  # ggml's activation type for the K types (not a weight type Hearth names)
 # The C side's cases and calling convention (hearth_kernels_abi): a build of other sources
 # would abort on a case it does not know, so it is not used.
-_ABI = 2
+_ABI = 3
 # The kernel's code paths (the C side's numbers), chosen per weight type at load: AVX2, or
 # AVX-512 (F, BW, VL, VNNI) for more than a few rows.
 ISA_AVX2 = 1
@@ -155,6 +156,11 @@ class FewRowsKernel:
     @property
     def types(self) -> set[DType]:
         return set(self.isa)
+
+    @property
+    def library(self) -> ctypes.CDLL:
+        """The loaded extension (its experts' entry points: ggml_experts.py)."""
+        return self._lib
 
     @classmethod
     def for_backend(cls, backend: Backend) -> FewRowsKernel | None:

@@ -15,6 +15,11 @@ ones depends on the CPU (AVX2, AVX-512, NEON...) and on the build, so nothing is
     `GGMLContext.mul_mat`) and the runner evaluates prompt pieces of at least two rows;
   - *not invariant*: rows depend on their batch even then. For a repacked layout the plain one
     is used instead; for a plain layout there is no other path, and the report says so.
+* **Routed experts' products** (`probe_experts`, `ggml_mul_mat_id`): the same for the rows
+  of tokens routed to a layer's experts, through the engine's own product (Hearth's experts'
+  kernel takes a batch with a row or more per expert, ggml's product fewer rows), with
+  enough tokens that the whole batch goes to the kernel and the small ones do not. Expert
+  products have no per-sequence fallback: one that is not invariant is reported as such.
 * **Attention padding** (`probe_kv_padding`). A sequence attends over its cells rounded up to
   the padding; decoding several sequences together stretches each one's span to the longest
   (the extra cells masked). That only adds exact zeros if the kernels that sum over the cells
@@ -35,7 +40,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -48,6 +53,7 @@ __all__ = [
     "ProductRule",
     "InvarianceReport",
     "probe_product",
+    "probe_experts",
     "probe_kv_padding",
     "probe_flash_attention",
     "PADDING_CANDIDATES",
@@ -139,19 +145,60 @@ def probe_product(backend: Backend, weight: Tensor) -> ProductRule:
         alone = [product(i, i + 1) for i in range(_PROBE_ROWS)]
         sliced = [(start, stop, product(start, stop)) for start, stop in _ROW_SLICES]
         ctx.compute(full, *alone, *(t for _, _, t in sliced))  # type: ignore[arg-type]
-        reference = full.numpy().reshape(_PROBE_ROWS, -1)  # type: ignore[attr-defined]
-        batches_agree = all(
-            np.array_equal(t.numpy().reshape(stop - start, -1), reference[start:stop])  # type: ignore[attr-defined]
-            for start, stop, t in sliced
-        )
-        if not batches_agree:
-            return ProductRule.NOT_INVARIANT
-        lone = np.concatenate([t.numpy().reshape(1, -1) for t in alone])  # type: ignore[attr-defined]
-        return (
-            ProductRule.INVARIANT
-            if np.array_equal(lone, reference)
-            else ProductRule.LONE_ROWS_APART
-        )
+        return _classify(_PROBE_ROWS, full, alone, sliced)
+    finally:
+        ctx.close()
+
+
+def _classify(
+    n: int, full: Any, alone: list[Any], sliced: list[tuple[int, int, Any]]
+) -> ProductRule:
+    """The rule for `n` rows computed as one batch (`full`), one by one and in slices
+    (start, stop, product), each product's rows along its last dimensions."""
+    reference = full.numpy().reshape(n, -1)
+    batches_agree = all(
+        np.array_equal(t.numpy().reshape(stop - start, -1), reference[start:stop])
+        for start, stop, t in sliced
+    )
+    if not batches_agree:
+        return ProductRule.NOT_INVARIANT
+    lone = np.concatenate([t.numpy().reshape(1, -1) for t in alone])
+    return ProductRule.INVARIANT if np.array_equal(lone, reference) else ProductRule.LONE_ROWS_APART
+
+
+def probe_experts(backend: Backend, experts: Tensor, used: int) -> ProductRule:
+    """probe_product for routed experts `[k, m, n_expert]` (a layer's gate, up or down
+    experts) and tokens choosing `used` of them: random tokens and routes, multiplied
+    (`ctx.mul_mat_id`) as one batch, in the batches of `_ROW_SLICES` and alone, all in one
+    graph. The batch has at least _PROBE_ROWS tokens and enough for a row per expert and
+    then some, so that it and its last rows take another path than the small batches."""
+    k, n_expert = experts.dim(0), experts.dim(2)
+    used = max(1, min(used, n_expert))
+    n = max(_PROBE_ROWS, -(-n_expert // used) + 2)
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((n, 1, k)).astype(np.float32)
+    ids = np.argsort(rng.random((n, n_expert)), axis=1)[:, :used].astype(np.int32)
+    slices = [*_ROW_SLICES, (1, n)]
+    ctx = backend.new_context(4 * (n + len(slices)) + 16)
+    try:
+        rows = ctx.input(DType.F32, [k, 1, n], x)
+        routes = ctx.input(DType.I32, [used, n], ids)
+
+        def product(start: int, stop: int) -> object:
+            count = stop - start
+            part = ctx.view(rows, (k, 1, count), rows.strides[1:3], start * rows.strides[2])
+            chosen = ctx.view(
+                routes, (used, count), (routes.strides[1],), start * routes.strides[1]
+            )
+            return ctx.mul_mat_id(experts, part, chosen)
+
+        full = product(0, n)
+        alone = [product(i, i + 1) for i in range(n)]
+        sliced = [(start, stop, product(start, stop)) for start, stop in slices]
+        ctx.compute(full, *alone, *(t for _, _, t in sliced))  # type: ignore[arg-type]
+        rule = _classify(n, full, alone, sliced)
+        # No fallback keeps a lone token's expert rows apart: that too is not invariant.
+        return ProductRule.INVARIANT if rule is ProductRule.INVARIANT else ProductRule.NOT_INVARIANT
     finally:
         ctx.close()
 

@@ -38,7 +38,7 @@ from ..gguf import GGUFError, GGUFFile, TensorInfo
 from .api import DType, OutOfMemoryError
 from .ggml import GGMLBackend, GGMLTensor, device_of_buffer_type, metadata_context
 from .ggml_lib import address, layout_key
-from .invariance import InvarianceReport, ProductRule, probe_product
+from .invariance import InvarianceReport, ProductRule, probe_experts, probe_product
 
 __all__ = ["WeightStore", "MissingTensorError", "ProgressFn"]
 
@@ -216,20 +216,31 @@ class WeightStore:
         were probed when chosen), register the rule with the backend and name it in the
         report."""
         # The smallest tensor of each kind is probed: the output matrix can be 100x larger.
+        # Stacked experts (3 dimensions) are multiplied by mul_mat_id, probed on their own.
+        used = self.file.metadata.uint("expert_used_count", 0)
         for slot in sorted(self._slots.values(), key=lambda s: s.info.nbytes):
-            if not slot.matmul or len(slot.info.shape) != 2:
+            experts = len(slot.info.shape) == 3
+            if not slot.matmul or not (len(slot.info.shape) == 2 or experts and used):
                 continue
+            kind = f"{slot.info.type_name}{' experts' if experts else ''}"
             if device_of_buffer_type(slot.buft) != "CPU":
                 # On a GPU or an RPC worker: its kernels are the device's, not probed here.
                 name = g.ggml_backend_buft_name(slot.buft).decode()
-                self.unprobed.add(f"{slot.info.type_name} ({name})")
+                self.unprobed.add(f"{kind} ({name})")
+                continue
+            buft = g.ggml_backend_buft_name(slot.buft).decode() if slot.buft else "CPU"
+            if f"{kind} ({buft})" in self.product_rules:
+                continue
+            if experts:
+                self.product_rules[f"{kind} ({buft})"] = probe_experts(
+                    self.backend, slot.tensor, used
+                )
                 continue
             key = layout_key(slot.tensor.ptr)
             rule = self.backend.product_rules.get(key)
             if rule is None:
                 rule = self.backend.product_rules[key] = probe_product(self.backend, slot.tensor)
-            buft = g.ggml_backend_buft_name(slot.buft).decode() if slot.buft else "CPU"
-            self.product_rules[f"{slot.info.type_name} ({buft})"] = rule
+            self.product_rules[f"{kind} ({buft})"] = rule
 
     def invariance_report(self) -> InvarianceReport:
         """What the probes found for this model's weights and the backend's attention."""
