@@ -342,3 +342,68 @@ def test_the_decoding_path_with_a_sliding_window_prepares_what_the_general_path_
     assert b.moved > 0  # and moved spans (rare: cells are reused lowest first)
     held = np.flatnonzero(cache.cell_seqs & np.uint64(1))
     assert len(held) <= cache.region and pos[0] > 10 * cache.region  # cells reused
+
+
+def _window_script(engine: ForwardEngine) -> list[np.ndarray]:
+    """Logits of two sequences decoding in turn far past a window of 16 positions and its
+    memory (16 + a batch of 8), with lone-row checks of 3 rows whose last 2 are rejected and a
+    cut of the last 5 positions."""
+    out = []
+    rng = np.random.default_rng(4)
+    pos, tok = {}, {}
+    for seq in (0, 1):
+        ids = rng.integers(3, 500, 8)
+        rows = PassInput(ids, np.arange(8), np.full(8, seq), np.array([7]))
+        out.append(engine.forward(rows))
+        pos[seq], tok[seq] = 8, int(out[-1][0].argmax())
+    for step in range(160):
+        seq = step % 4 == 3  # (1 every fourth token)
+        out.append(engine.forward(_one(tok[seq], pos[seq], seq=seq)))
+        pos[seq], tok[seq] = pos[seq] + 1, int(out[-1][0].argmax())
+        if step % 29 == 10:
+            p = pos[0]
+            rows = PassInput(
+                np.array([tok[0], 7, 9]), np.arange(p, p + 3), np.zeros(3), np.arange(3),
+                lone_rows=frozenset({0}),
+            )  # fmt: skip
+            out.append(engine.forward(rows))
+            engine.cache.reject(0, p + 1)
+            pos[0], tok[0] = p + 1, int(out[-1][0].argmax())
+        if step == 80:
+            engine.cache.remove(0, pos[0] - 5)
+            pos[0] -= 5
+    return out
+
+
+@pytest.mark.parametrize("flash", [False, True])
+def test_a_sliding_window_models_logits_are_the_general_paths_bits(
+    tiny_gemma3_path, flash, monkeypatch
+):
+    """A tiny Gemma 3 (5 of its 6 layers slide), with the decoding path and without."""
+    model = load_model(tiny_gemma3_path, num_threads=1, flash_attention=flash)
+    taken = []
+    fast = Causal._prepare_decode
+
+    def counted(self, batch):
+        hit = fast(self, batch)
+        if self.window:
+            taken.append(hit)
+        return hit
+
+    try:
+        runs = []
+        for path in (counted, lambda self, batch: False):
+            monkeypatch.setattr(Causal, "_prepare_decode", path)
+            engine = ForwardEngine(model, num_ctx=256, num_batch=8, parallel=2)
+            try:
+                assert engine.cache.caches[0].window == 16  # type: ignore[attr-defined]
+                runs.append(_window_script(engine))
+            finally:
+                engine.close()
+    finally:
+        model.close()
+    assert sum(taken) > 140  # the sliding layers' cache took the path
+    with_path, without = runs
+    assert len(with_path) == len(without)
+    for a, b in zip(with_path, without, strict=True):
+        assert a.tobytes() == b.tobytes()
