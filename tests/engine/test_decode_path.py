@@ -12,15 +12,17 @@ from __future__ import annotations
 import copy
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from hearth.engine.forward import ForwardEngine
 from hearth.engine.greedy import GreedyNodes
-from hearth.engine.input import PassInput
+from hearth.engine.input import Batch, PassInput
 from hearth.engine.kvcache import Causal
-from hearth.engine.ml.api import DType
+from hearth.engine.kvcache.decode import round_up
+from hearth.engine.ml.api import CacheConfig, DType
 from hearth.engine.ml.ggml import GGMLBackend
 from hearth.plugins.registry import load_installed_model as load_model
 
@@ -219,3 +221,189 @@ def test_llamacpps_engine_returns_the_argmax_for_a_greedy_pass(tiny_llama_path):
         timeout=300,
     )
     assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-2000:]
+
+
+# -- sliding windows ---------------------------------------------------------------------------
+
+
+class _Bookkeeping:
+    """A sliding-window `Causal` alone (bookkeeping only, no tensors: window 5, memory 9,
+    regions of 16 cells (13 with a padding of 1), 3 sequences), each pass checked against the
+    general path on a copy of the bookkeeping taken just before (no decoding states, nothing
+    settled)."""
+
+    def __init__(self, mask_dtype: DType, padding: int) -> None:
+        self.cache = Causal(shift=lambda ctx, layer, keys, delta: keys, window=5)
+        self.cache.set_config(CacheConfig(padding=padding, permuted_v=False, mask_dtype=mask_dtype))
+        no_tensors = SimpleNamespace()  # (a shift has no keys to re-RoPE)
+        self.cache.init(no_tensors, DType.F16, max_sequences=3, capacity=64, max_batch=4)  # type: ignore[arg-type]
+        assert (self.cache.swa_memory, self.cache.region) == (9, round_up(13, padding))
+        self.fast = self.general = 0
+        self.released = self.moved = 0
+        self.last: dict[int, tuple[int, int]] = {}
+
+    def general_copy(self) -> Causal:
+        c = copy.copy(self.cache)
+        c.cell_pos, c.cell_seqs = c.cell_pos.copy(), c.cell_seqs.copy()
+        c._used, c._seen, c._shared = list(c._used), set(c._seen), set(c._shared)
+        c._decode, c._settled = {}, {}
+        return c
+
+    def step(self, positions, seqs, runs=None) -> None:
+        positions, seqs = np.array(positions, np.int32), np.array(seqs, np.int32)
+        n = len(seqs)
+        batch = Batch(None, None, None, positions, seqs, np.arange(n, dtype=np.int32), runs=runs)  # type: ignore[arg-type]
+        general = self.general_copy()
+        general.prepare(batch)
+        cache = self.cache
+        taken = n == 1 and cache._prepare_decode(batch)
+        if not taken:
+            cache.prepare(batch)
+        else:
+            self.fast += 1
+            g = cache._groups[0]
+            span = (g.first_cell, g.n_kv)
+            self.moved += self.last.get(int(seqs[0]), span) != span
+            self.last[int(seqs[0])] = span
+            self.released += bool(cache._released)
+        self.general += not taken
+        assert cache._locs_host.tolist() == general._locs_host.tolist()
+        assert (cache.cell_pos == general.cell_pos).all()
+        assert (cache.cell_seqs == general.cell_seqs).all()
+        assert cache._used == general._used
+        for ours, theirs in zip(cache._groups, general._groups, strict=True):
+            assert (ours.start, ours.count, ours.first_cell, ours.n_kv) == (
+                theirs.start, theirs.count, theirs.first_cell, theirs.n_kv,
+            )  # fmt: skip
+            assert ours.mask.dtype == theirs.mask.dtype
+            assert ours.mask.tobytes() == theirs.mask.tobytes()
+        assert len(cache._released) == len(general._released)
+        for (s, at, cells, pos), (s2, at2, cells2, pos2) in zip(
+            cache._released, general._released, strict=True
+        ):
+            assert (s, at, cells.tolist(), pos.tolist()) == (
+                s2,
+                at2,
+                cells2.tolist(),
+                pos2.tolist(),
+            )
+
+
+@pytest.mark.parametrize(
+    ("mask_dtype", "padding"), [(DType.F32, 4), (DType.F16, 4), (DType.F32, 1), (DType.F32, 2)]
+)
+def test_the_decoding_path_with_a_sliding_window_prepares_what_the_general_path_prepares(
+    mask_dtype, padding
+):
+    """Three sequences decoding in turn past a window of 5 positions for hundreds of tokens
+    (their 16-cell regions wrap dozens of times), with prompts in batches, a pass holding two
+    sequences, speculation-like checks whose rejected rows let cells go and take them back,
+    cuts at the end and in the middle (a shift), a shared prefix, and a sequence left out for
+    a while: every pass's cells, spans, masks, released cells and bookkeeping are the general
+    path's."""
+    b = _Bookkeeping(mask_dtype, padding)
+    cache = b.cache
+    b.step([0, 1, 2, 3], [0] * 4)  # prompts in batches of 4
+    b.step([4, 5, 6], [0] * 3)
+    b.step([0, 1, 2], [1] * 3)
+    pos = {0: 7, 1: 3}
+    for step in range(400):
+        seq = 1 if step % 3 == 2 else 0
+        if 150 <= step < 200:
+            seq = 0  # sequence 1 left out a while
+        b.step([pos[seq]], [seq])
+        pos[seq] += 1
+        if step % 37 == 20:  # a check of 3 drafted rows, each a lone row; 1 kept
+            p = pos[0]
+            b.step([p, p + 1, p + 2], [0] * 3, runs=[(0, 1), (1, 1), (2, 1)])
+            cache.reject(0, p + 1)
+            pos[0] = p + 1
+        if step % 50 == 10:
+            cache.remove(0, pos[0] - 3)  # the last 3 positions cut
+            pos[0] -= 3
+        if step == 100:
+            cache.remove(1, pos[1] - 4, pos[1] - 2)  # 2 positions out of the middle
+            pos[1] -= 2
+        if step == 130:  # both in one pass
+            b.step([pos[0], pos[1]], [0, 1])
+            pos[0] += 1
+            pos[1] += 1
+        if step == 250:  # a third sequence shares the first's cells a while (general path;
+            # the first's region is not its alone then: its fast path waits)
+            cache.copy_prefix(0, 2, pos[0] - 2)
+            pos[2] = pos[0] - 2
+        if 250 <= step < 255:
+            b.step([pos[2]], [2])
+            pos[2] += 1
+        if step == 255:
+            cache.remove(2, 0)
+    assert b.fast > 250 and b.general > 20
+    assert b.released > 100  # the fast path let cells go (journaled for reject)
+    assert b.moved > 0  # and moved spans (rare: cells are reused lowest first)
+    held = np.flatnonzero(cache.cell_seqs & np.uint64(1))
+    assert len(held) <= cache.region and pos[0] > 10 * cache.region  # cells reused
+
+
+def _window_script(engine: ForwardEngine) -> list[np.ndarray]:
+    """Logits of two sequences decoding in turn far past a window of 16 positions and its
+    memory (16 + a batch of 8), with lone-row checks of 3 rows whose last 2 are rejected and a
+    cut of the last 5 positions."""
+    out = []
+    rng = np.random.default_rng(4)
+    pos, tok = {}, {}
+    for seq in (0, 1):
+        ids = rng.integers(3, 500, 8)
+        rows = PassInput(ids, np.arange(8), np.full(8, seq), np.array([7]))
+        out.append(engine.forward(rows))
+        pos[seq], tok[seq] = 8, int(out[-1][0].argmax())
+    for step in range(160):
+        seq = step % 4 == 3  # (1 every fourth token)
+        out.append(engine.forward(_one(tok[seq], pos[seq], seq=seq)))
+        pos[seq], tok[seq] = pos[seq] + 1, int(out[-1][0].argmax())
+        if step % 29 == 10:
+            p = pos[0]
+            rows = PassInput(
+                np.array([tok[0], 7, 9]), np.arange(p, p + 3), np.zeros(3), np.arange(3),
+                lone_rows=frozenset({0}),
+            )  # fmt: skip
+            out.append(engine.forward(rows))
+            engine.cache.reject(0, p + 1)
+            pos[0], tok[0] = p + 1, int(out[-1][0].argmax())
+        if step == 80:
+            engine.cache.remove(0, pos[0] - 5)
+            pos[0] -= 5
+    return out
+
+
+@pytest.mark.parametrize("flash", [False, True])
+def test_a_sliding_window_models_logits_are_the_general_paths_bits(
+    tiny_gemma3_path, flash, monkeypatch
+):
+    """A tiny Gemma 3 (5 of its 6 layers slide), with the decoding path and without."""
+    model = load_model(tiny_gemma3_path, num_threads=1, flash_attention=flash)
+    taken = []
+    fast = Causal._prepare_decode
+
+    def counted(self, batch):
+        hit = fast(self, batch)
+        if self.window:
+            taken.append(hit)
+        return hit
+
+    try:
+        runs = []
+        for path in (counted, lambda self, batch: False):
+            monkeypatch.setattr(Causal, "_prepare_decode", path)
+            engine = ForwardEngine(model, num_ctx=256, num_batch=8, parallel=2)
+            try:
+                assert engine.cache.caches[0].window == 16  # type: ignore[attr-defined]
+                runs.append(_window_script(engine))
+            finally:
+                engine.close()
+    finally:
+        model.close()
+    assert sum(taken) > 140  # the sliding layers' cache took the path
+    with_path, without = runs
+    assert len(with_path) == len(without)
+    for a, b in zip(with_path, without, strict=True):
+        assert a.tobytes() == b.tobytes()

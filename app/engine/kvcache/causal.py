@@ -96,6 +96,9 @@ class Causal(Cache):
         # the states of the sequences it places).
         self._epoch = 0
         self._decode: dict[int, DecodeState] = {}
+        # Sequences a pass without them slid (`_slide_absent`) at this epoch, not placed
+        # since: sliding them again would let nothing go.
+        self._settled: dict[int, int] = {}
 
     # -- configuration --------------------------------------------------------------------
     def set_config(self, config: CacheConfig) -> None:
@@ -174,6 +177,7 @@ class Causal(Cache):
             self._released = []
             for start, _ in runs:  # (other sequences' cells stay as they are)
                 self._decode.pop(int(seqs[start]), None)
+                self._settled.pop(int(seqs[start]), None)
             if self.window:
                 self._slide_absent({int(seqs[start]) for start, _ in runs})
             for start, count in runs:
@@ -200,14 +204,24 @@ class Causal(Cache):
             or state.epoch != self._epoch
             or int(batch.positions_host[0]) != state.position + 1
             or self._used[seq] != state.used
-            or state.used >= self.region
+            or not state.room()
         ):
             return False
-        cell = state.advance(self.cells, self._config.padding)  # type: ignore[union-attr]
-        self.cell_pos[cell] = state.position
-        self.cell_seqs[cell] = _BITS[seq]
+        if self.window:
+            self._slide_absent({seq})
+        self._settled.pop(seq, None)
+        bit = _BITS[seq]
+        cell, dropped, moved = state.advance(self.cell_pos, self.cell_seqs, bit)
+        position = state.position
+        if moved:
+            lo, hi = state.span()
+            mask = self._mask(np.array([position]), bit, lo, hi)
+            state.group = Group(0, 1, lo, hi - lo, mask)
         self._used[seq] = state.used
         self._released = []
+        if dropped >= 0:  # as `_allocate` journals it
+            gone = np.array([position - 1 - self.swa_memory], dtype=np.int64)
+            self._released.append((seq, position, np.array([dropped], dtype=np.int64), gone))
         self._groups = [state.group]
         self._locs_host = np.array([cell], dtype=np.int32)
         self._batch_size = 1
@@ -219,15 +233,22 @@ class Causal(Cache):
         fast path when that path applies (decode.py)."""
         seq = int(batch.sequences[0])
         self._decode.pop(seq, None)
-        if self.window or self.chunk or batch.bidirectional or seq in self._shared:
+        if self.chunk or batch.bidirectional or seq in self._shared:
             return
-        g = self._groups[0]
-        held = np.count_nonzero(self.cell_seqs[g.first_cell : g.first_cell + g.n_kv] & _BITS[seq])
-        if held != self._used[seq] or np.count_nonzero(g.mask[0] == 0.0) != held:
-            return  # a free cell below the bound, or a held cell the row does not see
-        base = seq * self.region
-        position = int(batch.positions_host[0])
-        self._decode[seq] = DecodeState.record(self._epoch, position, self._used[seq], base, g)
+        bit = _BITS[seq]
+        base, used = seq * self.region, self._used[seq]
+        owners = self.cell_seqs[base : base + used]
+        if self.window and ((owners != 0) & (owners != bit)).any():
+            return  # another sequence's drops could free cells of this region
+        held = np.flatnonzero(owners & bit) + base
+        free = (np.flatnonzero(owners == 0) + base).tolist()  # (ascending: a heap)
+        state = DecodeState.record(
+            self._epoch, int(batch.positions_host[0]), self._groups[0], base, self.region,
+            used, self._config.padding, held, self.cell_pos[held], free,  # type: ignore[union-attr]
+            self.window, self.swa_memory,
+        )  # fmt: skip
+        if state is not None:
+            self._decode[seq] = state
 
     @property
     def stacked(self) -> bool:
@@ -286,9 +307,21 @@ class Causal(Cache):
 
     def _slide_absent(self, present: set[int]) -> None:
         """Sequences missing from this batch move on too: their next position is their last
-        plus one, so cells behind the window's memory from there go (Ollama does the same)."""
+        plus one, so cells behind the window's memory from there go (Ollama does the same).
+        A sequence with a decoding state lets go of at most one cell, found in its ring."""
         for seq in self._seen - present:
+            if self._settled.get(seq) == self._epoch:
+                continue
+            self._settled[seq] = self._epoch
             bit = _BITS[seq]
+            state = self._decode.get(seq)
+            if state is not None and state.epoch == self._epoch:
+                cell = state.slid_cell()
+                gone = state.position - self.swa_memory
+                if cell >= 0 and self.cell_pos[cell] == gone and self.cell_seqs[cell] == bit:
+                    self.cell_pos[cell] = -1  # (the state's region is the sequence's alone)
+                    self.cell_seqs[cell] = 0
+                continue
             base = seq * self.region
             mine = np.flatnonzero(self.cell_seqs[base : base + self._used[seq]] & bit) + base
             if not len(mine):
