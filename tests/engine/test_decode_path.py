@@ -122,8 +122,15 @@ def _fast_path_matches(engine: ForwardEngine, pos: int, tok: int = 5) -> bool | 
     when the general path prepared it."""
     cache = engine.cache
     before = _snapshot(cache)
-    plan = engine.plan(_one(tok, pos))
-    took_fast = cache._decode.get(0) is not None and cache._decode[0].position == pos
+    fast = []
+    cache._prepare_decode = lambda batch: (
+        fast.append(Causal._prepare_decode(cache, batch)) or fast[-1]
+    )
+    try:
+        plan = engine.plan(_one(tok, pos))
+    finally:
+        del cache._prepare_decode
+    took_fast = fast == [True]
     if took_fast:
         general = copy.copy(before)
         general._decode = {}
@@ -160,7 +167,7 @@ def test_a_reused_slot_decodes_on_the_fast_path(loaded):
     next tokens take the fast path from the second on (the first re-records the state),
     preparing what the general path prepares; before the used bound came down with the
     drop, a freed cell below it kept every later token on the general path."""
-    engine = ForwardEngine(loaded, num_ctx=512, num_batch=32)
+    engine = ForwardEngine(loaded, num_ctx=512, num_batch=64)
     assert isinstance(engine.cache, Causal)
     try:
         ids = np.arange(3, 43)
