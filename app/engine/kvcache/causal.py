@@ -357,10 +357,12 @@ class Causal(Cache):
         starts = self._v_row_starts.get(dv)
         if starts is None:  # d * cells for each d, once per width
             starts = self._v_row_starts[dv] = (np.arange(dv) * self.cells).astype(np.int32)
-        rows = starts[None, :] + self._locs_host[:, None]  # (int32: cells * dv < 2**31)
+        locs = self._locs_host
+        # (int32: cells * dv < 2**31; one row, decoding's case, without the broadcast)
+        rows = starts + locs[0] if len(locs) == 1 else (starts[None, :] + locs[:, None]).ravel()
         self._v_row_dims.add(dv)
         n = self._batch_size * dv
-        return ctx.input(DType.I32, (n,), rows.ravel(), key=self._key + f"vrows{dv}")
+        return ctx.input(DType.I32, (n,), rows, key=self._key + f"vrows{dv}")
 
     def _mask(
         self,
