@@ -467,10 +467,12 @@ class BatchLoop:
                     token, entry.produced = self.speculator.check(
                         entry.feed, entry.drafts, flight.logits, flight.rows[i]
                     )
-                elif flight.picks:
-                    token = seq.accept_logits(None, picked=int(flight.logits[flight.rows[i]]))
                 else:
-                    token = seq.accept_logits(flight.logits[flight.rows[i]])
+                    row = flight.logits[flight.rows[i]]
+                    if flight.picks:  # the engine's pick
+                        token = seq.accept_logits(None, picked=int(row))
+                    else:
+                        token = seq.accept_logits(row)
                     if token is not None and entry.feed.pace is not None:
                         self.speculator.sampled(entry.feed, token)
             except Exception as e:  # a broken sampler state ends one sequence
