@@ -12,7 +12,11 @@ process of its own (bench/workers.py), rotating which goes first each round:
   engine     Hearth's ForwardEngine, one pass per token, argmax in Python
   runner     Hearth's whole runner path (batching loop, sampling, streaming events), greedy,
              speculation off (one token per pass)
-  llama.cpp  llama-cpp-python's low-level loop (llama_decode per token, argmax in Python)
+  llama.cpp  llama-cpp-python's low-level loop (llama_decode per token, argmax in Python):
+             the engine loop's counterpart
+  llama.cpp generate
+             llama-cpp-python's own generation loop (`Llama.generate`, its sampler chain in C,
+             greedy) with each token's text decoded: the runner's counterpart
 
 Printed: ms per generated token, wall clock and the process's CPU time, min and median over
 every measurement (`reps` per process, after a warm-up), and llama.cpp's time over Hearth's
@@ -37,18 +41,31 @@ from engine_speed import run_worker  # noqa: E402
 from machine import cpu_description  # noqa: E402
 from shapes import add_model_arguments, model_from_args  # noqa: E402
 
-WORKERS = {"engine": "ours", "runner": "runner", "llama.cpp": "llamacpp"}
+WORKERS = {
+    "engine": "ours",
+    "runner": "runner",
+    "llama.cpp": "llamacpp",
+    "llama.cpp generate": "llamacpp_generate",
+}
+# Each Hearth loop beside its llama.cpp counterpart.
+COUNTERPART = {"engine": "llama.cpp", "runner": "llama.cpp generate"}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     add_model_arguments(ap)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument(
+        "--gpu", action="store_true",
+        help="every layer on the first CUDA device, both engines (a CUDA build: bench/gpu)",
+    )  # fmt: skip
     ap.add_argument("--prompt", type=int, default=16, help="prompt tokens before generating")
     ap.add_argument("--generate", type=int, default=256)
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--reps", type=int, default=4, help="measurements per process")
-    ap.add_argument("--only", default="engine,runner,llama.cpp", help="loops to run")
+    ap.add_argument(
+        "--only", default=",".join(WORKERS), help="loops to run (comma-separated names)"
+    )
     args = ap.parse_args()
     if not args.model and not args.shape:
         args.shape = "tiny-llama"
@@ -66,6 +83,7 @@ def main() -> None:
         "reps": args.reps,
         "vary_base": 3,  # the runner's per-round first token (never from the prompt cache)
         "speculate": False,  # one token per pass: the cost of a token, not of drafting
+        "gpu": args.gpu,
     }
     names = [n for n in WORKERS if n in args.only.split(",")]
     ms: dict[str, dict[str, list[float]]] = {n: {"wall": [], "cpu": []} for n in names}
@@ -78,19 +96,21 @@ def main() -> None:
                 ms[name]["cpu"].append(1000 * run["gen_cpu_s"] / n)
     print(cpu_description())
     print(
-        f"model {Path(model).name}, {args.threads} threads, {len(ids)}-token prompt then "
+        f"model {Path(model).name}, {'all layers on the GPU, ' if args.gpu else ''}"
+        f"{args.threads} threads, {len(ids)}-token prompt then "
         f"{args.generate} greedy tokens; {args.rounds} rounds x {args.reps} measurements"
     )
     med = statistics.median
     for clock in ("wall", "cpu"):
-        print(f"{'ms/token ' + clock:14}{'min':>8}{'median':>8}{'max':>8}"
-              "   llama.cpp / this: min, median")  # fmt: skip
-        cpp = ms["llama.cpp"][clock] if "llama.cpp" in ms else None
+        head = f"{'ms/token ' + clock:20}{'min':>8}{'median':>8}{'max':>8}"
+        print(head + "   llama.cpp / this (min, median): counterpart; low-level loop")
         for name in names:
             v = ms[name][clock]
-            line = f"{name:14}{min(v):8.3f}{med(v):8.3f}{max(v):8.3f}"
-            if cpp and name != "llama.cpp":
-                line += f"   {min(cpp) / min(v):.2f}x, {med(cpp) / med(v):.2f}x"
+            line = f"{name:20}{min(v):8.3f}{med(v):8.3f}{max(v):8.3f}"
+            for ref in dict.fromkeys([COUNTERPART.get(name), "llama.cpp"]):
+                if ref in ms and name in COUNTERPART:
+                    c = ms[ref][clock]
+                    line += f"   {min(c) / min(v):.2f}x, {med(c) / med(v):.2f}x"
             print(line)
 
 

@@ -15,13 +15,28 @@ import time
 import numpy as np
 
 
+def _gpu_layout(req: dict) -> dict | None:
+    """With `"gpu": true`, every layer of the model (its blocks and the output layer) on the
+    first CUDA device, as the runner's `--layout` says it; else None (the CPU)."""
+    if not req.get("gpu"):
+        return None
+    from gguf import GGUFReader
+
+    reader = GGUFReader(req["model"])
+    arch = bytes(reader.fields["general.architecture"].parts[-1]).decode()
+    blocks = int(reader.fields[f"{arch}.block_count"].parts[-1][0])
+    return {"gpus": [{"device": "CUDA0", "layers": list(range(blocks + 1))}], "projector": None}
+
+
 def _ours(req: dict) -> dict:
     sys.path.insert(0, req["repo"])
     from hearth.engine.forward import ForwardEngine
     from hearth.engine.input import PassInput
+    from hearth.engine.ml.placement import DevicePlacement
     from hearth.plugins.registry import load_installed_model as load_model
 
-    loaded = load_model(req["model"], num_threads=req["threads"])
+    placement = DevicePlacement.from_json(_gpu_layout(req))
+    loaded = load_model(req["model"], num_threads=req["threads"], placement=placement)
     engine = ForwardEngine(loaded, num_ctx=req["n_ctx"], num_batch=req["n_batch"])
     ids = np.array(req["ids"], dtype=np.int32)
     results = []
@@ -50,9 +65,10 @@ def _runner(req: dict) -> dict:
     from hearth.runner.core import Runner, RunnerConfig
     from hearth.runner.protocol import CompletionDone, CompletionOptions, CompletionRequest
 
+    layout = _gpu_layout(req)
     runner = Runner(
         RunnerConfig(req["model"], num_ctx=req["n_ctx"], num_batch=req["n_batch"],
-                     threads=req["threads"])
+                     threads=req["threads"], layout=json.dumps(layout) if layout else None)
     )  # fmt: skip
     results = []
     options = CompletionOptions(
@@ -83,13 +99,14 @@ def _runner(req: dict) -> dict:
     return {"runs": results[1:]}
 
 
-def _llamacpp(req: dict) -> dict:
-    import llama_cpp
+def _llama(req: dict):  # type: ignore[no-untyped-def]
+    """llama-cpp-python's `Llama` on the request's model, threads and sizes."""
     from llama_cpp import Llama
 
-    llm = Llama(
+    return Llama(
         req["model"],
-        n_gpu_layers=req.get("gpu_layers", 0),  # a CUDA build of llama.cpp (bench/gpu)
+        # a CUDA build of llama.cpp (bench/gpu); "gpu": every layer
+        n_gpu_layers=-1 if req.get("gpu") else req.get("gpu_layers", 0),
         flash_attn=False,  # as Hearth's runner by default: the same attention kernels
         n_ctx=req["n_ctx"],
         n_batch=req["n_batch"],
@@ -98,6 +115,12 @@ def _llamacpp(req: dict) -> dict:
         n_threads_batch=req["threads"],
         verbose=False,
     )
+
+
+def _llamacpp(req: dict) -> dict:
+    import llama_cpp
+
+    llm = _llama(req)
     n_vocab = llm.n_vocab()
 
     def decode(tokens: list[int], n_past: int) -> np.ndarray:
@@ -128,6 +151,31 @@ def _llamacpp(req: dict) -> dict:
                 "internal_gen_s": perf.t_eval_ms / 1000,
             }
         )
+    return {"runs": results[1:]}
+
+
+def _llamacpp_generate(req: dict) -> dict:
+    """llama-cpp-python's own generation loop (`Llama.generate`: its sampler chain in C,
+    greedy) with each token's text decoded as a streaming client would: the counterpart of
+    Hearth's runner path, where `_llamacpp` is the counterpart of its engine loop."""
+    import llama_cpp
+
+    llm = _llama(req)
+    ids = [int(t) for t in req["ids"]]
+    results = []
+    for _ in range(req["reps"] + 1):  # the first round warms up
+        llama_cpp.llama_memory_clear(llama_cpp.llama_get_memory(llm.ctx), True)
+        n, text = 0, []
+        stream = llm.generate(ids, temp=0.0, top_k=1, repeat_penalty=1.0, reset=True)
+        for tok in stream:  # the first token comes after the prompt: timing starts there
+            if n == 0:
+                t1, c1 = time.perf_counter(), time.process_time()
+            text.append(llm.detokenize([tok], prev_tokens=None))
+            n += 1
+            if n > req["generate"]:
+                break
+        t2, c2 = time.perf_counter(), time.process_time()
+        results.append({"gen_s": t2 - t1, "gen_cpu_s": c2 - c1, "gen_n": n - 1})
     return {"runs": results[1:]}
 
 
@@ -207,6 +255,7 @@ if __name__ == "__main__":
         "ours": _ours,
         "runner": _runner,
         "llamacpp": _llamacpp,
+        "llamacpp_generate": _llamacpp_generate,
         "llamacpp_parallel": _llamacpp_parallel,
     }
     fn = workers[sys.argv[1]]

@@ -46,6 +46,19 @@ class Sampler:
         self._window = max(0, int(_given(opts, "repeat_last_n")))
         self.history: list[int] = list(history)
 
+    @property
+    def picks_argmax(self) -> bool:
+        """Whether `sample` is the logits' argmax whatever the history: greedy with no
+        penalty that could apply (so the engine may pick the token itself:
+        PassInput.greedy)."""
+        if self.temperature != 0.0:
+            return False
+        return self._window == 0 or (
+            self.repeat_penalty == 1.0
+            and self.presence_penalty == 0.0
+            and self.frequency_penalty == 0.0
+        )
+
     def accept(self, token: int) -> None:
         """Record a token of the sequence (prompt or generated) for the penalties."""
         self.history.append(token)

@@ -16,11 +16,11 @@ Determinism: a sequence's numbers never depend on what shares its batch or on ho
 was split (per-sequence attention, prompt pieces of at least two rows, see slots.py), so the
 same request gives the same tokens alone, under load, or from the prompt cache.
 
-Pipelining (when a CPU core is left over by the compute threads): while batch N computes on
-the worker thread (ggml releases the GIL), the loop builds batch N+1. Sequences sampling from
-N get a placeholder input in N+1 whose value is filled in once N is sampled. A sequence that
-finished at N leaves its placeholder unused; its cache cell is dropped when the slot is
-released.
+Pipelining (when a CPU core is left over by the compute threads, and measured to pay:
+pipelining.py): while batch N computes on the worker thread (ggml releases the GIL), the
+loop builds batch N+1. Sequences sampling from N get a placeholder input in N+1 whose value
+is filled in once N is sampled. A sequence that finished at N leaves its placeholder unused;
+its cache cell is dropped when the slot is released.
 
 Speculative decoding (speculation.py): the loop asks its `Speculator` for drafts after each
 decoding sequence's sampled token (`add_drafts`), lays them out as rows that each compute as
@@ -49,6 +49,7 @@ from ..engine.prompt_cache import InputCache, NoFreeSlotError, ReprocessInputs
 from .embedding import embed
 from .engine import PassInput, RunnerEngine
 from .feed import Chosen, Entry, InputFeed, Inputs
+from .pipelining import PipelineChoice
 from .sequence import Sequence
 from .speculation import Speculator
 
@@ -65,6 +66,7 @@ class _Flight:
     plan: Any  # the engine's planned pass (its `tokens` may still change)
     entries: list[Entry]
     rows: dict[int, int]  # entry index -> output row
+    picks: bool = False  # the engine returns each output row's token (PassInput.greedy)
     # A pass the compute worker runs (pipelined) tells the loop when it started and ended;
     # one the loop thread runs itself needs no signals (two Events per token cost time).
     started: threading.Event | None = None
@@ -86,16 +88,16 @@ class BatchLoop:
         speculator: Speculator | None = None,
     ) -> None:
         """`slots`: the prompt cache over `engine.cache` (None: one in single-user mode, not
-        on disk). `pipelined` None: when a core is spare (`engine.spare_core`); an engine
-        that cannot plan while it computes (`engine.can_pipeline`: llama.cpp's) never is.
+        on disk). `pipelined` None: where a core is spare (`engine.spare_core`) and measured
+        to pay (pipelining.py); True or False: always or never. An engine that cannot plan
+        while it computes (`engine.can_pipeline`: llama.cpp's) never pipelines.
         `speculator`: speculative decoding (None: prompt lookup, weighed)."""
         self.engine = engine
-        if not engine.can_pipeline:
-            pipelined = False
-        elif pipelined is None:
-            # Building the next batch while one computes only pays when a core is free for
-            # it; otherwise the Python work slows the compute threads down more than it saves.
-            pipelined = engine.spare_core
+        # Building the next batch while one computes can only pay when a core is free for
+        # it; otherwise the Python work slows the compute threads down more than it saves.
+        allowed = engine.can_pipeline and (pipelined or (pipelined is None and engine.spare_core))
+        self.pipelining = PipelineChoice(allowed, pipelined)
+        pipelined = allowed
         self.num_batch = engine.num_batch
         self.num_ctx = engine.num_ctx
         if slots is None:
@@ -113,6 +115,7 @@ class BatchLoop:
         self._thread = threading.Thread(target=self._run, name="batch-loop", daemon=True)
         self.steps = 0
         self.max_batch_seen = 0
+        self._composed: _Flight | None = None  # the pass this step composed (for pipelining)
 
     # -- public ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -178,6 +181,25 @@ class BatchLoop:
         return bool(inflight or self._incoming or self._active)
 
     def _step(self, inflight: _Flight | None) -> _Flight | None:
+        self._composed = None
+        nxt = self._step_pass(inflight)
+        self.pipelining.step(self._decoding_width(self._composed))
+        return nxt
+
+    @staticmethod
+    def _decoding_width(flight: _Flight | None) -> int:
+        """Sequences a pass decodes one token each, or 0 when it is not such a pass."""
+        if flight is None:
+            return 0
+        for e in flight.entries:
+            if e.count != 1 or e.drafts:
+                return 0
+        return len(flight.entries)
+
+    def _step_pass(self, inflight: _Flight | None) -> _Flight | None:
+        """One step: admit, sample the pass in flight, compose the next and compute it
+        here or hand it to the worker (pipelining). Returns the pass now in flight."""
+        pipelining = self.pipelining.now()
         if inflight is not None and self._incoming and self.slots.acquire_writes:
             # Admission may write cells now: a cell the pass in flight still writes (a
             # finished sequence's placeholder) must be written first.
@@ -193,7 +215,7 @@ class BatchLoop:
             inflight.started.wait()
         nxt = None
         if embedding is None:
-            nxt = self._compose(inflight if self.pipelined else None)
+            nxt = self._compose(inflight if pipelining else None)
         if inflight is not None:
             assert inflight.done is not None
             inflight.done.wait()
@@ -208,11 +230,12 @@ class BatchLoop:
         if not live:
             return None
         self.steps += 1
+        self._composed = nxt
         if any(e.count > 1 for e in nxt.entries):
             # A pass with prompt inputs takes long: text held for the next chunk goes now.
             for feed in self._active:
                 feed.seq.flush_stream()
-        if not self.pipelined:  # compute here: no thread hand-over per token
+        if not pipelining:  # compute here: no thread hand-over per token
             self._execute(nxt)
             self._sample(nxt, None)
             self._reap()
@@ -369,12 +392,19 @@ class BatchLoop:
                 first = e.start if e.drafts else e.start + e.count - 1
                 out.extend(range(first, e.start + e.count))
         outputs = np.array(out or [len(tokens) - 1], dtype=np.int32)
+        drafting = frozenset(e.feed.slot.id for e in entries if e.drafts)
+        # Where every sampled row only wants its argmax, the engine picks the tokens (on a
+        # device only their ids then cross to the host); drafts are checked on logits.
+        picks = (
+            bool(out) and not drafting and all(e.feed.seq.takes_picks for e in entries if e.sample)
+        )
         inputs = PassInput(
             np.array(tokens, dtype=np.int32),
             np.array(positions, dtype=np.int32),
             np.array(seqs, dtype=np.int32),
             outputs,
-            lone_rows=frozenset(e.feed.slot.id for e in entries if e.drafts),
+            lone_rows=drafting,
+            greedy=picks,
         )
         return entries, rows, inputs
 
@@ -389,7 +419,7 @@ class BatchLoop:
                 self._end(entry.feed, error=f"{e}; the request was stopped")
             return None
         self.max_batch_seen = max(self.max_batch_seen, len(inputs.tokens))
-        return _Flight(plan, entries, rows)
+        return _Flight(plan, entries, rows, picks=inputs.greedy)
 
     def _unbatchable(self, feed: InputFeed) -> str:
         """Why a sequence's next inputs can never be batched (a SameBatch run too long)."""
@@ -438,7 +468,11 @@ class BatchLoop:
                         entry.feed, entry.drafts, flight.logits, flight.rows[i]
                     )
                 else:
-                    token = seq.accept_logits(flight.logits[flight.rows[i]])
+                    row = flight.logits[flight.rows[i]]
+                    if flight.picks:  # the engine's pick
+                        token = seq.accept_logits(None, picked=int(row))
+                    else:
+                        token = seq.accept_logits(row)
                     if token is not None and entry.feed.pace is not None:
                         self.speculator.sampled(entry.feed, token)
             except Exception as e:  # a broken sampler state ends one sequence

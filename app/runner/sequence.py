@@ -212,8 +212,16 @@ class Sequence:
         """The loop shifted (or re-evaluated) the context to make room."""
         self.shifted = True
 
-    def accept_logits(self, logits: np.ndarray) -> int | None:
-        """Sample from the logits that follow the last evaluated input. Returns the token to
+    @property
+    def takes_picks(self) -> bool:
+        """Whether the engine may pick this sequence's next token itself (its argmax:
+        PassInput.greedy), so that only the token id crosses from a device: greedy, no
+        penalty, no structured output, no logprobs."""
+        return self.sampler.picks_argmax and self.constraint is None and not self.settings.logprobs
+
+    def accept_logits(self, logits: np.ndarray | None, picked: int | None = None) -> int | None:
+        """Sample from the logits that follow the last evaluated input, or take the token
+        the engine `picked` (`takes_picks`; `logits` None then). Returns the token to
         evaluate next, or None when the sequence has finished."""
         t0 = time.perf_counter()
         if self.t_first is None:
@@ -224,7 +232,7 @@ class Sequence:
         if len(self.generated) >= self.num_predict:  # num_predict 0: the prompt only
             self.finish("length")
             return None
-        token = self._sample(logits)
+        token = picked if picked is not None else self._sample(logits)  # type: ignore[arg-type]
         self.t_sampling += time.perf_counter() - t0
         if token is None:
             return None

@@ -22,13 +22,23 @@ def speed(full: float, half: float, cpu: float = 1.0) -> dict:
     return {"cpu": {}, "full": {}, "half": {}, "llamacpp": {"cuda_build": True}, "ratios": ratios}
 
 
+def overhead(ratio: float, gpu_runner: float | None = None) -> dict:
+    """steps.overhead's report: every loop at `ratio`, the GPU runner's at `gpu_runner`."""
+
+    def part(runner: float) -> dict:
+        return {"llama.cpp_over_engine_median": ratio,
+                "llama.cpp generate_over_runner_median": runner}  # fmt: skip
+
+    return {"cpu": part(ratio), "gpu": part(ratio if gpu_runner is None else gpu_runner)}
+
+
 def gpu_report(**parts) -> dict:
     base = {
         "card": "NVIDIA H200",
         "dry_run": False,
         "errors": {},
         "speed": speed(1.1, 0.95),
-        "overhead": {"llamacpp_over_runner_median": 1.05},
+        "overhead": overhead(1.05),
         "correctness": {"hearth_gpu_vs_llamacpp_cuda_max": 0.03, "llamacpp_cpu_vs_cuda_max": 0.04},
         "gpu_context": {"measured": 655 << 20, "planned": 660 << 20},
         "abort": {"survived": True, "sentence": "the runner stopped (signal 6)"},
@@ -39,14 +49,14 @@ def gpu_report(**parts) -> dict:
 def test_a_gpu_run_meeting_every_target_misses_none():
     verdict = targets.evaluate(gpu_report())
     assert verdict["enforced"] and verdict["missed"] == []
-    assert len(verdict["met"]) == 6 + 1 + 1 + 1 + 1
+    assert len(verdict["met"]) == 6 + 4 + 1 + 1 + 1
 
 
 def test_each_missed_target_is_named():
     report = gpu_report(
         speed=speed(0.48, 0.95, cpu=0.3),
         shapes={"llama3.1-8b": {"skipped": "bench/shapes.py cannot be imported"}},
-        overhead={"llamacpp_over_runner_median": 0.5},
+        overhead=overhead(1.0, gpu_runner=0.5),
         correctness={"hearth_gpu_vs_llamacpp_cuda_max": 0.2, "llamacpp_cpu_vs_cuda_max": 0.04},
         gpu_context={"measured": 700 << 20, "planned": 660 << 20},
         abort={"survived": False, "sentence": "", "problem": "the service shut down"},
@@ -58,7 +68,9 @@ def test_each_missed_target_is_named():
     assert "default model cpu gen 0.30x llama.cpp (target 0.9x)" in missed
     assert not any("half" in m for m in missed)  # 0.95 meets 0.9
     assert any(m.startswith("llama3.1-8b: speed not measured") for m in missed)
-    assert any(m.startswith("tiny-model token overhead: llama.cpp 0.50x") for m in missed)
+    slow = "tiny-model token overhead (gpu, runner vs llama.cpp generate): llama.cpp 0.50x"
+    assert any(m.startswith(slow) for m in missed)
+    assert sum("token overhead" in m for m in missed) == 1  # the other three meet 1.0
     spread = "correctness: Hearth GPU vs llama.cpp CUDA spread 0.2000"
     assert any(m.startswith(spread) for m in missed)
     assert any("HEARTH_GPU_CONTEXT=734003200" in m for m in missed)
@@ -87,7 +99,11 @@ def test_token_overhead_s_table_is_read():
         "engine         0.700   0.760   0.900   0.61x, 0.57x\n"
         "runner         0.860   0.900   1.200   0.50x, 0.48x\n"
         "llama.cpp      0.430   0.430   0.500\n"
+        "llama.cpp generate 0.470 0.480 0.600\n"
+        "ms/token cpu     min  median     max\n"
+        "runner         0.100   0.100   0.100\n"
     )
     rows = steps.parse_overhead(text)
-    assert rows["runner"] == {"min": 0.86, "median": 0.9, "max": 1.2}
-    assert rows["llama.cpp"]["median"] == 0.43 and set(rows) == {"engine", "runner", "llama.cpp"}
+    assert rows["runner"] == {"min": 0.86, "median": 0.9, "max": 1.2}  # the wall-clock table's
+    assert rows["llama.cpp"]["median"] == 0.43 and rows["llama.cpp generate"]["median"] == 0.48
+    assert set(rows) == {"engine", "runner", "llama.cpp", "llama.cpp generate"}

@@ -110,37 +110,76 @@ def test_the_decoding_path_gives_the_general_paths_bits(
         assert a.tobytes() == b.tobytes()
 
 
+def _snapshot(cache: Causal) -> Causal:
+    """The cache's bookkeeping before a pass (the arrays the pass changes, copied)."""
+    before = copy.copy(cache)
+    before.cell_pos, before.cell_seqs = cache.cell_pos.copy(), cache.cell_seqs.copy()
+    before._used = list(cache._used)
+    return before
+
+
+def _fast_path_matches(engine: ForwardEngine, pos: int, tok: int = 5) -> bool | None:
+    """Plan and run one decoding row; when the fast path prepared it, check its cell, span
+    and mask against the general path's on the bookkeeping from just before (True); None
+    when the general path prepared it."""
+    cache = engine.cache
+    before = _snapshot(cache)
+    fast = []
+    cache._prepare_decode = lambda batch: (
+        fast.append(Causal._prepare_decode(cache, batch)) or fast[-1]
+    )
+    try:
+        plan = engine.plan(_one(tok, pos))
+    finally:
+        del cache._prepare_decode
+    took_fast = fast == [True]
+    if took_fast:
+        general = copy.copy(before)
+        general._decode = {}
+        general.prepare(plan.graph.batch.__class__(
+            None, None, None, np.array([pos], np.int32), np.zeros(1, np.int32),
+            np.zeros(1, np.int32), runs=[(0, 1)],
+        ))  # fmt: skip
+        ours, theirs = cache._groups[0], general._groups[0]
+        assert (ours.first_cell, ours.n_kv) == (theirs.first_cell, theirs.n_kv)
+        assert ours.mask.tobytes() == theirs.mask.tobytes()
+        assert cache._locs_host.tolist() == general._locs_host.tolist()
+        assert (cache.cell_pos == general.cell_pos).all()
+        assert (cache.cell_seqs == general.cell_seqs).all()
+    engine.run(plan)
+    return True if took_fast else None
+
+
 def test_the_decoding_path_prepares_what_the_general_path_prepares(loaded):
     """Cell, span and mask of each fast-path pass against the general path's on a copy of the
     cache's bookkeeping taken just before."""
     engine = ForwardEngine(loaded, num_ctx=512, num_batch=32)
-    cache = engine.cache
-    assert isinstance(cache, Causal)
+    assert isinstance(engine.cache, Causal)
     try:
         ids = np.arange(3, 13)
         engine.forward(PassInput(ids, np.arange(10), np.zeros(10), np.array([9])))
-        checked = 0
-        for pos in range(10, 150):
-            before = copy.copy(cache)
-            before.cell_pos, before.cell_seqs = cache.cell_pos.copy(), cache.cell_seqs.copy()
-            before._used = list(cache._used)
-            plan = engine.plan(_one(5, pos))
-            if cache._decode.get(0) is not None and cache._decode[0].position == pos:
-                general = copy.copy(before)
-                general._decode = {}
-                general.prepare(plan.graph.batch.__class__(
-                    None, None, None, np.array([pos], np.int32), np.zeros(1, np.int32),
-                    np.zeros(1, np.int32), runs=[(0, 1)],
-                ))  # fmt: skip
-                ours, theirs = cache._groups[0], general._groups[0]
-                assert (ours.first_cell, ours.n_kv) == (theirs.first_cell, theirs.n_kv)
-                assert ours.mask.tobytes() == theirs.mask.tobytes()
-                assert cache._locs_host.tolist() == general._locs_host.tolist()
-                assert (cache.cell_pos == general.cell_pos).all()
-                assert (cache.cell_seqs == general.cell_seqs).all()
-                checked += 1
-            engine.run(plan)
+        checked = sum(bool(_fast_path_matches(engine, pos)) for pos in range(10, 150))
         assert checked > 100
+    finally:
+        engine.close()
+
+
+def test_a_reused_slot_decodes_on_the_fast_path(loaded):
+    """A slot the prompt cache reuses keeps a prefix and drops the rest (`remove`): its
+    next tokens take the fast path from the second on (the first re-records the state),
+    preparing what the general path prepares; before the used bound came down with the
+    drop, a freed cell below it kept every later token on the general path."""
+    engine = ForwardEngine(loaded, num_ctx=512, num_batch=64)
+    assert isinstance(engine.cache, Causal)
+    try:
+        ids = np.arange(3, 43)
+        engine.forward(PassInput(ids, np.arange(40), np.zeros(40), np.array([39])))
+        for pos in range(40, 70):
+            engine.forward(_one(5, pos))
+        engine.cache.remove(0, 20)  # the next request shares the first 20 inputs
+        engine.forward(PassInput(ids[20:24], np.arange(20, 24), np.zeros(4), np.array([3])))
+        taken = [_fast_path_matches(engine, pos) for pos in range(24, 64)]
+        assert taken[0] is None and all(taken[1:])
     finally:
         engine.close()
 

@@ -323,3 +323,36 @@ def test_embedding_longer_than_the_context_is_truncated_or_refused(llama):
     assert result["prompt_eval_count"] == 256
     with pytest.raises(RequestError, match="400 tokens but the context holds 256"):
         llama.embedding(list(range(3, 403)), truncate=False)
+
+
+def test_greedy_sequences_take_the_engines_picks_and_get_the_same_tokens(llama, monkeypatch):
+    """A greedy sequence without penalties, grammar or logprobs lets the engine pick its
+    tokens (PassInput.greedy: on a device only the ids cross); the tokens are those the
+    sampler picks from the logits (the same request with logprobs on, which needs them,
+    and with a repeat penalty of a window too short to apply)."""
+    passes: list[bool] = []
+    plan = llama.engine.plan
+
+    def spy(inputs):
+        if len(inputs.tokens) == 1:
+            passes.append(inputs.greedy)
+        return plan(inputs)
+
+    monkeypatch.setattr(llama.engine, "plan", spy)
+    tokens = [1, *np.random.default_rng(4).integers(3, 500, 9).tolist()]
+
+    def run(**kw) -> tuple[list[int], list[bool]]:
+        passes.clear()
+        _, done = collect(llama.completion(CompletionRequest(tokens=tokens, options=kw["o"])))
+        return done.context[len(tokens) :], list(passes)
+
+    picked, picked_passes = run(o=greedy(num_predict=24))
+    assert picked_passes and all(picked_passes)
+    logits = CompletionRequest(tokens=tokens, options=greedy(num_predict=24), logprobs=True)
+    passes.clear()
+    _, done = collect(llama.completion(logits))
+    assert passes and not any(passes)  # logprobs need the logits
+    assert done.context[len(tokens) :] == picked
+    penalised = CompletionOptions(temperature=0, repeat_penalty=1.3, num_predict=8)
+    run(o=penalised)
+    assert not any(passes)  # a penalty changes the argmax: the sampler picks

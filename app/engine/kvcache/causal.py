@@ -390,10 +390,12 @@ class Causal(Cache):
         starts = self._v_row_starts.get(dv)
         if starts is None:  # d * cells for each d, once per width
             starts = self._v_row_starts[dv] = (np.arange(dv) * self.cells).astype(np.int32)
-        rows = starts[None, :] + self._locs_host[:, None]  # (int32: cells * dv < 2**31)
+        locs = self._locs_host
+        # (int32: cells * dv < 2**31; one row, decoding's case, without the broadcast)
+        rows = starts + locs[0] if len(locs) == 1 else (starts[None, :] + locs[:, None]).ravel()
         self._v_row_dims.add(dv)
         n = self._batch_size * dv
-        return ctx.input(DType.I32, (n,), rows.ravel(), key=self._key + f"vrows{dv}")
+        return ctx.input(DType.I32, (n,), rows, key=self._key + f"vrows{dv}")
 
     def _mask(
         self,
@@ -514,14 +516,22 @@ class Causal(Cache):
         self._drop(np.flatnonzero(gone), bit)
         if not (self.cell_seqs & bit).any():
             self._shared.discard(seq)
-            base = seq * self.region
-            if not self.cell_seqs[base : base + self._used[seq]].any():
-                self._used[seq] = 0  # (another sequence may share its cells: copy_prefix)
+        self._lower_bound(seq)
         if end != MAX_POS and later.any():
             delta = np.zeros(self.cells, dtype=np.int32)
             delta[later] = begin - end
             self.cell_pos[later] += begin - end
             self._shift(delta)
+
+    def _lower_bound(self, seq: int) -> None:
+        """After cells were dropped: the region's scan bound comes down to just above its
+        highest held cell (held by any sequence: copy_prefix shares cells). Which cells the
+        next rows take does not change (the first free ones either way), but a reused slot
+        then has no free cell below its bound, so its next tokens take the decoding fast
+        path (decode.py) instead of the general one."""
+        base = seq * self.region
+        held = np.flatnonzero(self.cell_seqs[base : base + self._used[seq]])
+        self._used[seq] = int(held[-1]) + 1 if len(held) else 0
 
     def reject(self, seq: int, begin: int) -> None:
         """`Cache.reject`: with a sliding window, each lone row of a speculative check let go

@@ -1,0 +1,82 @@
+"""The loop's choice to pipeline (runner/pipelining.py), on a clock the test controls: steps
+whose durations are known give the choice that the module's rule must make."""
+
+from __future__ import annotations
+
+import pytest
+
+from hearth.runner import pipelining
+from hearth.runner.pipelining import PipelineChoice
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    c = _Clock()
+    monkeypatch.setattr(pipelining.time, "perf_counter", c)
+    return c
+
+
+def _run(choice: PipelineChoice, clock: _Clock, steps: int, cost: dict[bool, float],
+         width: int = 1) -> list[bool]:  # fmt: skip
+    """`steps` decoding steps of `width` sequences, each taking cost[pipelining]."""
+    ways = []
+    for _ in range(steps):
+        way = choice.now()
+        ways.append(way)
+        clock.now += cost[way]
+        choice.step(width)
+    return ways
+
+
+@pytest.mark.parametrize("faster", [False, True])
+def test_the_faster_way_is_kept(clock, faster):
+    choice = PipelineChoice(allowed=True, forced=None, window=8, hold=100)
+    cost = {faster: 1.0, not faster: 1.5}
+    ways = _run(choice, clock, 40, cost)
+    assert False in ways[:12] and True in ways[:30]  # both were measured
+    assert choice.trials == 1 and choice.last == {faster: 1.0, not faster: 1.5}
+    assert ways[-5:] == [faster] * 5
+
+
+def test_it_measures_again_after_holding(clock):
+    choice = PipelineChoice(allowed=True, forced=None, window=8, hold=50)
+    _run(choice, clock, 40, {False: 1.0, True: 2.0})
+    assert choice.now() is False
+    # The machine changed: pipelining now pays.
+    _run(choice, clock, 120, {False: 2.0, True: 1.0})
+    assert choice.trials >= 2 and choice.now() is True
+
+
+def test_steps_of_other_kinds_and_other_widths_are_not_counted(clock):
+    choice = PipelineChoice(allowed=True, forced=None, window=8, hold=100)
+    for _ in range(30):  # prompt passes (width 0) between decoding steps never count
+        clock.now += 1.0
+        choice.step(1)
+        clock.now += 50.0
+        choice.step(0)
+    assert choice.trials == 0
+    _run(choice, clock, 12, {False: 1.0, True: 3.0}, width=1)
+    _run(choice, clock, 4, {False: 1.0, True: 3.0}, width=3)  # other sequences: start over
+    assert choice.trials == 0 and choice.now() is False
+    _run(choice, clock, 40, {False: 3.0, True: 1.0}, width=3)
+    assert choice.trials == 1 and choice.now() is True
+
+
+@pytest.mark.parametrize("forced", [False, True])
+def test_a_fixed_choice_never_changes(clock, forced):
+    choice = PipelineChoice(allowed=True, forced=forced, window=4, hold=8)
+    ways = _run(choice, clock, 50, {forced: 5.0, not forced: 1.0})
+    assert set(ways) == {forced} and choice.trials == 0
+
+
+def test_no_pipelining_where_it_is_not_allowed(clock):
+    choice = PipelineChoice(allowed=False, forced=None, window=4, hold=8)
+    assert set(_run(choice, clock, 50, {False: 5.0, True: 1.0})) == {False}
