@@ -244,7 +244,8 @@ class Sequence:
         text = self._decoder.feed(token)
         self._text_len += len(text)
         self._text_ends.append(self._text_len)
-        lp = self._logprob(logits, token) if self.settings.logprobs else None
+        # (a picked token: no logprobs were asked for, `takes_picks`)
+        lp = self._logprob(logits, token) if logits is not None and self.settings.logprobs else None
         if lp is not None:
             self._held_logprobs.append(lp)
         if self._emit(text):
