@@ -17,11 +17,14 @@ exactly the bits that decoding one token per pass gives. The `Speculator` then
 * cuts (`cut`): the cells of the rejected drafts leave the cache (`Cache.reject`) and the
   slot, as if their rows had never been evaluated;
 * weighs (`weigh`): hands each decoding pass's measured seconds (the drafter's included) and
-  tokens to `DraftCost` (draft_cost.py), which switches drafting off where it does not pay.
+  tokens to `DraftCost` (draft_cost.py), which switches drafting off where it cannot pay and
+  rests it for passes of as many sequences where it did not (`DraftCost.pays`).
 
 A sequence that may draft takes no pipelined placeholder (`drafts_next`: its next input
-depends on the check). Drafting is on only where the engine says it is exact
-(`RunnerEngine.speculation_off`) and while it pays; `off` says why not.
+depends on the check); one that is not going to draft (its pace paused, or drafting resting
+for as many sequences as the last pass had) keeps pipelining. Drafting is on only where the
+engine says it is exact (`RunnerEngine.speculation_off`) and while it pays; `off` says why
+not.
 """
 
 from __future__ import annotations
@@ -56,6 +59,8 @@ class Speculator:
         self.drafter: Drafter = drafter if drafter is not None else PromptLookups()
         self.speculation_off = engine.speculation_off  # None: drafting is exact here
         self.cost = DraftCost() if weigh else None
+        self.streams = 0  # decoding sequences in the last pass composed
+        self.costly_wait = False  # waiting for a sampled token costs the loop a pass
 
     @property
     def off(self) -> str | None:
@@ -70,6 +75,7 @@ class Speculator:
         waiting for its sampled token costs the loop its pipelining, `DraftPace`); where
         drafting was switched off, its final record says why."""
         seq = feed.seq
+        self.costly_wait = costly_wait
         if self.off is None and seq.settings.speculate and not seq.embedding:
             feed.pace = DraftPace(costly_wait=costly_wait)
             self.drafter.begin(feed.slot.id, seq.prompt)
@@ -78,8 +84,11 @@ class Speculator:
 
     def drafts_next(self, feed: InputFeed) -> bool:
         """Whether the sequence's next pass may draft: it then waits for its sampled token
-        rather than planning it as a pipelined placeholder."""
-        return feed.pace is not None and feed.pace.active and self.off is None
+        rather than planning it as a pipelined placeholder. Not while its pace is paused, nor
+        while drafting rests for as many sequences as the last pass composed had."""
+        if feed.pace is None or not feed.pace.active or self.off is not None:
+            return False
+        return self.cost is None or self.cost.pays(self.streams)
 
     def sampled(self, feed: InputFeed, token: int) -> None:
         """A drafting sequence (`feed.pace`) sampled `token` in a pass without drafts."""
@@ -92,12 +101,13 @@ class Speculator:
         """Drafted tokens after the sampled token of each decoding sequence of the pass that
         drafts, in the `room` (rows) the pass has left (module docstring), appended to its
         inputs (`Chosen.drafts`). Returns the drafter's seconds."""
+        self.streams = len(chosen)
         if not any(c.feed.pace is not None for c in chosen):
             return 0.0
         cost = self.cost
         if cost is not None:
-            if not cost.on:
-                return 0.0
+            if not cost.pays(len(chosen)):
+                return 0.0  # off, or resting for passes of this many sequences
             decoding = all(len(c.inputs) == 1 and not c.feed.pending for c in chosen)
             if decoding and cost.wants_plain(len(chosen)):
                 return 0.0  # this pass measures decoding without drafts (draft_cost.py)
@@ -191,7 +201,11 @@ class Speculator:
         if any(e.drafts for e in entries):
             tokens = sum(e.produced if e.drafts else 1 for e in entries)
             rows = sum(e.count for e in entries)
-            cost.checked(len(entries), rows, tokens, seconds + drafting)
+            # Where the loop pipelines, a drafting sequence among others sat out the pass
+            # planned while its sampled token was computed.
+            alone = len(entries) == 1
+            waits = 0 if alone or not self.costly_wait else sum(1 for e in entries if e.drafts)
+            cost.checked(len(entries), rows, tokens, seconds + drafting, waits)
             if not cost.on:
                 _log.info("%s", cost.reason)
                 for feed in active:
