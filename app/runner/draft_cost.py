@@ -33,12 +33,12 @@ Two rules follow:
    less one for each sequence that waited for its sampled token to draft while the loop
    pipelines (`waits`: it sat out the pass planned meanwhile), against what decoding would
    have produced in their time (n tokens per decoding pass they cost, at their median). When
-   that is not `_GAIN` times more, drafting with n sequences rests for `_FIRST_REST` passes,
-   twice as long each time it is tried again and still does not pay (up to `_MAX_REST`),
-   from the first rest again once it does. A batch of several decoding rows already
-   amortizes the weights' reads that drafting saves: on the default model, 4 streams
-   drafting produced fewer tokens a second than 4 streams decoding, even with most drafts
-   accepted, while one stream gained.
+   that is not `_GAIN` times more, drafting with n sequences (and more) rests for
+   `_FIRST_REST` passes of n sequences, twice as long each time it is tried again and still
+   does not pay (up to `_MAX_REST`), from the first rest again once it does. A batch of
+   several decoding rows already amortizes the weights' reads that drafting saves: on the
+   default model, 4 streams drafting produced fewer tokens a second than 4 streams
+   decoding, even with most drafts accepted, while one stream gained.
 
 Acceptance for each sequence is its own pace's business (`DraftPace`, drafting.py): a
 sequence whose drafts miss backs off in tokens. The speculator (speculation.py) leaves
@@ -64,7 +64,7 @@ _MIN_ROWS = 5
 _PLAIN_SAMPLES = 3  # decoding passes measured before checks are weighed
 _GAIN = 1.1  # drafting goes on only where checks make tokens at least this much faster
 _REMEASURE = 8  # checks between measurements of decoding passes without drafts
-_JUDGE = 4  # checks of n sequences before rule 2 judges them
+_JUDGE = 3  # checks of n sequences before rule 2 judges them
 _FIRST_REST = 32  # passes drafting with n sequences rests when it did not pay (rule 2)
 _MAX_REST = 2048
 
@@ -91,8 +91,8 @@ class DraftCost:
         self.recent: deque[tuple[int, int, int]] = deque(maxlen=_RECENT)  # (seqs, rows, tokens)
         self.checks = 0  # check passes weighed by rule 1
         self.judged: dict[int, deque[_Check]] = {}  # sequences -> recent checks (rule 2)
-        self.passes = 0  # decoding passes weighed, with drafts or without
-        self.resting: dict[int, int] = {}  # sequences -> pass number drafting resumes at
+        self.passes: dict[int, int] = {}  # sequences -> decoding passes of so many weighed
+        self.resting: dict[int, int] = {}  # sequences -> their pass number drafting resumes at
         self._rest: dict[int, int] = {}  # sequences -> the next rest's length in passes
         self._since_plain: dict[int, int] = {}  # sequences -> checks since a plain pass
 
@@ -102,8 +102,13 @@ class DraftCost:
 
     def pays(self, sequences: int) -> bool:
         """Whether a pass of `sequences` decoding sequences may draft: drafting is on and not
-        resting for that many (rule 2)."""
-        return self.reason is None and self.passes >= self.resting.get(sequences, 0)
+        resting for that many, nor for fewer (rule 2: where drafting did not pay with fewer
+        sequences, more of them amortize the weights' reads better still)."""
+        if self.reason is not None:
+            return False
+        return all(
+            self.passes.get(n, 0) >= resume for n, resume in self.resting.items() if n <= sequences
+        )
 
     def wants_plain(self, sequences: int) -> bool:
         """Whether the next decoding pass of `sequences` sequences should go without drafts,
@@ -115,7 +120,7 @@ class DraftCost:
     def decoded(self, sequences: int, seconds: float) -> None:
         """A decoding pass of `sequences` rows, one per sequence, none drafted, took
         `seconds`."""
-        self.passes += 1
+        self.passes[sequences] = self.passes.get(sequences, 0) + 1
         self.plain.setdefault(sequences, deque(maxlen=_RECENT)).append(seconds)
         self._since_plain[sequences] = 0
 
@@ -126,7 +131,7 @@ class DraftCost:
         `tokens` tokens in `seconds` (drafting included); `waits` of its drafting sequences
         sat out a pipelined pass to draft. Switches drafting off when checks cannot pay
         (rule 1) and rests it for this many sequences when they did not (rule 2)."""
-        self.passes += 1
+        self.passes[sequences] = self.passes.get(sequences, 0) + 1
         plain = self.plain.get(sequences, ())
         if self.reason is not None or len(plain) < _PLAIN_SAMPLES:
             return
@@ -169,7 +174,7 @@ class DraftCost:
             self._rest[sequences] = _FIRST_REST
             return
         rest = self._rest.get(sequences, _FIRST_REST)
-        self.resting[sequences] = self.passes + rest
+        self.resting[sequences] = self.passes[sequences] + rest
         self._rest[sequences] = min(_MAX_REST, 2 * rest)
         checks.clear()  # judged afresh when drafting is tried again
 

@@ -8,7 +8,10 @@ exactly the bits that decoding one token per pass gives. The `Speculator` then
 * drafts (`add_drafts`): asks the drafter for the decoding sequences of the pass being
   composed, each as many tokens as its `DraftPace` wants, within the room the pass has left
   (drafts never take a row from another sequence's inputs), the context and the tokens left
-  to it (drafts never make the context shift nor outrun the token limit);
+  to it (drafts never make the context shift nor outrun the token limit), and at most
+  `MAX_LONE_ROWS` lone rows a pass (each lone row is an attention run of its own in the
+  pass's graph, whose context holds a bounded number of nodes: 64 lone rows of the default
+  model overflowed it);
 * checks (`check`): samples position by position as decoding would (`accept`: one draw per
   position sampled, penalties, grammar, stop strings and logprobs on the accepted tokens
   only) and accepts a drafted token while it equals the sample; the first sample that differs
@@ -36,12 +39,17 @@ from collections.abc import Iterable
 import numpy as np
 
 from .draft_cost import DraftCost
-from .drafting import DraftAsk, Drafter, DraftPace, PromptLookups
+from .drafting import MAX_DRAFT, DraftAsk, Drafter, DraftPace, PromptLookups
 from .engine import RunnerEngine
 from .feed import Chosen, Entry, InputFeed
 from .sequence import Sequence
 
-__all__ = ["Speculator"]
+__all__ = ["Speculator", "MAX_LONE_ROWS"]
+
+# Lone rows (drafting sequences' sampled and drafted tokens) in one pass: one sequence's
+# longest check. The default model's graph took about 16 such rows in 5,000 of its 8,192
+# nodes.
+MAX_LONE_ROWS = MAX_DRAFT + 1
 
 _log = logging.getLogger("hearth.runner")
 
@@ -129,17 +137,19 @@ class Speculator:
         began = time.perf_counter()
         drafts = self.drafter.propose({slot: ask for slot, (_, ask) in asks.items()})
         seconds = time.perf_counter() - began
+        lone = MAX_LONE_ROWS
         for slot, (c, ask) in sorted(asks.items()):
             draft = drafts.get(slot, [])
             if not draft and ask.k > 0:
                 assert c.feed.pace is not None
                 c.feed.pace.nothing_drafted()
-            draft = draft[: max(0, room)]
+            draft = draft[: max(0, min(room, lone - 1))]
             if draft:
                 for t in draft:
                     c.inputs.append_token(t)
                 c.drafts = draft
                 room -= len(draft)
+                lone -= 1 + len(draft)
         return seconds
 
     # -- checking -------------------------------------------------------------------------
