@@ -23,8 +23,8 @@ Two rules follow:
 1. **Cannot pay here** (the runner's drafting goes off for good, with a sentence, `reason`:
    `Runner.speculation()`, the runner's `/info`, and the `speculation_off` of each
    completion's last line, which the service's `/api/ps` shows). A check of R rows produces
-   at most R / n tokens per sequence, every draft accepted. Its cost is the lowest ratio
-   measured for checks of its shape (a check of more rows never counts as cheaper). Over the
+   at most R / n tokens per sequence, every draft accepted. Its cost is the median ratio
+   measured for checks of its shape (one of fewer rows never counts as dearer than one of more). Over the
    last `_RECENT` checks of at least `_MIN_ROWS` rows a sequence (`_MIN_CHECKS` at least),
    when even that best case does not make tokens `_GAIN` times faster than decoding, the
    weights' products take each lone row on its own and drafting cannot pay.
@@ -87,7 +87,8 @@ class DraftCost:
     def __init__(self) -> None:
         self.reason: str | None = None  # why drafting is off; None while it is on
         self.plain: dict[int, deque[float]] = {}  # sequences -> seconds of recent passes
-        self.fastest: dict[tuple[int, int], float] = {}  # (sequences, rows) -> lowest cost
+        # (sequences, rows) -> what recent checks of that shape cost, in decoding passes
+        self.costs: dict[tuple[int, int], deque[float]] = {}
         self.recent: deque[tuple[int, int, int]] = deque(maxlen=_RECENT)  # (seqs, rows, tokens)
         self.checks = 0  # check passes weighed by rule 1
         self.judged: dict[int, deque[_Check]] = {}  # sequences -> recent checks (rule 2)
@@ -141,8 +142,7 @@ class DraftCost:
         self._judge(sequences, check)
         if rows < _MIN_ROWS * sequences:
             return  # a short check shows too little of what rows cost to decide on
-        key = (sequences, rows)
-        self.fastest[key] = min(check.passes, self.fastest.get(key, check.passes))
+        self.costs.setdefault((sequences, rows), deque(maxlen=_RECENT)).append(check.passes)
         self.recent.append((sequences, rows, tokens))
         self.checks += 1
         if self.checks < _MIN_CHECKS:
@@ -180,5 +180,9 @@ class DraftCost:
 
     def _passes(self, sequences: int, rows: int) -> float:
         """What a check of `rows` rows costs in decoding passes of `sequences` sequences:
-        the lowest measured for its shape (or for a check of more rows, if lower)."""
-        return min(c for (n, r), c in self.fastest.items() if n == sequences and r >= rows)
+        the median of those measured for its shape (or for a check of more rows, if less)."""
+        return min(
+            statistics.median(costs)
+            for (n, r), costs in self.costs.items()
+            if n == sequences and r >= rows
+        )
