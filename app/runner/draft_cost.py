@@ -24,12 +24,14 @@ Two rules follow:
    `Runner.speculation()`, the runner's `/info`, and the `speculation_off` of each
    completion's last line, which the service's `/api/ps` shows). A check of R rows produces
    at most R / n tokens per sequence, every draft accepted. Its cost is the median ratio
-   measured for checks of its shape (one of fewer rows never counts as dearer than one of more). Over the
-   last `_RECENT` checks of at least `_MIN_ROWS` rows a sequence (`_MIN_CHECKS` at least),
-   when even that best case does not make tokens `_GAIN` times faster than decoding, the
-   weights' products take each lone row on its own and drafting cannot pay.
-2. **Does not pay now, with this many sequences** (drafting rests for passes of n sequences:
-   `pays`). Over the last `_JUDGE` or more checks of n sequences: the tokens they produced,
+   measured for checks of its shape (one of fewer rows never counts as dearer than one of
+   more). Over the last `_RECENT` checks of at least `_MIN_ROWS` rows a sequence
+   (`_MIN_CHECKS` at least), when even that best case does not make tokens `_GAIN` times
+   faster than decoding, the weights' products take each lone row on its own and drafting
+   cannot pay.
+2. **Does not pay now, with this many sequences** (drafting rests for passes of n > 1
+   sequences: `pays`; one sequence alone is its own pace's business). Over the last
+   `_JUDGE` or more checks of n sequences: the tokens they produced,
    less one for each sequence that waited for its sampled token to draft while the loop
    pipelines (`waits`: it sat out the pass planned meanwhile), against what decoding would
    have produced in their time (n tokens per decoding pass they cost, at their median). When
@@ -139,7 +141,8 @@ class DraftCost:
         self._since_plain[sequences] = self._since_plain.get(sequences, 0) + 1
         reference = statistics.median(list(plain)[-_REFERENCE:])
         check = _Check(rows, tokens, waits, seconds / reference)
-        self._judge(sequences, check)
+        if sequences > 1:
+            self._judge(sequences, check)
         if rows < _MIN_ROWS * sequences:
             return  # a short check shows too little of what rows cost to decide on
         self.costs.setdefault((sequences, rows), deque(maxlen=_RECENT)).append(check.passes)

@@ -13,12 +13,12 @@ structured output) and costs nothing where no n-gram matches.
 
 The draft length adapts (`DraftPace.checked`): it doubles while every drafted token is
 accepted and falls back to one past the accepted ones otherwise. Drafting backs off when it
-does not pay: after a check that accepted nothing (or, where waiting for the sampled token
-costs the loop its pipelining, a pass with nothing to draft), it pauses for `_FIRST_PAUSE`
-sampled tokens, twice as many each time it misses again (up to `_MAX_PAUSE`), and from the
-first pause again after a check that accepts. A sequence whose drafts are never accepted so
-checks at most 1 + log2(N / 8 + 1) times in N tokens, drafting 4 tokens the first time and 1
-each time after: at most 8 drafted tokens in 128, 10 in 512. Whether drafting pays
+does not pay: after `_MISSES` checks in a row that accepted nothing (or, where waiting for
+the sampled token costs the loop its pipelining, passes with nothing to draft), it pauses for
+`_FIRST_PAUSE` sampled tokens, twice as many each time it misses again (up to `_MAX_PAUSE`),
+and from the first pause again after a check that accepts. A sequence whose drafts are never
+accepted so checks twice in a row about 1 + log2(N / 8 + 1) times in N tokens, drafting 4
+tokens the first time and 1 each time after: at most 11 drafted tokens in 128. Whether drafting pays
 with as many sequences as a pass has is the runner's measure (`DraftCost`, draft_cost.py).
 """
 
@@ -44,6 +44,7 @@ __all__ = [
 MAX_DRAFT = 15
 _NGRAM_MAX = 3
 _FIRST_LENGTH = 4  # tokens drafted the first time
+_MISSES = 2  # checks in a row that accepted nothing before drafting pauses
 _FIRST_PAUSE = 8  # sampled tokens drafting pauses for after a miss (doubling)
 _MAX_PAUSE = 1024
 
@@ -159,6 +160,7 @@ class DraftPace:
         self.length = min(_FIRST_LENGTH, max_draft)  # tokens to draft next time
         self.paused = 0  # sampled tokens left before drafting again
         self._pause = _FIRST_PAUSE
+        self._misses = 0
 
     @property
     def active(self) -> bool:
@@ -187,10 +189,14 @@ class DraftPace:
         else:
             self.length = max(1, min(self.max_draft, accepted + 1))
         if accepted:
+            self._misses = 0
             self._pause = _FIRST_PAUSE
         else:
             self._missed()
 
     def _missed(self) -> None:
-        self.paused = self._pause
-        self._pause = min(_MAX_PAUSE, 2 * self._pause)
+        self._misses += 1
+        if self._misses >= _MISSES:
+            self._misses = 0
+            self.paused = self._pause
+            self._pause = min(_MAX_PAUSE, 2 * self._pause)
