@@ -40,9 +40,8 @@ class RunnerConfig(RunnerOptions):
     model: str
     multi_user_cache: bool = False
     pipelined: bool | None = None  # build batch N+1 while N computes; None = when a core is spare
-    # Drafting switches itself off where measured passes say it does not pay (draft_cost.py)
-    # and backs off where a sequence's drafts miss; False drafts whatever it costs (tests of
-    # exactness).
+    # Drafting switches itself off where measured passes say it does not pay (draft_cost.py);
+    # False drafts whatever it costs (tests of exactness).
     weigh_drafts: bool = True
     # The prompt cache on disk (disk_cache.py): its folder (None: off) and size cap in bytes.
     prompt_cache_dir: str | None = None

@@ -152,14 +152,10 @@ class PromptLookups:
 class DraftPace:
     """One drafting sequence's adaptive draft length and pause (module docstring)."""
 
-    def __init__(
-        self, max_draft: int = MAX_DRAFT, costly_wait: bool = False, backs_off: bool = True
-    ) -> None:
+    def __init__(self, max_draft: int = MAX_DRAFT, costly_wait: bool = False) -> None:
         """`costly_wait`: waiting for the sampled token to draft costs the loop its pipelining
-        (loop.py), so a pass with nothing to draft counts as a miss too. `backs_off` False:
-        never pauses (drafting whatever it costs: tests of exactness)."""
+        (loop.py), so a pass with nothing to draft counts as a miss too."""
         self.costly_wait = costly_wait
-        self.backs_off = backs_off
         self.max_draft = max_draft
         self.length = min(_FIRST_LENGTH, max_draft)  # tokens to draft next time
         self.paused = 0  # sampled tokens left before drafting again
@@ -199,8 +195,6 @@ class DraftPace:
             self._missed()
 
     def _missed(self) -> None:
-        if not self.backs_off:
-            return
         self._misses += 1
         if self._misses >= _MISSES:
             self._misses = 0

@@ -61,9 +61,8 @@ class Speculator:
         self, engine: RunnerEngine, drafter: Drafter | None = None, weigh: bool = True
     ) -> None:
         """`drafter` None: prompt lookup. `weigh`: drafting switches itself off where the
-        measured passes say it does not pay (draft_cost.py) and each sequence's pace backs
-        off where its drafts miss (drafting.py); False drafts whatever it costs (tests of
-        exactness)."""
+        measured passes say it does not pay (draft_cost.py); False drafts whatever it
+        costs."""
         self.engine = engine
         self.drafter: Drafter = drafter if drafter is not None else PromptLookups()
         self.speculation_off = engine.speculation_off  # None: drafting is exact here
@@ -86,7 +85,7 @@ class Speculator:
         seq = feed.seq
         self.costly_wait = costly_wait
         if self.off is None and seq.settings.speculate and not seq.embedding:
-            feed.pace = DraftPace(costly_wait=costly_wait, backs_off=self.cost is not None)
+            feed.pace = DraftPace(costly_wait=costly_wait)
             self.drafter.begin(feed.slot.id, seq.prompt)
         elif self.speculation_off is None:
             seq.speculation_off = self.off

@@ -125,7 +125,7 @@ def _always_rejected(self: PromptLookups, asks: dict[int, DraftAsk]) -> dict[int
 
 @pytest.fixture(scope="module")
 def llama_spacious(tiny_llama_path):
-    runner = _runner(tiny_llama_path, num_ctx=320, parallel=4, weigh_drafts=True)
+    runner = _runner(tiny_llama_path, num_ctx=320, parallel=4)
     yield runner
     runner.close()
 
