@@ -23,12 +23,12 @@ Two rules follow:
 1. **Cannot pay here** (the runner's drafting goes off for good, with a sentence, `reason`:
    `Runner.speculation()`, the runner's `/info`, and the `speculation_off` of each
    completion's last line, which the service's `/api/ps` shows). A check of R rows produces
-   at most R / n tokens per sequence, every draft accepted. Its cost is the median ratio
-   measured for checks of its shape (one of fewer rows never counts as dearer than one of
-   more). Over the last `_RECENT` checks of at least `_MIN_ROWS` rows a sequence
-   (`_MIN_CHECKS` at least), when even that best case does not make tokens `_GAIN` times
-   faster than decoding, the weights' products take each lone row on its own and drafting
-   cannot pay.
+   at most R / n tokens per sequence, every draft accepted. Its cost is the lowest ratio
+   measured for checks of its shape (other work only ever adds time to a check too; one of
+   fewer rows never counts as dearer than one of more). Over the last `_RECENT` checks of
+   at least `_MIN_ROWS` rows a sequence (`_MIN_CHECKS` at least), when even that best case
+   does not make tokens `_GAIN` times faster than decoding, the weights' products take each
+   lone row on its own and drafting cannot pay.
 2. **Does not pay now, with this many sequences** (drafting rests for passes of n > 1
    sequences: `pays`; one sequence alone is its own pace's business). Over the last
    `_JUDGE` or more checks of n sequences: the tokens they produced,
@@ -183,9 +183,7 @@ class DraftCost:
 
     def _passes(self, sequences: int, rows: int) -> float:
         """What a check of `rows` rows costs in decoding passes of `sequences` sequences:
-        the median of those measured for its shape (or for a check of more rows, if less)."""
+        the lowest measured for its shape (or for a check of more rows, if lower)."""
         return min(
-            statistics.median(costs)
-            for (n, r), costs in self.costs.items()
-            if n == sequences and r >= rows
+            min(costs) for (n, r), costs in self.costs.items() if n == sequences and r >= rows
         )

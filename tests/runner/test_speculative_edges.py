@@ -92,7 +92,7 @@ def test_the_cost_rule_weighs_what_checks_cost_against_what_decoding_would():
     recent passes). Checks of 16 rows that take what 16 passes do produce at most 16
     tokens: off, even with every draft accepted. Checks of 9 rows that take 15 ms: on,
     however few of their drafts are accepted (the drafter's own pace, and resting, handle
-    that), a pass slowed by other work counting at its shape's median. Decoding passes are
+    that), a pass slowed by other work counting at its shape's lowest cost. Decoding passes are
     asked for until three are measured, and again every 8 checks."""
     costly, cheap = DraftCost(), DraftCost()
     for cost in (costly, cheap):
