@@ -1,11 +1,14 @@
 """What the batching loop buys: parallel streams, and prompt-cache reuse across chat turns.
 
     .venv/bin/python bench/runner_scaling.py [--model PATH | --shape NAME] [--threads 2]
-                                             [--tokens 128]
+                                             [--tokens 128] [--speculate off]
+                                             [--hearth-only]
 
 1. Aggregate generation speed of 4 greedy streams decoded together, against one stream alone
    (same runner, same prompts; the ratio is the figure), beside llama.cpp's own figures for
-   the same thing in the same run (its Python binding driven at the batch level).
+   the same thing in the same run (its Python binding driven at the batch level). With
+   default settings (speculation on); `--speculate off` turns drafting off in the requests.
+   `--hearth-only` leaves llama.cpp and the chat turns out.
 2. A chat turn after a ~1500-token history: the follow-up's prompt time against the first
    turn's (the follow-up should only evaluate its new tokens).
 Each figure is the median of `--rounds` rounds; each round measures Hearth and then llama.cpp.
@@ -55,9 +58,13 @@ def _finish(seq) -> dict:  # seq: a runner Sequence
     return to_wire(done)
 
 
-def _streams(runner: Runner, prompts: list[str], tokens: int, round_no: int) -> float:
+def _streams(
+    runner: Runner, prompts: list[str], tokens: int, round_no: int, speculate: bool = True
+) -> float:
     """Generated tokens per second, all streams together, first submit to last done."""
-    options = CompletionOptions(temperature=0, repeat_penalty=1.0, num_predict=tokens)
+    options = CompletionOptions(
+        temperature=0, repeat_penalty=1.0, num_predict=tokens, speculate=speculate
+    )
     # A distinct prefix per round so the prompt cache cannot help.
     reqs = [CompletionRequest(prompt=f"[{round_no}] {p}", options=options) for p in prompts]
     results: list[dict] = []
@@ -76,6 +83,8 @@ def _streams(runner: Runner, prompts: list[str], tokens: int, round_no: int) -> 
     for t in threads:
         t.join()
     elapsed = time.perf_counter() - start
+    drafts = " ".join(f"{d.get('drafted', 0)}/{d.get('accepted', 0)}" for d in results)
+    print(f"  {len(prompts)} stream(s), round {round_no}: drafted/accepted {drafts}")
     return sum(d["eval_count"] for d in results) / elapsed
 
 
@@ -146,19 +155,28 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--speculate", choices=["on", "off"], default="on")
+    ap.add_argument("--hearth-only", action="store_true")
     args = ap.parse_args()
+    spec = args.speculate == "on"
     model = model_from_args(args)
     runner = Runner(
         RunnerConfig(model, num_ctx=2048, parallel=4, num_batch=512, threads=args.threads)
     )
     try:
-        _streams(runner, PROMPTS[:1], 16, -1)  # warm up
+        _streams(runner, PROMPTS[:1], 16, -1, spec)  # warm up
         one, four, cpp = [], [], []
         for r in range(args.rounds):  # interleaved, so a slow spell of the machine hits both
-            one.append(_streams(runner, PROMPTS[:1], args.tokens, r))
-            four.append(_streams(runner, PROMPTS, args.tokens, 100 + r))
-            cpp += _llamacpp_streams(runner, model, args)
+            one.append(_streams(runner, PROMPTS[:1], args.tokens, r, spec))
+            four.append(_streams(runner, PROMPTS, args.tokens, 100 + r, spec))
+            if not args.hearth_only:
+                cpp += _llamacpp_streams(runner, model, args)
         one_m, four_m = statistics.median(one), statistics.median(four)
+        if args.hearth_only:
+            print(f"model {Path(model).name}, {args.threads} threads, {args.tokens} tokens/stream,"
+                  f" speculation {args.speculate}: 1 stream {one_m:.1f} tok/s, 4 streams "
+                  f"{four_m:.1f} tok/s, 4 vs 1 {four_m / one_m:.2f}x")  # fmt: skip
+            return
         c1 = statistics.median(r["one"] for r in cpp)
         c4 = statistics.median(r["many"] for r in cpp)
         print(cpu_description())

@@ -3,6 +3,7 @@ llama.cpp without and with its own prompt-lookup draft, on the same prompts, in 
 
     .venv/bin/python bench/speculative.py [--model PATH | --shape NAME] [--threads 2]
                                           [--generate 320] [--rounds 3]
+                                          [--only chat,chat-sampled] [--hearth-only]
 
 Workloads (the model's chat template; greedy, so that llama.cpp's lookup is exact too):
   edit     rewrite a given ~300-token piece of code with one small change (a rename)
@@ -134,6 +135,8 @@ def _hearth(req: dict[str, Any]) -> dict[str, Any]:
         runs = [(name, ids, {"temperature": 0}) for name, ids in req["prompts"].items()]
         runs.append(("chat-sampled", req["prompts"]["chat"], SAMPLED))
         for name, ids, sampling in runs:
+            if name not in req["only"]:
+                continue
             for speculate in (False, True):
                 opts = CompletionOptions(
                     **sampling, repeat_penalty=1.0, num_predict=req["generate"],
@@ -177,6 +180,8 @@ def _llamacpp(req: dict[str, Any]) -> dict[str, Any]:
             logits_all=draft is not None,
         )  # fmt: skip
         for name, ids in req["prompts"].items():
+            if name not in req["only"]:
+                continue
             llm.reset()
             first, count, t_first = None, 0, 0.0
             for token in llm.generate(ids, temp=0.0, top_k=1, repeat_penalty=1.0, reset=True):
@@ -230,8 +235,16 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--generate", type=int, default=320, help="tokens at most per generation")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument(
+        "--only", default=",".join([*WORKLOADS, "chat-sampled"]), help="workloads, comma-separated"
+    )
+    ap.add_argument("--hearth-only", action="store_true", help="leave llama.cpp out")
     ap.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    only = args.only.split(",")
+    if unknown := set(only) - {*WORKLOADS, "chat-sampled"}:
+        names = ", ".join([*WORKLOADS, "chat-sampled"])
+        raise SystemExit(f"unknown workloads {sorted(unknown)}; there are {names}")
     if args.worker:
         kind, path = args.worker
         req = json.loads(Path(path).read_text())
@@ -245,13 +258,17 @@ def main() -> None:
         "prompts": prompts,
         "threads": args.threads,
         "generate": args.generate,
+        "only": only,
     }
     runs: dict[str, list[dict[str, Any]]] = {"hearth": [], "llamacpp": []}
+    workers = ["hearth"] if args.hearth_only else ["hearth", "llamacpp"]
     for r in range(args.rounds):
-        for worker in ["hearth", "llamacpp"][:: 1 if r % 2 == 0 else -1]:
+        for worker in workers[:: 1 if r % 2 == 0 else -1]:
             runs[worker].append(_run(worker, req))
 
     def median(worker: str, key: str) -> float:
+        if not runs[worker] or key not in runs[worker][0]:
+            return float("nan")  # not run
         return statistics.median(run[key]["tok_s"] for run in runs[worker])
 
     print(cpu_description())
@@ -265,7 +282,7 @@ def main() -> None:
             "vs H off", "vs cpp off", "vs cpp lookup", "same text")  # fmt: skip
     print(f"{head[0]:10}{head[1]:>7}" + "".join(f"{h:>11}" for h in head[2:7]) + "".join(
         f"{h:>14}" for h in head[7:]))  # fmt: skip
-    for name in WORKLOADS:
+    for name in [w for w in WORKLOADS if w in only]:
         h_off, h_on = median("hearth", f"{name}/off"), median("hearth", f"{name}/lookup")
         c_off, c_on = median("llamacpp", f"{name}/off"), median("llamacpp", f"{name}/lookup")
         last = runs["hearth"][-1]
@@ -279,6 +296,8 @@ def main() -> None:
             f"{'yes' if same else 'NO':>14}"
         )
     name = "chat-sampled"
+    if name not in only:
+        return
     h_off, h_on = median("hearth", f"{name}/off"), median("hearth", f"{name}/lookup")
     on = runs["hearth"][-1][f"{name}/lookup"]
     same = all(run[f"{name}/off"]["text"] == run[f"{name}/lookup"]["text"]

@@ -12,11 +12,14 @@ pays where the output repeats its input (edits of code or text, summaries that q
 structured output) and costs nothing where no n-gram matches.
 
 The draft length adapts (`DraftPace.checked`): it doubles while every drafted token is
-accepted and falls back to one past the accepted ones otherwise. Drafting pauses when it does
-not pay: after `_MISSES` checks in a row that accepted nothing (or, where waiting for the
-sampled token costs the loop its pipelining, passes with nothing to draft), for a pause (in
-sampled tokens) that doubles each time up to `_MAX_PAUSE` and resets after a check that
-accepts.
+accepted and falls back to one past the accepted ones otherwise. Drafting backs off when it
+does not pay: after `_MISSES` checks in a row that accepted nothing (or, where waiting for
+the sampled token costs the loop its pipelining, passes with nothing to draft), it pauses for
+`_FIRST_PAUSE` sampled tokens, twice as many each time it misses again (up to `_MAX_PAUSE`),
+and from the first pause again after a check that accepts. A sequence whose drafts are never
+accepted so checks twice in a row about 1 + log2(N / 8 + 1) times in N tokens, drafting 4
+tokens the first time and 1 each time after: at most 11 drafted tokens in 128. Whether drafting pays
+with as many sequences as a pass has is the runner's measure (`DraftCost`, draft_cost.py).
 """
 
 from __future__ import annotations
@@ -25,7 +28,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-__all__ = ["DraftAsk", "Drafter", "DraftPace", "PromptLookup", "PromptLookups", "MAX_DRAFT"]
+__all__ = [
+    "DraftAsk",
+    "Drafter",
+    "DraftPace",
+    "PromptLookup",
+    "PromptLookups",
+    "MAX_DRAFT",
+]
 
 # Drafted tokens per pass (16 rows with the sampled one). Where drafts are accepted they are
 # accepted in long runs, and a 16-row pass of quantized weights costs little more than an
@@ -33,9 +43,10 @@ __all__ = ["DraftAsk", "Drafter", "DraftPace", "PromptLookup", "PromptLookups", 
 # without speculation at 7 drafts growing by 2, 2.2-2.3x at 15, 2.5x at 15 doubling.
 MAX_DRAFT = 15
 _NGRAM_MAX = 3
-_MISSES = 3  # checks in a row that accepted nothing before drafting pauses
-_FIRST_PAUSE = 8
-_MAX_PAUSE = 128
+_FIRST_LENGTH = 4  # tokens drafted the first time
+_MISSES = 2  # checks in a row that accepted nothing before drafting pauses
+_FIRST_PAUSE = 8  # sampled tokens drafting pauses for after a miss (doubling)
+_MAX_PAUSE = 1024
 
 
 class PromptLookup:
@@ -146,7 +157,7 @@ class DraftPace:
         (loop.py), so a pass with nothing to draft counts as a miss too."""
         self.costly_wait = costly_wait
         self.max_draft = max_draft
-        self.length = min(4, max_draft)  # tokens to draft next time
+        self.length = min(_FIRST_LENGTH, max_draft)  # tokens to draft next time
         self.paused = 0  # sampled tokens left before drafting again
         self._pause = _FIRST_PAUSE
         self._misses = 0
@@ -186,6 +197,6 @@ class DraftPace:
     def _missed(self) -> None:
         self._misses += 1
         if self._misses >= _MISSES:
+            self._misses = 0
             self.paused = self._pause
             self._pause = min(_MAX_PAUSE, 2 * self._pause)
-            self._misses = 0

@@ -8,7 +8,10 @@ exactly the bits that decoding one token per pass gives. The `Speculator` then
 * drafts (`add_drafts`): asks the drafter for the decoding sequences of the pass being
   composed, each as many tokens as its `DraftPace` wants, within the room the pass has left
   (drafts never take a row from another sequence's inputs), the context and the tokens left
-  to it (drafts never make the context shift nor outrun the token limit);
+  to it (drafts never make the context shift nor outrun the token limit), and at most
+  `MAX_LONE_ROWS` lone rows a pass (each lone row is an attention run of its own in the
+  pass's graph, whose context holds a bounded number of nodes: 64 lone rows of the default
+  model overflowed it);
 * checks (`check`): samples position by position as decoding would (`accept`: one draw per
   position sampled, penalties, grammar, stop strings and logprobs on the accepted tokens
   only) and accepts a drafted token while it equals the sample; the first sample that differs
@@ -17,11 +20,14 @@ exactly the bits that decoding one token per pass gives. The `Speculator` then
 * cuts (`cut`): the cells of the rejected drafts leave the cache (`Cache.reject`) and the
   slot, as if their rows had never been evaluated;
 * weighs (`weigh`): hands each decoding pass's measured seconds (the drafter's included) and
-  tokens to `DraftCost` (draft_cost.py), which switches drafting off where it does not pay.
+  tokens to `DraftCost` (draft_cost.py), which switches drafting off where it cannot pay and
+  rests it for passes of as many sequences where it did not (`DraftCost.pays`).
 
 A sequence that may draft takes no pipelined placeholder (`drafts_next`: its next input
-depends on the check). Drafting is on only where the engine says it is exact
-(`RunnerEngine.speculation_off`) and while it pays; `off` says why not.
+depends on the check); one that is not going to draft (its pace paused, or drafting resting
+for as many sequences as the last pass had) keeps pipelining. Drafting is on only where the
+engine says it is exact (`RunnerEngine.speculation_off`) and while it pays; `off` says why
+not.
 """
 
 from __future__ import annotations
@@ -33,12 +39,17 @@ from collections.abc import Iterable
 import numpy as np
 
 from .draft_cost import DraftCost
-from .drafting import DraftAsk, Drafter, DraftPace, PromptLookups
+from .drafting import MAX_DRAFT, DraftAsk, Drafter, DraftPace, PromptLookups
 from .engine import RunnerEngine
 from .feed import Chosen, Entry, InputFeed
 from .sequence import Sequence
 
-__all__ = ["Speculator"]
+__all__ = ["Speculator", "MAX_LONE_ROWS"]
+
+# Lone rows (drafting sequences' sampled and drafted tokens) in one pass: one sequence's
+# longest check. The default model's graph took about 16 such rows in 5,000 of its 8,192
+# nodes.
+MAX_LONE_ROWS = MAX_DRAFT + 1
 
 _log = logging.getLogger("hearth.runner")
 
@@ -56,6 +67,8 @@ class Speculator:
         self.drafter: Drafter = drafter if drafter is not None else PromptLookups()
         self.speculation_off = engine.speculation_off  # None: drafting is exact here
         self.cost = DraftCost() if weigh else None
+        self.streams = 0  # decoding sequences in the last pass composed
+        self.costly_wait = False  # waiting for a sampled token costs the loop a pass
 
     @property
     def off(self) -> str | None:
@@ -70,6 +83,7 @@ class Speculator:
         waiting for its sampled token costs the loop its pipelining, `DraftPace`); where
         drafting was switched off, its final record says why."""
         seq = feed.seq
+        self.costly_wait = costly_wait
         if self.off is None and seq.settings.speculate and not seq.embedding:
             feed.pace = DraftPace(costly_wait=costly_wait)
             self.drafter.begin(feed.slot.id, seq.prompt)
@@ -78,8 +92,11 @@ class Speculator:
 
     def drafts_next(self, feed: InputFeed) -> bool:
         """Whether the sequence's next pass may draft: it then waits for its sampled token
-        rather than planning it as a pipelined placeholder."""
-        return feed.pace is not None and feed.pace.active and self.off is None
+        rather than planning it as a pipelined placeholder. Not while its pace is paused, nor
+        while drafting rests for as many sequences as the last pass composed had."""
+        if feed.pace is None or not feed.pace.active or self.off is not None:
+            return False
+        return self.cost is None or self.cost.pays(self.streams)
 
     def sampled(self, feed: InputFeed, token: int) -> None:
         """A drafting sequence (`feed.pace`) sampled `token` in a pass without drafts."""
@@ -92,12 +109,13 @@ class Speculator:
         """Drafted tokens after the sampled token of each decoding sequence of the pass that
         drafts, in the `room` (rows) the pass has left (module docstring), appended to its
         inputs (`Chosen.drafts`). Returns the drafter's seconds."""
+        self.streams = len(chosen)
         if not any(c.feed.pace is not None for c in chosen):
             return 0.0
         cost = self.cost
         if cost is not None:
-            if not cost.on:
-                return 0.0
+            if not cost.pays(len(chosen)):
+                return 0.0  # off, or resting for passes of this many sequences
             decoding = all(len(c.inputs) == 1 and not c.feed.pending for c in chosen)
             if decoding and cost.wants_plain(len(chosen)):
                 return 0.0  # this pass measures decoding without drafts (draft_cost.py)
@@ -119,17 +137,19 @@ class Speculator:
         began = time.perf_counter()
         drafts = self.drafter.propose({slot: ask for slot, (_, ask) in asks.items()})
         seconds = time.perf_counter() - began
+        lone = MAX_LONE_ROWS
         for slot, (c, ask) in sorted(asks.items()):
             draft = drafts.get(slot, [])
             if not draft and ask.k > 0:
                 assert c.feed.pace is not None
                 c.feed.pace.nothing_drafted()
-            draft = draft[: max(0, room)]
+            draft = draft[: max(0, min(room, lone - 1))]
             if draft:
                 for t in draft:
                     c.inputs.append_token(t)
                 c.drafts = draft
                 room -= len(draft)
+                lone -= 1 + len(draft)
         return seconds
 
     # -- checking -------------------------------------------------------------------------
@@ -191,7 +211,11 @@ class Speculator:
         if any(e.drafts for e in entries):
             tokens = sum(e.produced if e.drafts else 1 for e in entries)
             rows = sum(e.count for e in entries)
-            cost.checked(len(entries), rows, tokens, seconds + drafting)
+            # Where the loop pipelines, a drafting sequence among others sat out the pass
+            # planned while its sampled token was computed.
+            alone = len(entries) == 1
+            waits = 0 if alone or not self.costly_wait else sum(1 for e in entries if e.drafts)
+            cost.checked(len(entries), rows, tokens, seconds + drafting, waits)
             if not cost.on:
                 _log.info("%s", cost.reason)
                 for feed in active:
