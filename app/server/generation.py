@@ -15,7 +15,7 @@ import contextlib
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ..runner.protocol import (
     CompletionChunk,
@@ -26,12 +26,18 @@ from ..runner.protocol import (
 )
 from .prompting.outputs import OutputParser, ParsedCall, PartialCall
 from .scheduling.runner_process import RunnerCrashed, RunnerError
-from .scheduling.scheduler import Lease
-
-if TYPE_CHECKING:
-    from .service import Service
+from .scheduling.scheduler import Lease, Scheduler
 
 __all__ = ["Generation", "Piece", "pieces"]
+
+
+class FailureSink(Protocol):
+    """Where a generation reports its runner's failures: the `Service` (not imported here,
+    which imports this module)."""
+
+    scheduler: Scheduler
+
+    def runner_failure(self, lease: Lease, error: RunnerError) -> Exception: ...
 
 
 class Generation:
@@ -40,7 +46,7 @@ class Generation:
     from `events()` is a mid-stream failure; the lease is always released."""
 
     def __init__(
-        self, service: Service, lease: Lease, request: CompletionRequest, started: int
+        self, service: FailureSink, lease: Lease, request: CompletionRequest, started: int
     ) -> None:
         self.service = service
         self.lease = lease

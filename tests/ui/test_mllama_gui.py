@@ -24,7 +24,7 @@ import pytest
 from PySide6.QtCore import Qt
 
 from hearth.history.records import DONE, ERROR
-from hearth.ui.controllers import chat as chat_controller
+from hearth.ui.controllers import chat_inputs
 from hearth_mllama.testing import TinyMllamaVision, random_png, tiny_mllama
 from tests.plugins.mllama_checkpoint import LLAMA32_VISION_TEMPLATE, save_tiny
 
@@ -56,16 +56,17 @@ def mllama_model(
 
 @pytest.fixture()
 def sent(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
-    """The /api/chat bodies the app sends (its own `chat_body`, recorded)."""
+    """The /api/chat bodies the app sends (its own `chat_body`, recorded where the chat
+    controller's inputs layer calls it)."""
     bodies: list[dict[str, Any]] = []
-    original = chat_controller.chat_body
+    original = chat_inputs.chat_body
 
     def record(*args: Any, **kwargs: Any) -> dict[str, Any]:
         body = original(*args, **kwargs)
         bodies.append(json.loads(json.dumps(body)))
         return body
 
-    monkeypatch.setattr(chat_controller, "chat_body", record)
+    monkeypatch.setattr(chat_inputs, "chat_body", record)
     return bodies
 
 
