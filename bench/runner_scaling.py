@@ -2,13 +2,15 @@
 
     .venv/bin/python bench/runner_scaling.py [--model PATH | --shape NAME] [--threads 2]
                                              [--tokens 128] [--speculate off]
-                                             [--hearth-only]
+                                             [--hearth-only] [--repeat-penalty 1.5]
 
 1. Aggregate generation speed of 4 greedy streams decoded together, against one stream alone
    (same runner, same prompts; the ratio is the figure), beside llama.cpp's own figures for
    the same thing in the same run (its Python binding driven at the batch level). With
    default settings (speculation on); `--speculate off` turns drafting off in the requests.
-   `--hearth-only` leaves llama.cpp and the chat turns out.
+   `--hearth-only` leaves llama.cpp and the chat turns out. `--repeat-penalty 1.5` makes the
+   greedy text of the default model stop repeating itself (nothing for prompt lookup to find:
+   what speculation costs where it cannot pay).
 2. A chat turn after a ~1500-token history: the follow-up's prompt time against the first
    turn's (the follow-up should only evaluate its new tokens).
 Each figure is the median of `--rounds` rounds; each round measures Hearth and then llama.cpp.
@@ -59,11 +61,16 @@ def _finish(seq) -> dict:  # seq: a runner Sequence
 
 
 def _streams(
-    runner: Runner, prompts: list[str], tokens: int, round_no: int, speculate: bool = True
+    runner: Runner,
+    prompts: list[str],
+    tokens: int,
+    round_no: int,
+    speculate: bool = True,
+    repeat_penalty: float = 1.0,
 ) -> float:
     """Generated tokens per second, all streams together, first submit to last done."""
     options = CompletionOptions(
-        temperature=0, repeat_penalty=1.0, num_predict=tokens, speculate=speculate
+        temperature=0, repeat_penalty=repeat_penalty, num_predict=tokens, speculate=speculate
     )
     # A distinct prefix per round so the prompt cache cannot help.
     reqs = [CompletionRequest(prompt=f"[{round_no}] {p}", options=options) for p in prompts]
@@ -157,6 +164,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--speculate", choices=["on", "off"], default="on")
     ap.add_argument("--hearth-only", action="store_true")
+    ap.add_argument("--repeat-penalty", type=float, default=1.0)
     args = ap.parse_args()
     spec = args.speculate == "on"
     model = model_from_args(args)
@@ -167,14 +175,16 @@ def main() -> None:
         _streams(runner, PROMPTS[:1], 16, -1, spec)  # warm up
         one, four, cpp = [], [], []
         for r in range(args.rounds):  # interleaved, so a slow spell of the machine hits both
-            one.append(_streams(runner, PROMPTS[:1], args.tokens, r, spec))
-            four.append(_streams(runner, PROMPTS, args.tokens, 100 + r, spec))
+            penalty = args.repeat_penalty
+            one.append(_streams(runner, PROMPTS[:1], args.tokens, r, spec, penalty))
+            four.append(_streams(runner, PROMPTS, args.tokens, 100 + r, spec, penalty))
             if not args.hearth_only:
                 cpp += _llamacpp_streams(runner, model, args)
         one_m, four_m = statistics.median(one), statistics.median(four)
         if args.hearth_only:
             print(f"model {Path(model).name}, {args.threads} threads, {args.tokens} tokens/stream,"
-                  f" speculation {args.speculate}: 1 stream {one_m:.1f} tok/s, 4 streams "
+                  f" speculation {args.speculate}, repeat penalty {args.repeat_penalty}:"
+                  f" 1 stream {one_m:.1f} tok/s, 4 streams "
                   f"{four_m:.1f} tok/s, 4 vs 1 {four_m / one_m:.2f}x")  # fmt: skip
             return
         c1 = statistics.median(r["one"] for r in cpp)
