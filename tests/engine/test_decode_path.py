@@ -383,6 +383,27 @@ def test_the_decoding_path_with_a_sliding_window_prepares_what_the_general_path_
     assert len(held) <= cache.region and pos[0] > 10 * cache.region  # cells reused
 
 
+def test_a_shared_prefix_leaves_the_source_region_as_the_window_passes():
+    """A sequence given another's prefix (copy_prefix) lets go of those cells too once its
+    window has passed them: both then decode for many times their regions' size, each pass
+    the general path's; before, the copy's cells stayed in the source's region for good and
+    filled it (CacheFullError within a few dozen tokens)."""
+    b = _Bookkeeping(DType.F32, 4)
+    cache = b.cache
+    b.step([0, 1, 2, 3], [0] * 4)
+    b.step([4, 5, 6, 7], [0] * 4)
+    cache.copy_prefix(0, 2, 8)  # sequence 2 starts from sequence 0's first 8 positions
+    pos = {0: 8, 2: 8}
+    for _ in range(200):
+        for seq in (0, 2):
+            b.step([pos[seq]], [seq])
+            pos[seq] += 1
+    source = slice(0, cache.region)
+    copied = np.flatnonzero(cache.cell_seqs[source] & np.uint64(1 << 2))
+    assert len(copied) == 0  # the copy holds nothing of the source's region any more
+    assert b.fast > 150  # the source's own decoding took the fast path again
+
+
 def _window_script(engine: ForwardEngine) -> list[np.ndarray]:
     """Logits of two sequences decoding in turn far past a window of 16 positions and its
     memory (16 + a batch of 8), with lone-row checks of 3 rows whose last 2 are rejected and a

@@ -284,14 +284,12 @@ class Causal(Cache):
         base = seq * self.region
         used = self._used[seq]
         if self.window:
-            held = slice(base, base + used)
-            mine = (self.cell_seqs[held] & bit) != 0
-            stale = mine & (self.cell_pos[held] < int(positions.min()) - self.swa_memory)
-            if stale.any():
-                cells = np.flatnonzero(stale) + base
+            mine = self._held_cells(seq)
+            cells = mine[self.cell_pos[mine] < int(positions.min()) - self.swa_memory]
+            if len(cells):
                 # Journaled for `reject` (the undo of a rejected draft's rows).
                 self._released.append((seq, int(positions.min()), cells, self.cell_pos[cells]))
-                self._drop(cells, bit)
+                self._drop_slid(seq, cells)
         count = len(positions)
         # The first `count` free cells of the region lie below used + count (all free above).
         span = min(self.region, used + count)
@@ -304,6 +302,24 @@ class Causal(Cache):
         self.cell_seqs[cells] = bit
         self._used[seq] = max(used, int(free[count - 1]) + 1)
         self._seen.add(seq)
+
+    def _held_cells(self, seq: int) -> np.ndarray:
+        """The cells `seq` holds: in its region, or anywhere once it shares cells of another
+        sequence's region (copy_prefix)."""
+        bit = _BITS[seq]
+        if seq in self._shared:
+            return np.flatnonzero(self.cell_seqs & bit)
+        base = seq * self.region
+        return np.flatnonzero(self.cell_seqs[base : base + self._used[seq]] & bit) + base
+
+    def _drop_slid(self, seq: int, cells: np.ndarray) -> None:
+        """`seq` lets go of `cells` its window has passed. Where some lie in another region (a
+        shared prefix), that region's cells changed under its own sequence: its decoding
+        state (decode.py) no longer holds, so the epoch moves on."""
+        self._drop(cells, _BITS[seq])
+        base = seq * self.region
+        if seq in self._shared and ((cells < base) | (cells >= base + self.region)).any():
+            self._epoch += 1
 
     def _slide_absent(self, present: set[int]) -> None:
         """Sequences missing from this batch move on too: their next position is their last
@@ -322,12 +338,11 @@ class Causal(Cache):
                     self.cell_pos[cell] = -1  # (the state's region is the sequence's alone)
                     self.cell_seqs[cell] = 0
                 continue
-            base = seq * self.region
-            mine = np.flatnonzero(self.cell_seqs[base : base + self._used[seq]] & bit) + base
+            mine = self._held_cells(seq)
             if not len(mine):
                 continue
             lowest = int(self.cell_pos[mine].max()) + 1
-            self._drop(mine[self.cell_pos[mine] < lowest - self.swa_memory], bit)
+            self._drop_slid(seq, mine[self.cell_pos[mine] < lowest - self.swa_memory])
 
     def _group(
         self,
@@ -550,9 +565,10 @@ class Causal(Cache):
             free = self.cell_seqs[cells] == 0
             self.cell_seqs[cells[free]] = bit
             self.cell_pos[cells[free]] = positions[free]
-            if free.any():  # the scan bound covers the cells held again
-                top = int(cells[free].max()) - seq * self.region + 1
-                self._used[seq] = max(self._used[seq], top)
+            base = seq * self.region
+            own = cells[free & (cells >= base) & (cells < base + self.region)]
+            if len(own):  # the scan bound covers the cells held again (in its own region)
+                self._used[seq] = max(self._used[seq], int(own.max()) - base + 1)
         self._released = [r for r in self._released if r[0] != seq]
 
     def _shift(self, delta: np.ndarray) -> None:
