@@ -32,7 +32,14 @@ import ggml as g
 import numpy as np
 
 from .api import DType
-from .ggml_kernels import ISA_AVX2, ISA_AVX512, FewRowsKernel, random_blocks
+from .ggml_kernels import (
+    ISA_AVX2,
+    ISA_AVX512,
+    FewRowsKernel,
+    random_blocks,
+    same_bits,
+    trial_path,
+)
 
 if TYPE_CHECKING:
     from .api import Backend
@@ -182,27 +189,21 @@ class ExpertsKernel:
         ids = np.take_along_axis(ids, rng.permuted(np.tile(np.arange(used), (n, 1)), axis=1), 1)
         ids = ids.astype(np.int32)
         ctx = backend.new_context(32)
-        saved = self.isa.get(dtype)
-        self.isa[dtype] = isa
         try:
-            w = ctx.input(dtype, [k, m, n_expert], weights)
-            it = ctx.input(DType.I32, [used, n], ids)
-            pairs = []
-            for nx in (1, used):
-                x = rng.standard_normal((n, nx, k)).astype(np.float32)
-                xt = ctx.input(DType.F32, [k, nx, n], x)
-                p = (w.ptr, xt.ptr, it.ptr)  # type: ignore[attr-defined]
-                q = self.quantize(ctx._ctx, dtype, xt.ptr)  # type: ignore[attr-defined]
-                ours = ctx._t(self.mul_mat_id(ctx._ctx, p[0], q, p[2]))  # type: ignore[attr-defined]
-                theirs = ctx._t(g.ggml_mul_mat_id(ctx._ctx, *p))  # type: ignore[attr-defined]
-                pairs.append((ours, theirs))
-            ctx.compute(*(t for pair in pairs for t in pair))
-            return all(np.array_equal(a.numpy(), b.numpy()) for a, b in pairs)
+            with trial_path(self.isa, dtype, isa):
+                w = ctx.input(dtype, [k, m, n_expert], weights)
+                it = ctx.input(DType.I32, [used, n], ids)
+                pairs = []
+                for nx in (1, used):
+                    x = rng.standard_normal((n, nx, k)).astype(np.float32)
+                    xt = ctx.input(DType.F32, [k, nx, n], x)
+                    p = (w.ptr, xt.ptr, it.ptr)  # type: ignore[attr-defined]
+                    q = self.quantize(ctx._ctx, dtype, xt.ptr)  # type: ignore[attr-defined]
+                    ours = ctx._t(self.mul_mat_id(ctx._ctx, p[0], q, p[2]))  # type: ignore[attr-defined]
+                    theirs = ctx._t(g.ggml_mul_mat_id(ctx._ctx, *p))  # type: ignore[attr-defined]
+                    pairs.append((ours, theirs))
+                return same_bits(ctx, pairs)
         finally:
-            if saved is None:
-                self.isa.pop(dtype, None)
-            else:
-                self.isa[dtype] = saved
             ctx.close()
 
 

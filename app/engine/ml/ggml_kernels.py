@@ -31,8 +31,10 @@ products (`mul_mat_id`) use the same code through `ggml_experts.py`, checked the
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import ggml as g
@@ -54,6 +56,8 @@ __all__ = [
     "ISA_AVX512",
     "takes",
     "random_blocks",
+    "same_bits",
+    "trial_path",
 ]
 
 _log = logging.getLogger("hearth.kernels")
@@ -253,24 +257,40 @@ class FewRowsKernel:
         k, m = 2 * _BLOCKS[dtype][0], 37
         counts = [n for n in _CHECK_ROWS if n == 1 or takes(dtype, isa, n)]
         ctx = backend.new_context(4 * len(counts) + 4)
-        saved = self.isa.get(dtype)
-        self.isa[dtype] = isa
         try:
-            w = ctx.input(dtype, [k, m], random_blocks(dtype, m, k, rng))
-            pairs = []
-            for n in counts:
-                x = ctx.input(DType.F32, [k, n], rng.standard_normal((n, k)).astype(np.float32))
-                ours = ctx._t(self.mul_mat(ctx._ctx, w.ptr, x.ptr))  # type: ignore[attr-defined]
-                theirs = ctx._t(g.ggml_mul_mat(ctx._ctx, w.ptr, x.ptr))  # type: ignore[attr-defined]
-                pairs.append((ours, theirs))
-            ctx.compute(*(t for pair in pairs for t in pair))
-            return all(np.array_equal(a.numpy(), b.numpy()) for a, b in pairs)
+            with trial_path(self.isa, dtype, isa):
+                w = ctx.input(dtype, [k, m], random_blocks(dtype, m, k, rng))
+                pairs = []
+                for n in counts:
+                    x = rng.standard_normal((n, k)).astype(np.float32)
+                    xt = ctx.input(DType.F32, [k, n], x)
+                    ours = ctx._t(self.mul_mat(ctx._ctx, w.ptr, xt.ptr))  # type: ignore[attr-defined]
+                    theirs = ctx._t(g.ggml_mul_mat(ctx._ctx, w.ptr, xt.ptr))  # type: ignore[attr-defined]
+                    pairs.append((ours, theirs))
+                return same_bits(ctx, pairs)
         finally:
-            if saved is None:
-                self.isa.pop(dtype, None)
-            else:
-                self.isa[dtype] = saved
             ctx.close()
+
+
+@contextlib.contextmanager
+def trial_path(isa: dict[DType, int], dtype: DType, path: int) -> Iterator[None]:
+    """A kernel's code path for `dtype` (its `isa` map) set to `path` while a load-time check
+    runs, then put back."""
+    saved = isa.get(dtype)
+    isa[dtype] = path
+    try:
+        yield
+    finally:
+        if saved is None:
+            isa.pop(dtype, None)
+        else:
+            isa[dtype] = saved
+
+
+def same_bits(ctx: Any, pairs: list[tuple[Any, Any]]) -> bool:
+    """Compute each (ours, ggml's) pair of nodes; whether every pair is bit-equal."""
+    ctx.compute(*(t for pair in pairs for t in pair))
+    return all(np.array_equal(a.numpy(), b.numpy()) for a, b in pairs)
 
 
 _UNCHECKED = object()
