@@ -115,7 +115,6 @@ class BatchLoop:
         self._thread = threading.Thread(target=self._run, name="batch-loop", daemon=True)
         self.steps = 0
         self.max_batch_seen = 0
-        self._composed: _Flight | None = None  # the pass this step composed (for pipelining)
 
     # -- public ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -181,9 +180,8 @@ class BatchLoop:
         return bool(inflight or self._incoming or self._active)
 
     def _step(self, inflight: _Flight | None) -> _Flight | None:
-        self._composed = None
-        nxt = self._step_pass(inflight)
-        self.pipelining.step(self._decoding_width(self._composed))
+        nxt, composed = self._step_pass(inflight)
+        self.pipelining.step(self._decoding_width(composed))
         return nxt
 
     @staticmethod
@@ -196,9 +194,10 @@ class BatchLoop:
                 return 0
         return len(flight.entries)
 
-    def _step_pass(self, inflight: _Flight | None) -> _Flight | None:
+    def _step_pass(self, inflight: _Flight | None) -> tuple[_Flight | None, _Flight | None]:
         """One step: admit, sample the pass in flight, compose the next and compute it
-        here or hand it to the worker (pipelining). Returns the pass now in flight."""
+        here or hand it to the worker (pipelining). Returns the pass now in flight and the
+        pass this step composed (None for either where there is none)."""
         pipelining = self.pipelining.now()
         if inflight is not None and self._incoming and self.slots.acquire_writes:
             # Admission may write cells now: a cell the pass in flight still writes (a
@@ -223,14 +222,13 @@ class BatchLoop:
         self._reap()
         if embedding is not None:
             self._embed(embedding)
-            return None
+            return None, None
         if nxt is None:
-            return None
+            return None, None
         live = [e for e in nxt.entries if not e.feed.seq.done]
         if not live:
-            return None
+            return None, None
         self.steps += 1
-        self._composed = nxt
         if any(e.count > 1 for e in nxt.entries):
             # A pass with prompt inputs takes long: text held for the next chunk goes now.
             for feed in self._active:
@@ -239,10 +237,10 @@ class BatchLoop:
             self._execute(nxt)
             self._sample(nxt, None)
             self._reap()
-            return None
+            return None, nxt
         nxt.started, nxt.done = threading.Event(), threading.Event()
         self._jobs.put(nxt)
-        return nxt
+        return nxt, nxt
 
     def _admit(self) -> None:
         """Give waiting sequences a slot (with the prompt cache's reusable prefix), in order,

@@ -148,6 +148,12 @@ class Sequence:
         # Why the runner switched drafting off (runner/draft_cost.py), reported when it has.
         self.speculation_off: str | None = None
         self.sampler = Sampler(settings.sampling, history=[t for t in prompt if t >= 0])
+        # Whether the engine may pick this sequence's tokens itself (their argmax:
+        # PassInput.greedy), so that only token ids cross from a device: greedy, no penalty,
+        # no structured output, no logprobs (fixed for the sequence: decided once).
+        self.takes_picks = (
+            self.sampler.picks_argmax and constraint is None and not settings.logprobs
+        )
         shown = (tokenizer.token_id(t) for t in settings.show_tokens)
         self._decoder = StreamDecoder(tokenizer, show=(i for i in shown if i is not None))
         self._stops = [s for s in settings.stop if s]
@@ -211,13 +217,6 @@ class Sequence:
     def context_shifted(self) -> None:
         """The loop shifted (or re-evaluated) the context to make room."""
         self.shifted = True
-
-    @property
-    def takes_picks(self) -> bool:
-        """Whether the engine may pick this sequence's next token itself (its argmax:
-        PassInput.greedy), so that only the token id crosses from a device: greedy, no
-        penalty, no structured output, no logprobs."""
-        return self.sampler.picks_argmax and self.constraint is None and not self.settings.logprobs
 
     def accept_logits(self, logits: np.ndarray | None, picked: int | None = None) -> int | None:
         """Sample from the logits that follow the last evaluated input, or take the token

@@ -541,9 +541,10 @@ class Causal(Cache):
     def _lower_bound(self, seq: int) -> None:
         """After cells were dropped: the region's scan bound comes down to just above its
         highest held cell (held by any sequence: copy_prefix shares cells). Which cells the
-        next rows take does not change (the first free ones either way), but a reused slot
-        then has no free cell below its bound, so its next tokens take the decoding fast
-        path (decode.py) instead of the general one."""
+        next rows take does not change (the first free ones either way); every scan of the
+        region (`_allocate`, `_group`, `_held_cells`) and the decoding state's heap of free
+        cells below the bound (decode.py) then cover only what the slot holds now, not what
+        an earlier, longer request held."""
         base = seq * self.region
         held = np.flatnonzero(self.cell_seqs[base : base + self._used[seq]])
         self._used[seq] = int(held[-1]) + 1 if len(held) else 0
@@ -559,13 +560,13 @@ class Causal(Cache):
         order is summation order, and a different one changes the numbers."""
         self.remove(seq, begin)
         bit = np.uint64(1) << np.uint64(seq)
+        base = seq * self.region
         for owner, at, cells, positions in reversed(self._released):
             if owner != seq or at < begin:
                 continue
             free = self.cell_seqs[cells] == 0
             self.cell_seqs[cells[free]] = bit
             self.cell_pos[cells[free]] = positions[free]
-            base = seq * self.region
             own = cells[free & (cells >= base) & (cells < base + self.region)]
             if len(own):  # the scan bound covers the cells held again (in its own region)
                 self._used[seq] = max(self._used[seq], int(own.max()) - base + 1)

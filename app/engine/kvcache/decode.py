@@ -165,10 +165,9 @@ class DecodeState:
                 heapq.heappush(self.free, gone)
                 blocks[(gone - base) // pad] -= 1
                 unseen.append(gone)
-            if self.window:
-                edge = ring.get(p - self.window)
-                if edge is not None:
-                    unseen.append(edge)
+            edge = ring.get(p - self.window)  # (a ring: there is a window)
+            if edge is not None:
+                unseen.append(edge)
         cell = heapq.heappop(self.free) if self.free else base + self.used
         self.used = max(self.used, cell - base + 1)
         cell_pos[cell] = p
