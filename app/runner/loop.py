@@ -19,8 +19,10 @@ same request gives the same tokens alone, under load, or from the prompt cache.
 Pipelining (when a CPU core is left over by the compute threads, and measured to pay:
 pipelining.py): while batch N computes on the worker thread (ggml releases the GIL), the
 loop builds batch N+1. Sequences sampling from N get a placeholder input in N+1 whose value
-is filled in once N is sampled. A sequence that finished at N leaves its placeholder unused;
-its cache cell is dropped when the slot is released.
+is filled in once N is sampled, or, where N's tokens are the engine's picks, by the compute
+thread the moment N ends (chained passes, compute.py: N+1 then starts without waiting for
+the loop to read N). A sequence that finished at N leaves its placeholder unread; its cache
+cell is dropped when the slot is released.
 
 Speculative decoding (speculation.py): the loop asks its `Speculator` for drafts after each
 decoding sequence's sampled token (`add_drafts`), lays them out as rows that each compute as
@@ -35,17 +37,14 @@ sequence with a message; the loop goes on serving the others.
 from __future__ import annotations
 
 import logging
-import queue
 import threading
-import time
 from collections import deque
-from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from ..engine.kvcache import CacheFullError
 from ..engine.prompt_cache import InputCache, NoFreeSlotError, ReprocessInputs
+from .compute import Computer, Flight
 from .embedding import embed
 from .engine import PassInput, RunnerEngine
 from .feed import Chosen, Entry, InputFeed, Inputs
@@ -57,24 +56,6 @@ __all__ = ["BatchLoop"]
 
 
 _log = logging.getLogger("hearth.runner")
-
-_RATE_ROWS = 32  # a pass of at least this many rows measures prompt evaluation's cost
-
-
-@dataclass
-class _Flight:
-    plan: Any  # the engine's planned pass (its `tokens` may still change)
-    entries: list[Entry]
-    rows: dict[int, int]  # entry index -> output row
-    picks: bool = False  # the engine returns each output row's token (PassInput.greedy)
-    # A pass the compute worker runs (pipelined) tells the loop when it started and ended;
-    # one the loop thread runs itself needs no signals (two Events per token cost time).
-    started: threading.Event | None = None
-    done: threading.Event | None = None
-    logits: np.ndarray | None = None
-    error: BaseException | None = None
-    seconds: float = 0.0  # the pass's compute time
-    drafting: float = 0.0  # the drafter's time drafting for it
 
 
 class BatchLoop:
@@ -110,8 +91,7 @@ class BatchLoop:
         self._next = 0
         self._wake = threading.Condition()
         self._stopping = False
-        self._jobs: queue.Queue[_Flight | None] = queue.Queue()
-        self._worker = threading.Thread(target=self._compute_worker, name="compute", daemon=True)
+        self._computer = Computer(engine, self._prompt_rate)
         self._thread = threading.Thread(target=self._run, name="batch-loop", daemon=True)
         self.steps = 0
         self.max_batch_seen = 0
@@ -119,7 +99,7 @@ class BatchLoop:
     # -- public ---------------------------------------------------------------------------
     def start(self) -> None:
         if self.pipelined:
-            self._worker.start()
+            self._computer.start()
         self._thread.start()
 
     def submit(self, seq: Sequence) -> None:
@@ -132,34 +112,15 @@ class BatchLoop:
             self._stopping = True
             self._wake.notify()
         self._thread.join(timeout=10)
-        if self._worker.is_alive():
-            self._jobs.put(None)
-            self._worker.join(timeout=10)
+        self._computer.stop()
 
-    # -- worker ---------------------------------------------------------------------------
-    def _compute_worker(self) -> None:
-        while (flight := self._jobs.get()) is not None:
-            self._execute(flight)
-
-    def _execute(self, flight: _Flight) -> None:
-        try:
-            on_started = flight.started.set if flight.started is not None else None
-            began = time.perf_counter()
-            flight.logits = self.engine.run(flight.plan, on_started=on_started)
-            flight.seconds = time.perf_counter() - began
-            rows = sum(e.count for e in flight.entries)
-            if rows >= _RATE_ROWS:  # a prompt pass: what the prompt cache weighs loads against
-                self.slots.seconds_per_token = flight.seconds / rows
-        except BaseException as e:  # handed to the loop thread
-            flight.error = e
-        finally:
-            if flight.started is not None and flight.done is not None:
-                flight.started.set()
-                flight.done.set()
+    def _prompt_rate(self, seconds_per_row: float) -> None:
+        """A prompt pass's measured cost: what the prompt cache weighs loads against."""
+        self.slots.seconds_per_token = seconds_per_row
 
     # -- loop -----------------------------------------------------------------------------
     def _run(self) -> None:
-        inflight: _Flight | None = None
+        inflight: Flight | None = None
         while True:
             with self._wake:
                 while not self._stopping and not self._has_work(inflight):
@@ -176,16 +137,16 @@ class BatchLoop:
         if inflight is not None and inflight.done is not None:
             inflight.done.wait()
 
-    def _has_work(self, inflight: _Flight | None) -> bool:
+    def _has_work(self, inflight: Flight | None) -> bool:
         return bool(inflight or self._incoming or self._active)
 
-    def _step(self, inflight: _Flight | None) -> _Flight | None:
+    def _step(self, inflight: Flight | None) -> Flight | None:
         nxt, composed = self._step_pass(inflight)
         self.pipelining.step(self._decoding_width(composed))
         return nxt
 
     @staticmethod
-    def _decoding_width(flight: _Flight | None) -> int:
+    def _decoding_width(flight: Flight | None) -> int:
         """Sequences a pass decodes one token each, or 0 when it is not such a pass."""
         if flight is None:
             return 0
@@ -194,7 +155,7 @@ class BatchLoop:
                 return 0
         return len(flight.entries)
 
-    def _step_pass(self, inflight: _Flight | None) -> tuple[_Flight | None, _Flight | None]:
+    def _step_pass(self, inflight: Flight | None) -> tuple[Flight | None, Flight | None]:
         """One step: admit, sample the pass in flight, compose the next and compute it
         here or hand it to the worker (pipelining). Returns the pass now in flight and the
         pass this step composed (None for either where there is none)."""
@@ -215,6 +176,14 @@ class BatchLoop:
         nxt = None
         if embedding is None:
             nxt = self._compose(inflight if pipelining else None)
+        # A pass whose placeholders take the engine's picks starts when the pass in flight
+        # ends, without waiting for it to be read (compute.py: chained passes).
+        chained = (
+            pipelining
+            and nxt is not None
+            and inflight is not None
+            and self._computer.chain(nxt, inflight)
+        )
         if inflight is not None:
             assert inflight.done is not None
             inflight.done.wait()
@@ -225,21 +194,21 @@ class BatchLoop:
             return None, None
         if nxt is None:
             return None, None
-        live = [e for e in nxt.entries if not e.feed.seq.done]
-        if not live:
+        if not chained and all(e.feed.seq.done for e in nxt.entries):
             return None, None
         self.steps += 1
         if any(e.count > 1 for e in nxt.entries):
             # A pass with prompt inputs takes long: text held for the next chunk goes now.
             for feed in self._active:
                 feed.seq.flush_stream()
+        if chained:
+            return nxt, nxt
         if not pipelining:  # compute here: no thread hand-over per token
-            self._execute(nxt)
+            self._computer.run_here(nxt)
             self._sample(nxt, None)
             self._reap()
             return None, nxt
-        nxt.started, nxt.done = threading.Event(), threading.Event()
-        self._jobs.put(nxt)
+        self._computer.hand_over(nxt)
         return nxt, nxt
 
     def _admit(self) -> None:
@@ -267,7 +236,7 @@ class BatchLoop:
             self._active.append(feed)
 
     # -- building a batch -----------------------------------------------------------------
-    def _compose(self, inflight: _Flight | None) -> _Flight | None:
+    def _compose(self, inflight: Flight | None) -> Flight | None:
         """The next pass: which inputs go in (`_choose`), their rows (`_lay_out`), the
         engine's plan of it (`_plan`). `inflight`: the pass computing now, whose sampled
         tokens get placeholders in this one."""
@@ -281,7 +250,7 @@ class BatchLoop:
             flight.drafting = drafting
         return flight
 
-    def _choose(self, inflight: _Flight | None) -> tuple[list[Chosen], int]:
+    def _choose(self, inflight: Flight | None) -> tuple[list[Chosen], int]:
         """Admission to the pass: round robin from the resume point, each sequence taking
         what the room left and its own limits allow (`_take`); a sequence awaiting a token
         from `inflight` takes a placeholder for it. Moves the inputs out of their feeds.
@@ -406,9 +375,7 @@ class BatchLoop:
         )
         return entries, rows, inputs
 
-    def _plan(
-        self, entries: list[Entry], rows: dict[int, int], inputs: PassInput
-    ) -> _Flight | None:
+    def _plan(self, entries: list[Entry], rows: dict[int, int], inputs: PassInput) -> Flight | None:
         """The engine's plan of the pass; a full cache ends the pass's sequences."""
         try:
             plan = self.engine.plan(inputs)
@@ -417,7 +384,7 @@ class BatchLoop:
                 self._end(entry.feed, error=f"{e}; the request was stopped")
             return None
         self.max_batch_seen = max(self.max_batch_seen, len(inputs.tokens))
-        return _Flight(plan, entries, rows, picks=inputs.greedy)
+        return Flight(plan, entries, rows, picks=inputs.greedy)
 
     def _unbatchable(self, feed: InputFeed) -> str:
         """Why a sequence's next inputs can never be batched (a SameBatch run too long)."""
@@ -437,6 +404,7 @@ class BatchLoop:
             else:
                 seq.finish("length")
             return False
+        self._computer.settle()  # a shift rewrites the keys a pass in flight may be using
         try:
             self.slots.shift(feed.slot, seq.num_keep)
         except ReprocessInputs as r:
@@ -445,7 +413,7 @@ class BatchLoop:
         return True
 
     # -- after a batch --------------------------------------------------------------------
-    def _sample(self, flight: _Flight, nxt: _Flight | None) -> None:
+    def _sample(self, flight: Flight, nxt: Flight | None) -> None:
         if flight.error is not None:
             message = f"computing failed: {flight.error}"
             for entry in flight.entries:
@@ -483,7 +451,8 @@ class BatchLoop:
                 if entry.placeholder and id(entry.feed) in patches:
                     # A placeholder is its sequence's only input and the slot's last token.
                     _, token = patches.pop(id(entry.feed))
-                    nxt.plan.tokens[entry.start] = token
+                    if not nxt.chained:  # (a chained pass's compute thread fills it)
+                        nxt.plan.tokens[entry.start] = token
                     entry.feed.fill_placeholder(token)
         for feed, token in patches.values():  # not planned yet: evaluate next step
             if feed.limit_reached:
@@ -500,10 +469,11 @@ class BatchLoop:
             self.slots.release(feed.slot, keep=feed.tokens_to_keep())
 
     def _end(self, feed: InputFeed, error: str) -> None:
+        """End an active sequence with `error` (a sequence already gone is left alone: its
+        slot may be another's by now, e.g. a chained pass failing after the one before)."""
         feed.seq.fail(error)
         if feed in self._active:
             self._active.remove(feed)
-        if feed.slot.in_use:
             self.slots.release(feed.slot, keep=0)
 
     # -- embeddings -----------------------------------------------------------------------

@@ -13,16 +13,15 @@ from typing import Any
 
 import numpy as np
 import pytest
+from recorded_engine import RecordedEngine
 
 import hearth.runner as runner_package
-from hearth.engine.memory_use import MemoryUse
 from hearth.engine.prompt_cache import Slot
 from hearth.engine.sampling import SamplingOptions
 from hearth.runner.disk_cache import PromptCache
 from hearth.runner.engine import (
     HearthEngine,
     LlamaCppRunnerEngine,
-    PassInput,
     RunnerEngine,
     load_engine,
 )
@@ -99,83 +98,8 @@ def test_an_unknown_engine_is_refused_before_anything_loads():
         load_engine("no-such-file.gguf", RunnerOptions(engine="vllm"))
 
 
-# -- a RunnerEngine whose passes are recorded ---------------------------------------------
-class _NoCache:
-    """The cache operations the prompt cache calls, doing nothing."""
-
-    def remove(self, seq: int, begin: int, end: int = 2**31 - 1) -> None:
-        pass
-
-    def copy_prefix(self, src: int, dst: int, length: int) -> None:
-        pass
-
-    def can_resume(self, seq: int, pos: int) -> bool:
-        return True
-
-
-class _Recorded:
-    """Passes that record their inputs; every output row's logits favour token `answer`."""
-
-    pooling = "last"
-
-    def __init__(self, vocab: int, answer: int, num_batch: int) -> None:
-        self.num_ctx, self.num_batch, self.parallel = 64, num_batch, 2
-        self.memory = MemoryUse(weights=1, cache=2, graph=3)
-        self.cache = _NoCache()
-        self.vocab, self.answer = vocab, answer
-        self.passes: list[PassInput] = []
-
-    def plan(self, inputs: PassInput) -> PassInput:
-        return inputs
-
-    def run(self, planned: PassInput, on_started: Any = None) -> np.ndarray:
-        if on_started is not None:
-            on_started()
-        self.passes.append(planned)  # its tokens as computed (placeholders filled)
-        logits = np.zeros((len(planned.outputs), self.vocab), np.float32)
-        logits[:, self.answer] = 1.0
-        return logits
-
-    def forward(self, inputs: PassInput) -> np.ndarray:
-        return self.run(self.plan(inputs))
-
-    def replaces_state(self, token: int) -> bool:
-        return False
-
-    def close(self) -> None:
-        pass
-
-
-class _RecordedEngine(RunnerEngine):
-    def __init__(self, tok: Any, answer: int, num_batch: int, pipelined: bool) -> None:
-        super().__init__(_Recorded(tok.vocab_size, answer, num_batch), tok, "recorded", 0)
-        self._pipelined = pipelined
-
-    @property
-    def can_pipeline(self) -> bool:
-        return self._pipelined
-
-    @property
-    def spare_core(self) -> bool:
-        return True
-
-    @property
-    def sees_images(self) -> bool:
-        return False
-
-    def _lay_out(self, text: str, images: list[bytes]) -> tuple[list[int], list[int]]:
-        raise AssertionError("never called for an engine that sees no images")
-
-    def devices(self) -> dict[str, dict[str, int]]:
-        return {"CPU": {"weights": 1, "cache": 2, "graph": 3}}
-
-    @property
-    def invariance(self) -> None:
-        return None
-
-
 def test_an_engine_that_sees_no_images_refuses_them_by_the_interface(tok):
-    engine = _RecordedEngine(tok, byte_token(tok, 65), 16, pipelined=False)
+    engine = RecordedEngine(tok, byte_token(tok, 65), 16, pipelined=False)
     with pytest.raises(ValueError, match=r"this model \(recorded\) cannot see images"):
         engine.prompt("[img-0] what is it?", [b"png"])
 
@@ -186,7 +110,7 @@ def test_the_loop_runs_any_runner_engine_and_keeps_same_batch_runs_whole(tok, pi
     positions), through batches of 8: no pass splits a run, every prompt input is evaluated
     once in order, and the answer streams, pipelined (placeholders filled) or not."""
     answer = byte_token(tok, ord("A"))
-    engine = _RecordedEngine(tok, answer, num_batch=8, pipelined=pipelined)
+    engine = RecordedEngine(tok, answer, num_batch=8, pipelined=pipelined)
     loop = BatchLoop(engine, pipelined=pipelined)
     assert loop.pipelined is pipelined
     marks = [0] * 12
@@ -226,7 +150,7 @@ def test_the_loop_runs_any_runner_engine_and_keeps_same_batch_runs_whole(tok, pi
 
 
 # -- the prompt cache on disk, through the interface ----------------------------------------
-class _KeyedEngine(_RecordedEngine):
+class _KeyedEngine(RecordedEngine):
     def disk_cache_key(self, options: RunnerOptions) -> dict[str, Any]:
         return {"engine": "recorded", "num_ctx": self.num_ctx}
 
@@ -235,7 +159,7 @@ def test_the_prompt_cache_keeps_files_on_disk_only_where_the_engine_keys_them(to
     model = tmp_path / "model.gguf"  # not a store blob: its digest is read from the file
     model.write_bytes(b"not really a model")
     folder = str(tmp_path / "prompt-cache")
-    plain = _RecordedEngine(tok, 65, 8, pipelined=False)
+    plain = RecordedEngine(tok, 65, 8, pipelined=False)
     unkeyed = PromptCache(plain, str(model), RunnerOptions(), folder=folder, cap_bytes=1 << 20)
     assert unkeyed.ready.is_set() and unkeyed.disk is None
     assert not unkeyed.slots.acquire_writes

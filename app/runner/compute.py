@@ -1,0 +1,163 @@
+"""Passes on their way through the engine: the batching loop's `Flight`s and the `Computer`
+that runs them, on the loop's thread or on a compute thread of its own.
+
+A `Flight` is one planned pass with what the loop needs to read it back (which entry samples
+which output row). The loop (loop.py) runs a pass where it stands (`run_here`) or, when it
+pipelines, hands it to the compute thread (`hand_over`) and plans the next one while it
+computes; the thread tells it when the pass has started (its inputs are uploaded, so the
+graph's inputs may be refilled for the next pass) and when it is done.
+
+Chained passes. A pipelined pass N+1 has a placeholder row for each sequence sampling from
+pass N. Where N's tokens are the engine's picks (`Flight.picks`: greedy sequences, the
+token is an output of the pass itself), N+1 does not wait for the loop to sample N: the loop
+hands N+1 over before N is done, naming N as its source (`after`) and which of its rows take
+which of N's picks (`fills`), and the compute thread fills them in and starts N+1 the moment
+N ends. The loop's reading of N (each sequence's token, text, stop strings, events) then
+overlaps N+1's compute instead of lying between the two passes. A placeholder whose
+sequence ended at N (an end-of-generation token, a stop string, its limit) computes a row
+nobody reads, as it does when the loop fills placeholders itself; its cell is dropped when
+the slot is released. If N failed, N+1 is not computed and fails with N's error.
+
+Threads: `Flight.plan`'s tokens are written by the compute thread for a chained flight (and
+by the loop, before handing it over, otherwise); the loop reads a flight's results only
+after its `done` is set.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .engine import RunnerEngine
+from .feed import Entry
+
+__all__ = ["Computer", "Flight"]
+
+_RATE_ROWS = 32  # a pass of at least this many rows measures prompt evaluation's cost
+
+
+@dataclass
+class Flight:
+    """One planned pass (module docstring)."""
+
+    plan: Any  # the engine's planned pass (its `tokens` may still change)
+    entries: list[Entry]
+    rows: dict[int, int]  # entry index -> output row
+    picks: bool = False  # the engine returns each output row's token (PassInput.greedy)
+    # A pass the compute thread runs tells the loop when it started and ended; one the loop
+    # thread runs itself needs no signals (two Events per token cost time).
+    started: threading.Event | None = None
+    done: threading.Event | None = None
+    # A chained pass: the pass whose picks fill its placeholder rows, and which ones:
+    # (row of this pass's tokens, output row of `after`).
+    after: Flight | None = None
+    fills: list[tuple[int, int]] = field(default_factory=list)
+    logits: np.ndarray | None = None
+    error: BaseException | None = None
+    seconds: float = 0.0  # the pass's compute time
+    drafting: float = 0.0  # the drafter's time drafting for it
+
+    @property
+    def chained(self) -> bool:
+        return bool(self.fills)
+
+
+class PassBeforeFailed(RuntimeError):
+    """A chained pass was not computed: the pass its placeholders come from failed."""
+
+
+class Computer:
+    """Runs the loop's passes (module docstring). `on_prompt_rate(seconds_per_row)` hears what
+    each pass of at least `_RATE_ROWS` rows measured (what the prompt cache weighs loading a
+    prefix from disk against)."""
+
+    def __init__(self, engine: RunnerEngine, on_prompt_rate: Callable[[float], None]) -> None:
+        self.engine = engine
+        self._on_prompt_rate = on_prompt_rate
+        self._jobs: queue.Queue[Flight | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._work, name="compute", daemon=True)
+        self._handed: Flight | None = None  # the last pass handed to the thread
+        self.chained = 0  # passes handed over to start on the picks of the one before
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        if self._thread.is_alive():
+            self._jobs.put(None)
+            self._thread.join(timeout=10)
+
+    def run_here(self, flight: Flight) -> None:
+        """Compute `flight` on the calling thread."""
+        self._execute(flight)
+
+    def hand_over(self, flight: Flight) -> None:
+        """Queue `flight` for the compute thread; its `started` and `done` tell the rest."""
+        flight.started, flight.done = threading.Event(), threading.Event()
+        self._handed = flight
+        self._jobs.put(flight)
+
+    def chain(self, flight: Flight, after: Flight) -> bool:
+        """Hand `flight` over to start once `after` (handed over before it) ends, its
+        placeholder rows filled with `after`'s picks. False, and nothing handed over, where
+        that cannot be: `after` is not a picking pass, or a placeholder's sequence has no
+        picked row in it."""
+        if not after.picks:
+            return False
+        source = {id(after.entries[i].feed): row for i, row in after.rows.items()}
+        fills = []
+        for entry in flight.entries:
+            if entry.placeholder:
+                row = source.get(id(entry.feed))
+                if row is None:
+                    return False
+                fills.append((entry.start, row))
+        if not fills:
+            return False
+        flight.after, flight.fills = after, fills
+        self.chained += 1
+        self.hand_over(flight)
+        return True
+
+    def settle(self) -> None:
+        """Wait until no pass handed over is computing (before work that writes the cache
+        the way a pass does: a context shift)."""
+        handed = self._handed
+        if handed is not None and handed.done is not None:
+            handed.done.wait()
+
+    # -- the compute thread ---------------------------------------------------------------
+    def _work(self) -> None:
+        while (flight := self._jobs.get()) is not None:
+            self._execute(flight)
+
+    def _execute(self, flight: Flight) -> None:
+        try:
+            after, flight.after = flight.after, None  # (no chain of flights kept alive)
+            if after is not None:
+                if after.error is not None:
+                    raise PassBeforeFailed(str(after.error))
+                picks = after.logits
+                assert picks is not None
+                tokens = flight.plan.tokens
+                for at, row in flight.fills:
+                    tokens[at] = picks[row]
+            on_started = flight.started.set if flight.started is not None else None
+            began = time.perf_counter()
+            flight.logits = self.engine.run(flight.plan, on_started=on_started)
+            flight.seconds = time.perf_counter() - began
+            rows = sum(e.count for e in flight.entries)
+            if rows >= _RATE_ROWS:
+                self._on_prompt_rate(flight.seconds / rows)
+        except BaseException as e:  # handed to the loop thread
+            flight.error = e
+        finally:
+            if flight.started is not None and flight.done is not None:
+                flight.started.set()
+                flight.done.set()
