@@ -25,6 +25,7 @@ after its `done` is set.
 
 from __future__ import annotations
 
+import _thread
 import queue
 import threading
 import time
@@ -42,6 +43,32 @@ __all__ = ["Computer", "Flight"]
 _RATE_ROWS = 32  # a pass of at least this many rows measures prompt evaluation's cost
 
 
+class Signal:
+    """That something happened, set once by one thread and awaited by others: a lock held
+    until it is set. What `threading.Event` does for this, at a fraction of its cost (an
+    Event is a Condition: a pass handed over sets and waits on two per token)."""
+
+    __slots__ = ("_lock", "_set")
+
+    def __init__(self) -> None:
+        self._lock = _thread.allocate_lock()
+        self._lock.acquire()
+        self._set = False
+
+    def set(self) -> None:
+        """(From one thread only: the compute thread.)"""
+        if not self._set:
+            self._set = True
+            self._lock.release()
+
+    def wait(self) -> None:
+        self._lock.acquire()
+        self._lock.release()
+
+    def is_set(self) -> bool:
+        return self._set
+
+
 @dataclass
 class Flight:
     """One planned pass (module docstring)."""
@@ -51,9 +78,9 @@ class Flight:
     rows: dict[int, int]  # entry index -> output row
     picks: bool = False  # the engine returns each output row's token (PassInput.greedy)
     # A pass the compute thread runs tells the loop when it started and ended; one the loop
-    # thread runs itself needs no signals (two Events per token cost time).
-    started: threading.Event | None = None
-    done: threading.Event | None = None
+    # thread runs itself needs no signals.
+    started: Signal | None = None
+    done: Signal | None = None
     # A chained pass: the pass whose picks fill its placeholder rows, and which ones:
     # (row of this pass's tokens, output row of `after`).
     after: Flight | None = None
@@ -80,7 +107,7 @@ class Computer:
     def __init__(self, engine: RunnerEngine, on_prompt_rate: Callable[[float], None]) -> None:
         self.engine = engine
         self._on_prompt_rate = on_prompt_rate
-        self._jobs: queue.Queue[Flight | None] = queue.Queue()
+        self._jobs: queue.SimpleQueue[Flight | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._work, name="compute", daemon=True)
         self._handed: Flight | None = None  # the last pass handed to the thread
         self.chained = 0  # passes handed over to start on the picks of the one before
@@ -99,7 +126,7 @@ class Computer:
 
     def hand_over(self, flight: Flight) -> None:
         """Queue `flight` for the compute thread; its `started` and `done` tell the rest."""
-        flight.started, flight.done = threading.Event(), threading.Event()
+        flight.started, flight.done = Signal(), Signal()
         self._handed = flight
         self._jobs.put(flight)
 

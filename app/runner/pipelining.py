@@ -1,12 +1,13 @@
 """Whether the batching loop plans pass N+1 while pass N computes, decided by measuring.
 
 Pipelining (loop.py) hides the loop's planning of the next pass behind the current pass's
-compute, but hands every pass to the compute thread and back: two thread wake-ups per token
-on the critical path. Which costs more depends on the machine (a wake-up takes a few
-microseconds on bare metal and tens on a virtual machine), the model (a tiny model's pass
-is shorter than the planning) and how many sequences share the pass. Measured on a 2-core
-VM with a 2-layer 128-wide llama, one compute thread: 0.31 ms a token pipelined against
-0.22 ms not; so neither can be the fixed default.
+compute (and, for passes chained on the engine's picks, compute.py, its reading of the
+pass too), but hands every pass to the compute thread: thread wake-ups and two threads
+taking turns at Python's interpreter lock. Which costs more depends on the machine (a
+wake-up takes a few microseconds on bare metal and tens on a virtual machine), on whether
+the core it needs is really free (other processes), the model (a tiny model's pass is
+shorter than the planning) and how many sequences share the pass: neither can be the fixed
+default.
 
 `PipelineChoice` times steady decoding both ways and keeps the faster. A trial alternates
 blocks of `block` steps without and with pipelining, in the order without, with, with,

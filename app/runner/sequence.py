@@ -141,7 +141,7 @@ class Sequence:
         cap = 10 * num_ctx  # a runaway generation through repeated shifts ends here
         n = settings.num_predict
         self.num_predict = cap if n < 0 or n > cap else n
-        self.events: queue.Queue[Event | None] = queue.Queue()
+        self.events: queue.SimpleQueue[Event | None] = queue.SimpleQueue()
         self.cancelled = threading.Event()
         self.done = False
         self.shifted = False
