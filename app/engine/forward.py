@@ -325,10 +325,10 @@ class ForwardEngine:
         g.ctx.compute(*g.outputs, on_started=on_started)
         if g.greedy is not None:
             return g.greedy.read(g.output.dim(0), g.output)
-        logits = g.output.numpy().reshape(g.batch.n_outputs, -1)
-        if p.greedy:
+        if p.greedy:  # (the logits read in place: only their argmax leaves)
+            logits = g.output.numpy(copy=False).reshape(g.batch.n_outputs, -1)
             return logits.argmax(axis=1).astype(np.int32)
-        return logits
+        return g.output.numpy().reshape(g.batch.n_outputs, -1)
 
     def forward(self, inputs: PassInput) -> np.ndarray:
         """plan() and run() in one go; `outputs` are row indices into this batch."""

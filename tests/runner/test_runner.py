@@ -99,6 +99,20 @@ def test_the_pipelined_loop_gives_exactly_what_the_serial_one_gives(llama, llama
 
 
 @pytest.mark.slow
+def test_the_pipelined_loop_shifts_the_context_exactly_as_the_serial_one(llama, llama_pipelined):
+    """A context shift rewrites the keys of the cache, which a pass in flight also writes: it
+    waits for that pass (or the shifted sequence, and the others, would differ)."""
+    n_ctx = llama.engine.num_ctx
+    reqs = _requests(llama, n_ctx + 40)
+    serial = [collect(llama.completion(r)) for r in reqs]
+    assert all(done.shifted for _, done in serial)
+    results = [collect(s) for s in [llama_pipelined.completion(r) for r in reqs]]
+    for (s_text, s_done), (p_text, p_done) in zip(serial, results, strict=True):
+        assert p_done.shifted and p_text == s_text
+        assert p_done.context == s_done.context
+
+
+@pytest.mark.slow
 def test_a_long_prompt_does_not_starve_a_short_one(llama):
     rng = np.random.default_rng(3)
     long_req = CompletionRequest(

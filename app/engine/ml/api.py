@@ -141,10 +141,13 @@ class Tensor(abc.ABC):
         """Byte strides of all four ggml dimensions (nb[0..3])."""
 
     @abc.abstractmethod
-    def numpy(self) -> np.ndarray:
+    def numpy(self, copy: bool = True) -> np.ndarray:
         """The computed values as float32 (or int32) numpy, shape reversed to numpy order.
 
         Valid after the graph holding this tensor has computed (or for persistent tensors).
+        `copy=False` lets a backend return a view of the tensor's host memory instead (no copy
+        of, say, a vocabulary's logits), valid only until its graph computes again: for a
+        value read at once.
         """
 
     @abc.abstractmethod

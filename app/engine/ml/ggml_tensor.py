@@ -81,7 +81,7 @@ class GGMLTensor(Tensor):
     def name(self) -> str:
         return self._p.contents.name.decode("utf-8", "replace")  # type: ignore[attr-defined]
 
-    def numpy(self) -> np.ndarray:
+    def numpy(self, copy: bool = True) -> np.ndarray:
         layout = self._layout
         if layout is None:  # a tensor's type and shape never change: check them once
             dtype = self.dtype
@@ -101,7 +101,9 @@ class GGMLTensor(Tensor):
         if allocations is not None and (host is None or host[0] != allocations):
             host = self._host = (allocations, host_view(self._p, np_type, nbytes))
         if host is not None and host[1] is not None:
-            out = host[1].reshape(shape).copy()
+            out = host[1].reshape(shape)
+            if copy:
+                out = out.copy()
         else:
             out = np.empty(full, dtype=np_type)
             g.ggml_backend_tensor_get(self._p, out.ctypes.data, 0, nbytes)

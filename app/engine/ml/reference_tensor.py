@@ -172,7 +172,7 @@ class NumpyTensor(Tensor):
             strides=np_shape(self._nb),
         )
 
-    def numpy(self) -> np.ndarray:
+    def numpy(self, copy: bool = True) -> np.ndarray:  # (always a copy)
         owner = self._owner
         if isinstance(owner, Graph) and not owner._computed:
             raise RuntimeError("numpy(): the graph holding this tensor has not computed yet")
