@@ -18,8 +18,10 @@ from typing import Any
 
 from hearth.paths import data_dir
 
+from .chat_import import insert_chats
+from .chat_rows import chat_from_row, insert_images, message_from_row
+from .chat_search import search_chats
 from .db import open_database, transaction
-from .document_tables import insert_documents, insert_sources
 from .records import DONE, INTERRUPTED, STREAMING, Chat, ChatRecord, Message, SearchHit
 
 __all__ = ["ChatStore", "make_title"]
@@ -35,12 +37,6 @@ def make_title(text: str) -> str:
         return line
     cut = line[:_TITLE_LEN].rsplit(" ", 1)[0] or line[:_TITLE_LEN]
     return cut.rstrip(",.;:-") + "…"
-
-
-def _fts_query(text: str) -> str:
-    """User words → an FTS5 query: every word must match, as a prefix, quotes escaped."""
-    words = re.findall(r"\w+", text, flags=re.UNICODE)
-    return " ".join('"' + w.replace('"', '""') + '"*' for w in words)
 
 
 class ChatStore:
@@ -105,12 +101,12 @@ class ChatStore:
 
     def chat(self, chat_id: int) -> Chat | None:
         row = self._conn.execute("SELECT * FROM chats WHERE id=?", (chat_id,)).fetchone()
-        return _chat(row) if row else None
+        return chat_from_row(row) if row else None
 
     def chats(self) -> list[Chat]:
         """All chats, the most recently used first."""
         rows = self._conn.execute("SELECT * FROM chats ORDER BY updated_at DESC, id DESC")
-        return [_chat(r) for r in rows]
+        return [chat_from_row(r) for r in rows]
 
     def rename_chat(self, chat_id: int, title: str) -> None:
         with self._tx() as db:
@@ -194,7 +190,7 @@ class ChatStore:
                 ),
             )
             mid = int(cur.lastrowid or 0)
-            _insert_images(db, mid, images)
+            insert_images(db, mid, images)
             db.execute(
                 "UPDATE chats SET current_leaf=?, updated_at=? WHERE id=?", (mid, now, chat_id)
             )
@@ -227,130 +223,21 @@ class ChatStore:
 
     def message(self, message_id: int) -> Message | None:
         row = self._conn.execute("SELECT * FROM messages WHERE id=?", (message_id,)).fetchone()
-        return self._message(row) if row else None
-
-    def _message(self, row: sqlite3.Row) -> Message:
-        images = [
-            bytes(r[0])
-            for r in self._conn.execute(
-                "SELECT data FROM attachments WHERE message_id=? ORDER BY position", (row["id"],)
-            )
-        ]
-        return Message(
-            id=row["id"],
-            chat_id=row["chat_id"],
-            parent_id=row["parent_id"],
-            role=row["role"],
-            content=row["content"],
-            thinking=row["thinking"],
-            model=row["model"],
-            state=row["state"],
-            error=row["error"],
-            stats=json.loads(row["stats"] or "{}"),
-            created_at=row["created_at"],
-            images=images,
-            tool_calls=json.loads(row["tool_calls"] or "[]"),
-            tool=json.loads(row["tool"] or "{}"),
-            covers=row["covers"],
-            compare=row["compare"],
-        )
+        return message_from_row(self._conn, row) if row else None
 
     def tree(self, chat_id: int) -> list[Message]:
         """Every message of a chat, all branches, oldest first (so parents before replies)."""
         rows = self._conn.execute(
             "SELECT * FROM messages WHERE chat_id=? ORDER BY id", (chat_id,)
         ).fetchall()
-        return [self._message(row) for row in rows]
+        return [message_from_row(self._conn, row) for row in rows]
 
     def add_chats(self, chats: Sequence[ChatRecord]) -> list[int]:
-        """Add whole chats (an import) in one transaction, under new ids; return the new ids.
-
-        Everything a chat and its messages hold is kept (times, states, titles, tools, images,
-        documents with their chunks and vectors, sources) but ids: a chat's `current_leaf`,
-        each message's `parent_id` and the keys of `documents` and `sources` name messages of
-        the same list, which must come parents first; they are mapped to the new ids. Raises
-        ValueError, adding nothing, if a parent, the current leaf, a document's message or a
-        source's passage is not in the list. Nothing already stored is changed.
-        """
-        new_ids = []
+        """Add whole chats (an import) in one transaction, under new ids; return the new ids
+        (see `chat_import.insert_chats`: ids mapped, ValueError adding nothing when a chat
+        names a message it does not hold). Nothing already stored is changed."""
         with self._tx() as db:
-            for record in chats:
-                chat, messages = record.chat, record.messages
-                cur = db.execute(
-                    "INSERT INTO chats(title, title_auto, model, system_prompt, options, tools,"
-                    " created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        chat.title,
-                        int(chat.title_auto),
-                        chat.model,
-                        chat.system_prompt,
-                        json.dumps(chat.options),
-                        json.dumps(chat.tools),
-                        chat.created_at,
-                        chat.updated_at,
-                    ),
-                )
-                chat_id = int(cur.lastrowid or 0)
-                ids: dict[int, int] = {}
-                for m in messages:
-                    if m.parent_id is not None and m.parent_id not in ids:
-                        raise ValueError(
-                            f"message {m.id} of chat {chat.title!r} answers message"
-                            f" {m.parent_id}, which is not before it in the chat"
-                        )
-                    cur = db.execute(
-                        "INSERT INTO messages(chat_id, parent_id, role, content, thinking, model,"
-                        " state, error, stats, tool_calls, tool, covers, compare, created_at)"
-                        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                        (
-                            chat_id,
-                            None if m.parent_id is None else ids[m.parent_id],
-                            m.role,
-                            m.content,
-                            m.thinking,
-                            m.model,
-                            m.state,
-                            m.error,
-                            json.dumps(m.stats),
-                            json.dumps(m.tool_calls),
-                            json.dumps(m.tool),
-                            m.covers,
-                            m.compare,
-                            m.created_at,
-                        ),
-                    )
-                    ids[m.id] = int(cur.lastrowid or 0)
-                    _insert_images(db, ids[m.id], m.images)
-                chunk_ids = {}
-                for number, documents in record.documents.items():
-                    if number not in ids:
-                        raise ValueError(
-                            f"chat {chat.title!r} attaches documents to message {number},"
-                            " which is not one of its messages"
-                        )
-                    chunk_ids[number] = insert_documents(db, ids[number], documents)
-                for number, sources in record.sources.items():
-                    if number not in ids:
-                        raise ValueError(
-                            f"chat {chat.title!r} gives sources to message {number},"
-                            " which is not one of its messages"
-                        )
-                    try:
-                        insert_sources(db, ids[number], sources, chunk_ids)
-                    except ValueError as e:
-                        raise ValueError(f"chat {chat.title!r}, message {number}: {e}") from None
-                if chat.current_leaf is not None:
-                    if chat.current_leaf not in ids:
-                        raise ValueError(
-                            f"chat {chat.title!r} shows message {chat.current_leaf},"
-                            " which is not one of its messages"
-                        )
-                    db.execute(
-                        "UPDATE chats SET current_leaf=? WHERE id=?",
-                        (ids[chat.current_leaf], chat_id),
-                    )
-                new_ids.append(chat_id)
-        return new_ids
+            return insert_chats(db, chats)
 
     def siblings(self, message_id: int) -> list[int]:
         """Ids of a message's versions (itself included), oldest first."""
@@ -378,7 +265,7 @@ class ChatStore:
             " ORDER BY compare, id",
             (row["chat_id"], row["parent_id"]),
         ).fetchall()
-        return [self._message(r) for r in rows]
+        return [message_from_row(self._conn, r) for r in rows]
 
     def path(self, chat_id: int) -> list[Message]:
         """The conversation on screen: root → current leaf, each with its version numbers."""
@@ -394,7 +281,7 @@ class ChatStore:
         ).fetchall()
         out = []
         for row in rows:
-            msg = self._message(row)
+            msg = message_from_row(self._conn, row)
             sibs = self.siblings(msg.id)
             msg.version, msg.versions = sibs.index(msg.id) + 1, len(sibs)
             out.append(msg)
@@ -422,47 +309,4 @@ class ChatStore:
 
     def search(self, text: str, limit: int = 50) -> list[SearchHit]:
         """Chats whose title or messages contain every word of `text` (prefixes), newest first."""
-        query = _fts_query(text)
-        if not query:
-            return []
-        rows = self._conn.execute(
-            "SELECT c.id, c.title, c.updated_at, hit.snippet FROM chats c JOIN ("
-            "  SELECT m.chat_id AS chat_id,"
-            "   snippet(messages_fts, 0, '[', ']', '…', 10) AS snippet, rank"
-            "  FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid"
-            "  WHERE messages_fts MATCH ?"
-            "  UNION ALL"
-            "  SELECT chats_fts.rowid, '', rank FROM chats_fts WHERE chats_fts MATCH ?"
-            ") hit ON hit.chat_id = c.id ORDER BY c.updated_at DESC, hit.rank",
-            (query, query),
-        ).fetchall()
-        hits: dict[int, SearchHit] = {}
-        for row in rows:
-            hit = hits.get(row["id"])
-            if hit is None:
-                hits[row["id"]] = SearchHit(row["id"], row["title"], row[3], row["updated_at"])
-            elif not hit.snippet and row[3]:
-                hit.snippet = row[3]
-        return list(hits.values())[:limit]
-
-
-def _chat(row: sqlite3.Row) -> Chat:
-    return Chat(
-        id=row["id"],
-        title=row["title"],
-        model=row["model"],
-        system_prompt=row["system_prompt"],
-        options=json.loads(row["options"] or "{}"),
-        current_leaf=row["current_leaf"],
-        title_auto=bool(row["title_auto"]),
-        created_at=row["created_at"],
-        updated_at=row["updated_at"],
-        tools=json.loads(row["tools"] or "[]"),
-    )
-
-
-def _insert_images(db: sqlite3.Connection, message_id: int, images: Sequence[bytes]) -> None:
-    db.executemany(
-        "INSERT INTO attachments(message_id, position, data) VALUES (?, ?, ?)",
-        [(message_id, i, sqlite3.Binary(data)) for i, data in enumerate(images)],
-    )
+        return search_chats(self._conn, text, limit)

@@ -18,15 +18,20 @@ from typing import TYPE_CHECKING
 __all__ = ["LlamaCppEngine", "LlamaCppLoadError", "LlamaCppTokenizer"]
 
 if TYPE_CHECKING:
-    from .engine import LlamaCppEngine, LlamaCppLoadError
+    from .engine import LlamaCppEngine
+    from .library import LlamaCppLoadError
     from .tokenizer import LlamaCppTokenizer
 
 
 def __getattr__(name: str) -> object:
-    if name in ("LlamaCppEngine", "LlamaCppLoadError"):
-        from . import engine
+    if name == "LlamaCppEngine":
+        from .engine import LlamaCppEngine
 
-        return getattr(engine, name)
+        return LlamaCppEngine
+    if name == "LlamaCppLoadError":
+        from .library import LlamaCppLoadError
+
+        return LlamaCppLoadError
     if name == "LlamaCppTokenizer":
         from .tokenizer import LlamaCppTokenizer
 

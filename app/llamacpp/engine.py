@@ -29,9 +29,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import logging
-import threading
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -40,96 +37,23 @@ import numpy as np
 
 from ..engine.cpu_turns import CpuTurns, turns_from_env
 from ..engine.input import PassInput
-from ..engine.kvcache import CacheFullError, KVCacheType, ShiftNotSupportedError
+from ..engine.kvcache import CacheFullError, KVCacheType
 from ..engine.memory_use import MemoryUse
 from ..engine.ml.api import OutOfMemoryError
 from ..engine.ml.placement import DevicePlacement
 from ..engine.multimodal_store import split_placeholder
+from .batch import LlamaBatch, LogitsView, segments
 from .buffers import device_parts, parse_buffers
 from .layout import LlamaCppLayoutError, LlamaCppSplit, llamacpp_devices, llamacpp_split
+from .library import LlamaCppLoadError, LlamaCppLog, library, load_failure
 from .positions import MRopePositions
+from .sequence_cache import SequenceCache
 from .tokenizer import LlamaCppTokenizer
 from .vision import MtmdVision, VisionLoadError
 
-__all__ = ["LlamaCppEngine", "LlamaCppLoadError", "LlamaCppPass"]
+__all__ = ["LlamaCppEngine", "LlamaCppPass"]
 
-_log = logging.getLogger("hearth.llamacpp")
-
-_MAX_POS = 2**31 - 1  # hearth.engine.kvcache's MAX_POS: "to the end"
 _POOLING = {1: "mean", 2: "first"}  # the file's pooling_type, as Hearth's engine reads it
-
-
-class LlamaCppLoadError(RuntimeError):
-    """llama.cpp cannot load the file; the message is one sentence for the user."""
-
-
-class _Log:
-    """llama.cpp's log, captured (its callback is process-wide): the last 400 lines for error
-    messages, and every line reporting a buffer size (a model load logs more than 400 lines
-    before its context's buffers). Lines are numbered: `mark()` then `since(mark)` gives what
-    came after. Forwarded to Python logging at debug level."""
-
-    _KEEP = 400
-
-    def __init__(self, lib: Any) -> None:
-        self._recent: deque[tuple[int, str]] = deque(maxlen=self._KEEP)
-        self._buffers: list[tuple[int, str]] = []
-        self._count = 0
-        self._partial = ""
-        self._lock = threading.Lock()
-
-        @lib.llama_log_callback  # type: ignore[untyped-decorator]
-        def callback(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
-            self._add(text.decode("utf-8", "replace"))
-
-        self._callback = callback  # llama.cpp keeps calling it: keep it alive
-        lib.llama_log_set(callback, ctypes.c_void_p(0))
-
-    def _add(self, text: str) -> None:
-        with self._lock:
-            text = self._partial + text
-            *done, self._partial = text.split("\n")
-            for line in done:
-                _log.debug("%s", line)
-                self._recent.append((self._count, line))
-                if "buffer size" in line:
-                    self._buffers.append((self._count, line))
-                self._count += 1
-
-    def mark(self) -> int:
-        with self._lock:
-            return self._count
-
-    def since(self, mark: int) -> list[str]:
-        """The recent lines (at most the last 400) logged since `mark`."""
-        with self._lock:
-            return [line for i, line in self._recent if i >= mark]
-
-    def buffers_since(self, mark: int) -> list[str]:
-        """Every buffer-size line logged since `mark`."""
-        with self._lock:
-            return [line for i, line in self._buffers if i >= mark]
-
-
-_LIB: tuple[Any, _Log] | None = None
-_LIB_LOCK = threading.Lock()
-
-
-def _library() -> tuple[Any, _Log]:
-    """llama_cpp, its backend initialised and its log captured (once per process)."""
-    global _LIB
-    with _LIB_LOCK:
-        if _LIB is None:
-            try:
-                import llama_cpp
-            except ImportError as e:
-                raise LlamaCppLoadError(
-                    f"the llama.cpp engine needs llama-cpp-python, which is not installed ({e})"
-                ) from None
-            log = _Log(llama_cpp)
-            llama_cpp.llama_backend_init()
-            _LIB = (llama_cpp, log)
-        return _LIB
 
 
 @dataclass
@@ -142,57 +66,6 @@ class LlamaCppPass:
     outputs: np.ndarray
     hidden: bool
     greedy: bool = False  # run() returns token ids (PassInput.greedy)
-
-
-class _SequenceCache:
-    """The slot-cache operations `hearth.engine.prompt_cache.InputCache` needs, on llama.cpp's
-    per-sequence memory (`llama_memory_seq_*`)."""
-
-    def __init__(self, lib: Any, ctx: int, model: int) -> None:
-        self._lib = lib
-        self._mem = lib.llama_get_memory(ctx)  # None for models without a cache
-        self._swa = int(lib.llama_model_n_swa(model))
-        # M-RoPE images: the loop's positions -> llama.cpp's (set by the engine)
-        self.positions: MRopePositions | None = None
-
-    def _real(self, seq: int, pos: int) -> int:
-        return pos if self.positions is None else self.positions.real(seq, pos)
-
-    def remove(self, seq: int, begin: int, end: int = _MAX_POS) -> None:
-        """Drop positions [begin, end); later positions move down (a context shift)."""
-        lib, mem = self._lib, self._mem
-        if not mem:
-            return
-        if end == _MAX_POS:
-            lib.llama_memory_seq_rm(mem, seq, self._real(seq, begin), -1)
-            if self.positions is not None:
-                self.positions.truncate(seq, begin)
-            return
-        if self.positions is not None or not lib.llama_memory_can_shift(mem):
-            raise ShiftNotSupportedError()
-        lib.llama_memory_seq_rm(mem, seq, begin, end)
-        lib.llama_memory_seq_add(mem, seq, end, -1, begin - end)
-
-    def copy_prefix(self, src: int, dst: int, length: int) -> None:
-        """`dst` holds `src`'s first `length` positions (and nothing else). Across streams
-        llama.cpp copies a sequence only whole (a partial range aborts the process)."""
-        lib, mem = self._lib, self._mem
-        if not mem:
-            return
-        lib.llama_memory_seq_rm(mem, dst, -1, -1)
-        lib.llama_memory_seq_cp(mem, src, dst, -1, -1)
-        lib.llama_memory_seq_rm(mem, dst, self._real(src, length), -1)
-        if self.positions is not None:
-            self.positions.copy(src, dst, length)
-
-    def can_resume(self, seq: int, pos: int) -> bool:
-        """False when a sliding window already dropped positions the rest still needs."""
-        if not self._mem or not self._swa:
-            return True
-        first = int(self._lib.llama_memory_seq_pos_min(self._mem, seq))
-        if first < 0:
-            return pos == 0
-        return first <= max(0, self._real(seq, pos) - self._swa)
 
 
 class LlamaCppEngine:
@@ -213,15 +86,15 @@ class LlamaCppEngine:
         projector: str | None = None,
         placement: DevicePlacement | None = None,
     ) -> None:
-        lib, log = _library()
+        lib, log = library()
         self._lib = lib
         self.num_ctx = num_ctx
         self.num_batch = min(num_batch, num_ctx)
         self.parallel = parallel
         self.threads = threads or _default_threads()
         self.model, self.ctx = 0, 0
-        self._batch: _Batch | None = None
-        self._embd_batch: _Batch | None = None
+        self._batch: LlamaBatch | None = None
+        self._embd_batch: LlamaBatch | None = None
         self.vision: MtmdVision | None = None
         self._turns: CpuTurns | None = None
         self.devices: dict[str, dict[str, int]] = {}  # bytes per device and part (_memory)
@@ -246,13 +119,13 @@ class LlamaCppEngine:
             self.tokenizer = LlamaCppTokenizer(lib, lib.llama_model_get_vocab(self.model))
             self.vocab_size = self.tokenizer.vocab_size
             self.n_embd = int(lib.llama_model_n_embd(self.model))
-            self.cache = _SequenceCache(lib, self.ctx, self.model)
+            self.cache = SequenceCache(lib, self.ctx, self.model)
             self.architecture = self.meta("general.architecture") or "unknown"
             self.context_length = int(self.meta(f"{self.architecture}.context_length") or 0)
             pooling = int(self.meta(f"{self.architecture}.pooling_type") or 0)
             self.pooling: str = _POOLING.get(pooling, "last")
-            self._batch = _Batch(lib, self.num_batch, 0)
-            self._logits = _LogitsView(lib, self.vocab_size)
+            self._batch = LlamaBatch(lib, self.num_batch, 0)
+            self._logits = LogitsView(lib, self.vocab_size)
             if projector:
                 try:
                     on_gpu = placement is not None and placement.projector is not None
@@ -261,7 +134,7 @@ class LlamaCppEngine:
                     raise LlamaCppLoadError(str(e)) from None
                 # M-RoPE: four positions per embedding (t, y, x, z; see vision.py)
                 per_row = 4 if self.vision.mrope else 1
-                self._embd_batch = _Batch(lib, self.num_batch, self.vision.n_embd, per_row)
+                self._embd_batch = LlamaBatch(lib, self.num_batch, self.vision.n_embd, per_row)
                 if self.vision.mrope:
                     self.cache.positions = MRopePositions()
         except BaseException:
@@ -270,7 +143,7 @@ class LlamaCppEngine:
 
     # -- loading --------------------------------------------------------------------------
     def _load_model(
-        self, path: str, progress: Callable[[float], None] | None, log: _Log, start: int
+        self, path: str, progress: Callable[[float], None] | None, log: LlamaCppLog, start: int
     ) -> int:
         lib = self._lib
         params = lib.llama_model_default_params()
@@ -292,7 +165,7 @@ class LlamaCppEngine:
             params.progress_callback = report
         model = lib.llama_model_load_from_file(path.encode(), params)
         if not model:
-            raise LlamaCppLoadError(_load_failure(path, log.since(start)))
+            raise LlamaCppLoadError(load_failure(path, log.since(start)))
         return int(model)
 
     def _init_context(self, flash_attention: bool, kv_type: str) -> None:
@@ -396,7 +269,7 @@ class LlamaCppEngine:
 
     def _decode(self, p: LlamaCppPass, begin: int, end: int) -> None:
         """`llama_decode` of rows [begin, end) of the pass: tokens, or one image's embeddings
-        (all placeholders of one image and sequence; see `_segments`)."""
+        (all placeholders of one image and sequence; see `batch.segments`)."""
         lib, n = self._lib, end - begin
         image = int(p.tokens[begin]) < 0
         b = self._embd_batch if image else self._batch
@@ -446,7 +319,7 @@ class LlamaCppEngine:
         out = np.empty((len(p.outputs), width), dtype=np.float32)
         get = self._lib.llama_get_embeddings_ith if p.hidden else self._lib.llama_get_logits_ith
         wanted = p.outputs.tolist()
-        for begin, end in _segments(p.tokens, p.sequences):
+        for begin, end in segments(p.tokens, p.sequences):
             self._decode(p, begin, end)
             for k, row in enumerate(wanted):
                 if begin <= row < end:
@@ -500,107 +373,6 @@ def _split(lib: Any, path: str, placement: DevicePlacement) -> LlamaCppSplit:
         return llamacpp_split(placement, blocks, llamacpp_devices(lib))
     except LlamaCppLayoutError as e:
         raise LlamaCppLoadError(f"{path.rsplit('/', 1)[-1]}: {e}") from None
-
-
-class _Batch:
-    """A `llama_batch` of `size` rows (token ids, or `embd`-wide embeddings when `embd`),
-    each row in one sequence. The addresses of its arrays are looked up once: ctypes field
-    access costs microseconds per use, and a pass of one token is all such overhead."""
-
-    def __init__(self, lib: Any, size: int, embd: int, positions_per_row: int = 1) -> None:
-        self.raw = lib.llama_batch_init(size, embd, 1)
-        raw = self.raw
-        as_array = np.ctypeslib.as_array
-        # numpy views of the batch's own arrays: filling one is a slice assignment.
-        empty = np.empty(0, dtype=np.float32)  # (the batch has either tokens or embd)
-        self.token = as_array(raw.token, shape=(size,)) if not embd else empty
-        self.embd = as_array(raw.embd, shape=(size, embd)) if embd else empty
-        self._own_pos: Any = None  # the batch's own position array, while ours stands in
-        if positions_per_row > 1:  # llama_batch_init allocates one position per row
-            self._pos = np.zeros(size * positions_per_row, dtype=np.int32)
-            self._own_pos = raw.pos
-            raw.pos = self._pos.ctypes.data_as(ctypes.POINTER(ctypes.c_int32))
-        else:
-            self._pos = as_array(raw.pos, shape=(size,))
-        self._logits = as_array(raw.logits, shape=(size,))
-        as_array(raw.n_seq_id, shape=(size,))[:] = 1
-        self._seq_rows = [raw.seq_id[i] for i in range(size)]
-
-    def free(self, lib: Any) -> None:
-        if self._own_pos is not None:
-            self.raw.pos = self._own_pos  # llama_batch_free frees what it allocated
-        lib.llama_batch_free(self.raw)
-
-    def fill(self, positions: np.ndarray, outputs: np.ndarray, sequences: np.ndarray) -> None:
-        """Everything but the inputs: positions (one per row, or M-RoPE's sections one
-        after another), the rows whose outputs are wanted (indices into these rows), the
-        rows' sequence ids."""
-        n = len(sequences)
-        self._pos[: len(positions)] = positions
-        flags = self._logits
-        flags[:n] = 0
-        flags[outputs] = 1
-        rows = self._seq_rows
-        for i, seq in enumerate(sequences.tolist()):
-            rows[i][0] = seq
-        self.raw.n_tokens = n
-
-
-class _LogitsView:
-    """llama.cpp's logits buffer as a read-only numpy array, made anew only when the buffer
-    moves or the number of rows changes (usually never between tokens)."""
-
-    def __init__(self, lib: Any, width: int) -> None:
-        # llama_get_logits again, returning the address as an int (no POINTER object).
-        prototype = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)
-        self._get = prototype(_address(lib.llama_get_logits))
-        self._width = width
-        self._key: tuple[int, int] = (0, 0)
-        self._array = np.empty((0, width), dtype=np.float32)
-
-    def view(self, ctx: int, rows: int) -> np.ndarray:
-        address = int(self._get(ctx) or 0)
-        if not address:
-            raise RuntimeError("llama.cpp returned no logits")
-        if (address, rows) != self._key:
-            buffer = (ctypes.c_float * (rows * self._width)).from_address(address)
-            flat = np.ctypeslib.as_array(buffer)  # a ctypes array: numpy shares its memory
-            self._array = flat.reshape(rows, self._width)
-            self._array.flags.writeable = False
-            self._key = (address, rows)
-        return self._array
-
-
-def _address(pointer: Any) -> int:
-    return int(ctypes.cast(pointer, ctypes.c_void_p).value or 0)
-
-
-def _segments(tokens: np.ndarray, sequences: np.ndarray) -> list[tuple[int, int]]:
-    """Row ranges [begin, end) of a pass that llama.cpp decodes apart: runs of token rows,
-    and the rows of one image (same image id) of one sequence."""
-    keys = [
-        (-1, -1) if t >= 0 else (split_placeholder(t)[0], s)
-        for t, s in zip(tokens.tolist(), sequences.tolist(), strict=True)
-    ]
-    out: list[tuple[int, int]] = []
-    begin = 0
-    for i in range(1, len(keys) + 1):
-        if i == len(keys) or keys[i] != keys[begin]:
-            out.append((begin, i))
-            begin = i
-    return out
-
-
-def _load_failure(path: str, lines: list[str]) -> str:
-    """A sentence for a file llama.cpp refused, from what its log said."""
-    name = path.rsplit("/", 1)[-1]
-    for line in reversed(lines):
-        if "unknown model architecture" in line:
-            arch = line.split("unknown model architecture", 1)[1].strip(" :'\"")
-            return f"{name}: neither Hearth nor llama.cpp knows the architecture '{arch}'"
-    errors = [ln.strip() for ln in lines if "error" in ln.lower() or "failed" in ln.lower()]
-    detail = f": {errors[-1]}" if errors else ""
-    return f"{name}: llama.cpp could not load the model{detail}"
 
 
 def _default_threads() -> int:

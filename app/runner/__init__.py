@@ -1,2 +1,2 @@
 """The runner process: one loaded model, its forward passes, the batching loop, prompt-cache
-slots, and the HTTP protocol the service talks to it through (protocol.py)."""
+slots, and the HTTP protocol the service talks to it through (protocol/)."""

@@ -1,5 +1,5 @@
 """The runner's model-side object: a loaded model, its engine and batching loop, and the
-request operations the HTTP layer exposes (see protocol.py)."""
+request operations the HTTP layer exposes (see protocol/)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The runner's HTTP side (see protocol.py): a small threaded server, one thread per request.
+"""The runner's HTTP side (see protocol/): a small threaded server, one thread per request.
 
 Streaming answers are NDJSON written as events arrive. A client that goes away cancels its
 sequence so the batching loop stops generating for it and frees its slot: seen when a write

@@ -1,4 +1,4 @@
-"""`hearth runner`: the process that serves one model (see protocol.py for the contract)."""
+"""`hearth runner`: the process that serves one model (see protocol/ for the contract)."""
 
 from __future__ import annotations
 

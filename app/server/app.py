@@ -14,6 +14,7 @@ from pathlib import Path
 
 from fastapi import FastAPI
 
+from ..engine.ml.devices import system_available_memory
 from ..plugins.registry import ArchitectureRegistry
 from .api.anthropic import routes as anthropic
 from .api.hearth import devices as hearth
@@ -29,7 +30,8 @@ from .config import ServerConfig
 from .devices import DeviceMonitor, DeviceProbe, layout_devices, probe_in_subprocess
 from .scheduling.layout import Gpu
 from .scheduling.load_layout import Placement, system_memory
-from .scheduling.scheduler import Launcher, Scheduler, process_launcher, system_available_memory
+from .scheduling.records import Launcher, process_launcher
+from .scheduling.scheduler import Scheduler
 from .service import Service
 from .store.model_store import ModelStore
 from .store.modelinfo import ModelInfoCache

@@ -25,8 +25,9 @@ from ..runner.protocol import (
     to_wire,
 )
 from .prompting.outputs import OutputParser, ParsedCall, PartialCall
+from .scheduling.records import Lease
 from .scheduling.runner_process import RunnerCrashed, RunnerError
-from .scheduling.scheduler import Lease, Scheduler
+from .scheduling.scheduler import Scheduler
 
 __all__ = ["Generation", "Piece", "pieces"]
 

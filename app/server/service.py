@@ -44,8 +44,9 @@ from .prompting.toolformats import (
 from .request_types import RUNTIME_OPTIONS, ChatMessage, Options
 from .scheduling.layout import LayoutOptions, MemoryReport
 from .scheduling.layout.fit import fit_report, read_file_layers
+from .scheduling.records import Lease, LoadSpec
 from .scheduling.runner_process import RunnerCrashed, RunnerError, RunnerOptions
-from .scheduling.scheduler import Lease, LoadSpec, Scheduler
+from .scheduling.scheduler import Scheduler
 from .store.engines import EngineChoice, EngineUnavailableError, choose_engine
 from .store.model_store import ModelNotFound, ModelRecord, ModelStore
 from .store.modelinfo import ModelInfo, ModelInfoCache, capabilities

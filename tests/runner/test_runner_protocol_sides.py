@@ -19,24 +19,26 @@ import hearth.runner.protocol as protocol
 
 from support.paths import APP
 
-PROTOCOL = APP / "runner" / "protocol.py"
+PROTOCOL = APP / "runner" / "protocol"
 
 
 def protocol_types() -> dict[str, type]:
-    """The public classes protocol.py itself defines (KVCacheType is the engine's, re-exported)."""
+    """The public classes the protocol package itself defines (KVCacheType is the engine's,
+    re-exported)."""
     return {
         name: obj
         for name in protocol.__all__
-        if inspect.isclass(obj := getattr(protocol, name)) and obj.__module__ == protocol.__name__
+        if inspect.isclass(obj := getattr(protocol, name))
+        and obj.__module__.startswith(protocol.__name__ + ".")
     }
 
 
 def names_used(folder: Path) -> set[str]:
     """Names and attribute names in the expressions and annotations of folder's modules (not
-    in their import statements), protocol.py left out."""
+    in their import statements), the protocol package left out."""
     found: set[str] = set()
     for path in folder.rglob("*.py"):
-        if path == PROTOCOL:
+        if path.is_relative_to(PROTOCOL):
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Name):

@@ -29,8 +29,9 @@ from hearth.server.scheduling.layout import (
 )
 from hearth.server.scheduling.layout.fit import fit_report, read_file_layers
 from hearth.server.scheduling.load_layout import Placed, Placement, layout_json
+from hearth.server.scheduling.records import LoadSpec
 from hearth.server.scheduling.runner_process import RunnerOptions
-from hearth.server.scheduling.scheduler import LoadSpec, Scheduler
+from hearth.server.scheduling.scheduler import Scheduler
 
 from .fakes import FakeLauncher, LiveServer, start_server, stop_server
 

@@ -15,8 +15,9 @@ from fastapi.testclient import TestClient
 
 from hearth.server.app import create_app
 from hearth.server.config import ServerConfig
+from hearth.server.scheduling.records import LoadSpec
 from hearth.server.scheduling.runner_process import RunnerOptions
-from hearth.server.scheduling.scheduler import LoadSpec, Scheduler
+from hearth.server.scheduling.scheduler import Scheduler
 
 from .fakes import FakeLauncher, add_model
 

@@ -9,8 +9,9 @@ from dataclasses import replace
 import pytest
 
 from hearth.server.config import FOREVER, ServerConfig
+from hearth.server.scheduling.records import LoadFailed, LoadSpec, ServerBusy
 from hearth.server.scheduling.runner_process import RunnerOptions
-from hearth.server.scheduling.scheduler import LoadFailed, LoadSpec, Scheduler, ServerBusy
+from hearth.server.scheduling.scheduler import Scheduler
 
 from .fakes import FakeLauncher
 

@@ -8,8 +8,9 @@ import asyncio
 from pathlib import Path
 
 from hearth.server.config import ServerConfig
+from hearth.server.scheduling.records import LoadSpec
 from hearth.server.scheduling.runner_process import RunnerOptions
-from hearth.server.scheduling.scheduler import LoadSpec, Scheduler
+from hearth.server.scheduling.scheduler import Scheduler
 
 from .fakes import FakeLauncher, add_model
 

@@ -1,4 +1,5 @@
-"""The service's side of the runner protocol (see protocol.py): start, talk to, stop a runner.
+"""The service's side of the runner protocol (see hearth.runner.protocol): start, talk to,
+stop a runner.
 
 All methods are coroutines for the asyncio service. A runner that dies (crash, SIGKILL, out of
 memory) turns into a `RunnerCrashed` for the requests that were using it; nothing else breaks.

@@ -41,6 +41,11 @@ while its OLLAMA_NUM_PARALLEL defaulted to "4 or 1, by memory").
 A runner that fails to start with several slots is started again with one.
 
 Everything here runs on the service's event loop; no locks other than the load lock.
+
+The records (`LoadSpec`, `Loaded`, `Lease`, the errors) are in records.py; what one load
+decides from its spec, the memory and the layout (FIT report, refusal, slots, the retries'
+specs) in load_choices.py. This module keeps the table of loaded runners: leases, loading,
+eviction, keep-alive.
 """
 
 from __future__ import annotations
@@ -48,195 +53,39 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field, replace
-from typing import Any, Protocol, overload
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
 
 from ...engine.ml.devices import system_available_memory
-from ...runner.protocol import (
-    CompletionChunk,
-    CompletionDone,
-    CompletionRequest,
-    EngineKind,
-    RunnerInfo,
-    to_wire,
-)
+from ...runner.protocol import EngineKind, to_wire
 from ..config import FOREVER, ServerConfig
-from .layout import (
-    Layout,
-    LayoutOptions,
-    LoadRequiresEviction,
-    MemoryReport,
-    ModelTooLarge,
-    human_bytes,
+from .layout import Layout, LoadRequiresEviction, MemoryReport, ModelTooLarge
+from .load_choices import (
+    choose_parallel,
+    fit_report,
+    on_llamacpp,
+    refuse_if_too_large,
+    system_memory_needed,
+    with_layout,
 )
-from .layout.usage import device_usage
-from .load_layout import Placed, Placement, layout_json
-from .runner_process import RunnerOptions, RunnerProcess, RunnerStartError
+from .load_layout import Placed, Placement
+from .records import (
+    Launcher,
+    Lease,
+    Loaded,
+    LoadFailed,
+    LoadSpec,
+    RunnerHandle,
+    ServerBusy,
+    held,
+    process_launcher,
+)
+from .runner_process import RunnerStartError
 
-__all__ = [
-    "RunnerHandle",
-    "Launcher",
-    "LoadSpec",
-    "Loaded",
-    "Lease",
-    "Scheduler",
-    "ServerBusy",
-    "LoadFailed",
-    "system_available_memory",
-]
+__all__ = ["Scheduler"]
 
 log = logging.getLogger("hearth.scheduler")
-
-
-class RunnerHandle(Protocol):
-    """The service's handle on one runner process: what the scheduler needs from it
-    (RunnerProcess, or a fake in tests). The process itself runs hearth.runner.core.Runner."""
-
-    info: RunnerInfo
-
-    @property
-    def pid(self) -> int: ...
-
-    @property
-    def alive(self) -> bool: ...
-
-    def completion(
-        self, request: CompletionRequest
-    ) -> AsyncIterator[CompletionChunk | CompletionDone]: ...
-
-    async def embedding(self, text: str | list[int], truncate: bool = True) -> dict[str, Any]: ...
-
-    async def tokenize(self, content: str, add_special: bool = True) -> list[int]: ...
-
-    async def detokenize(self, tokens: list[int]) -> str: ...
-
-    async def health(self) -> dict[str, Any]: ...
-
-    async def stop(self) -> None: ...
-
-
-Launcher = Callable[[str, RunnerOptions, float], Awaitable[RunnerHandle]]
-
-
-async def process_launcher(path: str, options: RunnerOptions, timeout: float) -> RunnerHandle:
-    return await RunnerProcess.start(path, options, timeout=timeout)
-
-
-class ServerBusy(RuntimeError):
-    """Too many requests are waiting (HEARTH_MAX_QUEUE); answered with 503."""
-
-
-class LoadFailed(RuntimeError):
-    """The model could not be loaded; the message says why."""
-
-
-def _gib(n: int) -> str:
-    return f"{n / 2**30:.1f} GiB"
-
-
-@dataclass(frozen=True)
-class LoadSpec:
-    """What a request needs loaded. `key` identifies the runner (the model file)."""
-
-    key: str
-    path: str
-    name: str  # the model name the request used (shown by /api/ps)
-    digest: str
-    options: RunnerOptions
-    explicit: frozenset[str] = frozenset()  # runtime options the request set itself
-    estimate: int = 0  # bytes, for eviction decisions
-    details: dict[str, Any] = field(default_factory=dict)
-    # HEARTH_NUM_PARALLEL unset: (parallel, estimate) pairs to try, most slots first, before
-    # falling back to `options` and `estimate` as they are (one slot).
-    parallel_choices: tuple[tuple[int, int], ...] = ()
-    parallel_reason: str = ""  # why `options.parallel` is what it is (for /api/ps and the log)
-    # The model's all-CPU memory report (FIT) for these runner options, from its file (blocking:
-    # called in a thread); None: the model is not planned or refused before it starts.
-    fit: Callable[[RunnerOptions], MemoryReport] | None = field(default=None, compare=False)
-    # The request's placement (num_gpu, main_gpu); the planning adds the service's part.
-    layout_options: LayoutOptions = LayoutOptions()
-    # Hearth's engine was chosen automatically (a plugin registers the architecture): when
-    # the plugin refuses the file, the runner starts on the llama.cpp engine instead.
-    engine_fallback: bool = False
-
-
-@dataclass(eq=False)
-class Loaded:
-    spec: LoadSpec
-    runner: RunnerHandle
-    slots: asyncio.Semaphore
-    loaded_at: float = field(default_factory=time.time)
-    refs: int = 0
-    keep_alive: float = 300.0
-    expires_at: float = math.inf  # wall clock
-    last_used: float = field(default_factory=time.monotonic)
-    retiring: bool = False
-    timer: asyncio.TimerHandle | None = None
-    idle: asyncio.Event = field(default_factory=asyncio.Event)
-    placed: Placed | None = None  # the layout planned for the runner (None: not planned)
-
-    def serves(self, spec: LoadSpec) -> bool:
-        """Whether this runner can take the request as it is (no reload)."""
-        if self.retiring or not self.runner.alive:
-            return False
-        # The runner options' reload rules (protocol.RunnerOptions: num_ctx larger, flash
-        # attention, KV type or engine different, a projector or draft model asked for and
-        # different, num_batch or num_thread set and different).
-        if self.spec.options.reloads(spec.options, spec.explicit) is not None:
-            return False
-        want_layout, have_layout = spec.layout_options, self.spec.layout_options
-        if "num_gpu" in spec.explicit and want_layout.num_gpu != have_layout.num_gpu:
-            return False
-        return not ("main_gpu" in spec.explicit and want_layout.main_gpu != have_layout.main_gpu)
-
-
-@overload
-def _on_llamacpp(spec: LoadSpec) -> LoadSpec: ...
-@overload
-def _on_llamacpp(spec: None) -> None: ...
-def _on_llamacpp(spec: LoadSpec | None) -> LoadSpec | None:
-    """`spec` on the llama.cpp engine (which drafts with no draft model)."""
-    if spec is None:
-        return None
-    options = replace(spec.options, engine=EngineKind.LLAMACPP, draft_model=None)
-    return replace(spec, options=options, engine_fallback=False)
-
-
-@overload
-def _with_layout(spec: LoadSpec, placed: Placed | None) -> LoadSpec: ...
-@overload
-def _with_layout(spec: None, placed: Placed | None) -> None: ...
-def _with_layout(spec: LoadSpec | None, placed: Placed | None) -> LoadSpec | None:
-    """`spec` whose runner is started with `placed`'s layout (None: everything on the CPU)."""
-    if spec is None:
-        return None
-    layout = layout_json(placed.layout) if placed is not None else None
-    return replace(spec, options=replace(spec.options, layout=layout))
-
-
-class Lease:
-    """A request's hold on a runner; release it exactly once (it is an async context manager)."""
-
-    def __init__(self, scheduler: Scheduler, entry: Loaded, load_duration: int) -> None:
-        self.entry = entry
-        self.runner = entry.runner
-        self.load_duration = load_duration  # nanoseconds spent waiting for the load
-        self._scheduler = scheduler
-        self._released = False
-
-    def release(self) -> None:
-        if not self._released:
-            self._released = True
-            self._scheduler._release(self.entry)
-
-    async def __aenter__(self) -> Lease:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        self.release()
 
 
 class Scheduler:
@@ -304,7 +153,7 @@ class Scheduler:
                 raise
         finally:
             self._waiting -= 1
-        return Lease(self, entry, time.perf_counter_ns() - start)
+        return Lease(entry, time.perf_counter_ns() - start, self._release)
 
     async def unload(self, key: str) -> bool:
         """Unload the runner for `key` now if idle, else as soon as its requests finish."""
@@ -345,14 +194,16 @@ class Scheduler:
             old = self._entries.get(spec.key)
             if old is not None:
                 await self._retire(old)
-            report = await self._fit(spec)  # read from the file once for both
-            await self._refuse_if_too_large(spec, report)
+            report = await fit_report(spec, self._placement)  # read from the file once for both
+            await refuse_if_too_large(
+                spec, report, self._placement, sum(held(e) for e in self._entries.values())
+            )
             await self._make_room(spec, report)
-            spec, fallback = self._choose_parallel(spec)
+            spec, fallback = choose_parallel(spec, self._available())
             planned, fallback, placed = await self._place(spec, fallback)
             spec, runner = await self._start(planned, fallback)
             if placed is not None and spec is not planned:  # one slot, or the CPU, instead
-                report = await self._fit(spec)
+                report = await fit_report(spec, self._placement)
                 placed = replace(placed, memory=report) if report is not None else None
                 if placed is not None and spec.options.layout is None and placed.layout.devices:
                     placed = Placed(Layout(), placed.memory, "CPU only")
@@ -373,32 +224,6 @@ class Scheduler:
             self._entries[spec.key] = entry
             return entry
 
-    async def _fit(self, spec: LoadSpec) -> MemoryReport | None:
-        if self._placement is None or spec.fit is None:
-            return None
-        try:
-            return await asyncio.to_thread(spec.fit, spec.options)
-        except (ValueError, OSError) as e:  # the runner's load will say what is wrong
-            log.warning("%s: no memory layout planned (%s)", spec.name, e)
-            return None
-
-    async def _refuse_if_too_large(self, spec: LoadSpec, report: MemoryReport | None) -> None:
-        """Refuse a model (its FIT `report`) that would not fit even with every other model
-        unloaded, before unloading any (ModelTooLarge, with the numbers)."""
-        if report is None or self._placement is None:
-            return
-        reclaimable = sum(_held(e) for e in self._entries.values())
-        try:
-            await self._placement.check(report, reclaimable)
-        except ModelTooLarge as e:
-            more = (
-                f" (counting the {human_bytes(reclaimable)} that unloading the other models "
-                "would free)"
-                if reclaimable
-                else ""
-            )
-            raise ModelTooLarge(f"{spec.name} cannot be loaded: {e}{more}") from None
-
     async def _place(
         self, spec: LoadSpec, fallback: LoadSpec | None
     ) -> tuple[LoadSpec, LoadSpec | None, Placed | None]:
@@ -406,13 +231,15 @@ class Scheduler:
         more memory than is free while other models are loaded first drops automatically
         chosen slots, then unloads the least recently used idle model, and is planned again.
         Returns the spec, its one-slot fallback and the layout chosen (None: none planned)."""
-        while (report := await self._fit(spec)) is not None and self._placement is not None:
+        while (
+            report := await fit_report(spec, self._placement)
+        ) is not None and self._placement is not None:
             try:
                 placed = await self._placement.plan(
                     spec.name, report, spec.layout_options, others_loaded=bool(self._entries)
                 )
                 if placed is not None:
-                    spec, fallback = _with_layout(spec, placed), _with_layout(fallback, placed)
+                    spec, fallback = with_layout(spec, placed), with_layout(fallback, placed)
                 return spec, fallback, placed
             except (LoadRequiresEviction, ModelTooLarge) as e:
                 if fallback is not None:
@@ -435,48 +262,16 @@ class Scheduler:
     async def _make_room(self, spec: LoadSpec, report: MemoryReport | None) -> None:
         while len(self._entries) >= self.config.max_loaded_models:
             await self._evict_one()
-        need = await self._system_memory_needed(spec, report)
+        need = await system_memory_needed(spec, report, self._placement)
         while self._entries and need:
             available = self._available()
             if available is None or need <= available:
                 return
             log.info("unloading a model to make room for %s", spec.name)
             await self._evict_one()
-            need = await self._system_memory_needed(spec, report)  # GPUs may have room now
-
-    async def _system_memory_needed(self, spec: LoadSpec, report: MemoryReport | None) -> int:
-        """Bytes `spec` (its FIT `report`) would take in system memory: the CPU's share of
-        the layout a load would choose on the devices found now (a model that fits on GPUs
-        needs little RAM), or the whole estimate when nothing is planned."""
-        if report is None or self._placement is None:
-            return spec.estimate
-        layout, placed = await self._placement.preview(report, spec.layout_options)
-        return device_usage(placed, layout)[0].total
-
-    def _choose_parallel(self, spec: LoadSpec) -> tuple[LoadSpec, LoadSpec | None]:
-        """The spec with its parallel slots settled (see the module docstring), and the
-        one-slot spec to fall back on when several were chosen automatically."""
-        if not spec.parallel_choices:
-            return spec, None
-        one = replace(spec, parallel_choices=())
-        available = self._available()
-        if available is None:
-            return replace(one, parallel_reason="automatic: available memory unknown"), None
-        for parallel, estimate in spec.parallel_choices:
-            if estimate <= available:
-                reason = (
-                    f"automatic: {parallel} slots need about {_gib(estimate)} "
-                    f"of the {_gib(available)} available"
-                )
-                options = replace(spec.options, parallel=parallel)
-                chosen = replace(one, options=options, estimate=estimate, parallel_reason=reason)
-                return chosen, one
-        parallel, estimate = spec.parallel_choices[0]
-        reason = (
-            f"automatic: {parallel} slots would need about {_gib(estimate)}, "
-            f"{_gib(available)} available"
-        )
-        return replace(one, parallel_reason=reason), None
+            need = await system_memory_needed(
+                spec, report, self._placement
+            )  # GPUs may have room now
 
     async def _evict_one(self) -> None:
         """Stop the least recently used idle runner, waiting for one to become idle."""
@@ -506,8 +301,8 @@ class Scheduler:
                         spec.options.layout,
                         e,
                     )
-                    spec = _with_layout(spec, None)
-                    fallback = _with_layout(fallback, None)
+                    spec = with_layout(spec, None)
+                    fallback = with_layout(fallback, None)
                     continue
                 if fallback is not None:
                     log.warning(
@@ -527,7 +322,7 @@ class Scheduler:
                         e,
                     )
                     self.plugin_refusals[spec.path] = str(e)
-                    spec = _on_llamacpp(spec)
+                    spec = on_llamacpp(spec)
                     continue
                 # Out of memory with other models loaded: unload one and try again.
                 if self._entries and "memory" in str(e).lower():
@@ -595,9 +390,3 @@ class Scheduler:
         task = asyncio.get_running_loop().create_task(run())
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-
-
-def _held(entry: Loaded) -> int:
-    """Bytes a loaded runner holds: its own report, else the estimate it was loaded with."""
-    total = entry.runner.info.memory.total
-    return total if total > 0 else entry.spec.estimate

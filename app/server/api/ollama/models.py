@@ -19,7 +19,7 @@ from ....runner.protocol import to_wire
 from ...errors import ModelFileMissing, RequestError
 from ...prompting.prompts import FALLBACK_TEMPLATE
 from ...scheduling.layout.usage import device_usage
-from ...scheduling.scheduler import Loaded, RunnerHandle
+from ...scheduling.records import Loaded, RunnerHandle
 from ...service import GenerationSettings, Service, Target
 from ...store.model_store import ModelNotFound, ModelRecord
 from ...store.modelinfo import read_full_metadata

@@ -22,8 +22,8 @@ from ....engine.gguf import GGUFError
 from ...errors import InputTooLarge, ModelFailed, ModelFileMissing, RequestError
 from ...prompting.templates import TemplateError
 from ...scheduling.layout import LayoutRequestError, ModelTooLarge
+from ...scheduling.records import LoadFailed, ServerBusy
 from ...scheduling.runner_process import RunnerError
-from ...scheduling.scheduler import LoadFailed, ServerBusy
 from ...store.model_store import BlobError, ModelNotFound
 from ...store.names import InvalidName
 
