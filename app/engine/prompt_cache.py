@@ -174,12 +174,6 @@ class InputCache:
         self.disk = disk  # may be attached later (the runner digests the model file first)
         self.seconds_per_token = 0.0  # prompt evaluation's measured cost (0: not yet known)
 
-    @property
-    def acquire_writes(self) -> bool:
-        """Whether `acquire` may write cache cells (it loads a prefix from the disk): a pass
-        still computing on the cache must end first."""
-        return self.disk is not None
-
     def acquire(
         self, prompt: Sequence[int], reuse: bool = True, marks: Sequence[int] | None = None
     ) -> tuple[Slot, int]:

@@ -160,9 +160,11 @@ class BatchLoop:
         here or hand it to the worker (pipelining). Returns the pass now in flight and the
         pass this step composed (None for either where there is none)."""
         pipelining = self.pipelining.now()
-        if inflight is not None and self._incoming and self.slots.acquire_writes:
-            # Admission may write cells now: a cell the pass in flight still writes (a
-            # finished sequence's placeholder) must be written first.
+        if inflight is not None and self._incoming:
+            # Admission may write the cache (a prefix loaded from disk; an encoder cache
+            # copies an image's keys from slot to slot on the backend) and hand out cells the
+            # pass in flight still writes (a finished sequence's placeholder): that pass ends
+            # first (once per request admitted).
             assert inflight.done is not None
             inflight.done.wait()
         self._admit()
