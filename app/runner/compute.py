@@ -69,7 +69,7 @@ class Signal:
         return self._set
 
 
-@dataclass
+@dataclass(slots=True)
 class Flight:
     """One planned pass (module docstring)."""
 

@@ -131,7 +131,7 @@ class InputFeed:
         return max(0, len(self.slot.tokens) - unsent)
 
 
-@dataclass
+@dataclass(slots=True)
 class Chosen:
     """Inputs of one sequence that go into the next pass."""
 
@@ -141,7 +141,7 @@ class Chosen:
     drafts: list[int] | None = None  # drafted tokens after the sampled one (`inputs` ends so)
 
 
-@dataclass
+@dataclass(slots=True)
 class Entry:
     """One sequence's rows in a planned pass."""
 

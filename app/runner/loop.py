@@ -57,6 +57,8 @@ __all__ = ["BatchLoop"]
 
 _log = logging.getLogger("hearth.runner")
 
+_NONE: frozenset[int] = frozenset()
+
 
 class BatchLoop:
     """See the module docstring. `submit()` from any thread; everything else is internal."""
@@ -342,12 +344,16 @@ class BatchLoop:
         positions: list[int] = []
         seqs: list[int] = []
         entries: list[Entry] = []
-        for c in sorted(chosen, key=lambda c: c.feed.slot.id):
+        drafted = False
+        if len(chosen) > 1:
+            chosen = sorted(chosen, key=lambda c: c.feed.slot.id)
+        for c in chosen:
             slot = c.feed.slot
             take = len(c.inputs)
             pos0 = len(slot.tokens)
             sample = not c.feed.pending
             entries.append(Entry(c.feed, len(tokens), take, sample, c.placeholder, c.drafts))
+            drafted = drafted or bool(c.drafts)
             tokens.extend(c.inputs.ids)
             positions.extend(range(pos0, pos0 + take))
             seqs.extend([slot.id] * take)
@@ -361,7 +367,7 @@ class BatchLoop:
                 first = e.start if e.drafts else e.start + e.count - 1
                 out.extend(range(first, e.start + e.count))
         outputs = np.array(out or [len(tokens) - 1], dtype=np.int32)
-        drafting = frozenset(e.feed.slot.id for e in entries if e.drafts)
+        drafting = frozenset(e.feed.slot.id for e in entries if e.drafts) if drafted else _NONE
         # Where every sampled row only wants its argmax, the engine picks the tokens (on a
         # device only their ids then cross to the host); drafts are checked on logits.
         picks = (
