@@ -1,5 +1,10 @@
 """The tensor API that model plugins and the engine core build graphs with.
 
+This module holds its `Context` (one graph: the ops and running it), its `Backend` (devices,
+persistent tensors, the scheduler), their options (`CacheConfig`, `RopeOptions`) and
+`OutOfMemoryError`; the tensors and element types (`Tensor`, `DType`) are tensor.py's.
+Implementations: ggml.py (ggml_context.py, ggml_ops.py) and reference.py.
+
 Conventions (the same as ggml, and as Ollama's `ml` package):
 
 * Shapes are in **ggml order**: dimension 0 is the fastest-varying (contiguous) one. A hidden
