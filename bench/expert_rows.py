@@ -27,9 +27,11 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from hearth.engine.ml.api import DType  # noqa: E402
-from hearth.engine.ml.ggml import GGMLBackend, GGMLTensor, metadata_context  # noqa: E402
+from hearth.engine.ml.ggml import GGMLBackend  # noqa: E402
 from hearth.engine.ml.ggml_kernels import random_blocks  # noqa: E402
+from hearth.engine.ml.ggml_lib import metadata_context  # noqa: E402
+from hearth.engine.ml.ggml_tensor import GGMLTensor  # noqa: E402
+from hearth.engine.ml.tensor import DType  # noqa: E402
 from hearth.engine.ml.weights import _extra_buffer_types  # noqa: E402
 
 EXPERTS, USED = 128, 8

@@ -29,8 +29,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from hearth.engine.ml.api import DType  # noqa: E402
-from hearth.engine.ml.ggml import GGMLBackend, GGMLTensor, metadata_context  # noqa: E402
+from hearth.engine.ml.ggml import GGMLBackend  # noqa: E402
 from hearth.engine.ml.ggml_kernels import (  # noqa: E402
     ISA_AVX2,
     ISA_AVX512,
@@ -38,6 +37,9 @@ from hearth.engine.ml.ggml_kernels import (  # noqa: E402
     random_blocks,
     takes,
 )
+from hearth.engine.ml.ggml_lib import metadata_context  # noqa: E402
+from hearth.engine.ml.ggml_tensor import GGMLTensor  # noqa: E402
+from hearth.engine.ml.tensor import DType  # noqa: E402
 from hearth.engine.ml.weights import _extra_buffer_types, _supports_matmul  # noqa: E402
 
 SHAPES = [(DType.Q4_K, 1024, 640), (DType.Q4_K, 2048, 640), (DType.Q6_K, 2048, 640)]

@@ -29,7 +29,8 @@ from typing import Any, ClassVar, Generic, Protocol, TypeVar
 from .gguf import Metadata
 from .input import Batch, Input, Multimodal
 from .kvcache import Cache, Causal, ShiftNotSupportedError
-from .ml.api import Context, Tensor
+from .ml.api import Context
+from .ml.tensor import Tensor
 
 __all__ = [
     "Architecture",

@@ -24,7 +24,8 @@ from .greedy import GreedyNodes
 from .input import Batch, Multimodal, PassInput, sequence_runs
 from .kvcache import Cache
 from .memory_use import MemoryUse
-from .ml.api import Context, DType, OutOfMemoryError, Tensor
+from .ml.api import Context, OutOfMemoryError
+from .ml.tensor import DType, Tensor
 from .model import LoadedModel
 from .multimodal_store import MultimodalStore, is_placeholder, split_placeholder
 

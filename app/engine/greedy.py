@@ -19,7 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .ml.api import Context, Tensor
+from .ml.api import Context
+from .ml.tensor import Tensor
 
 __all__ = ["GreedyNodes"]
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from .ml.api import Tensor
+from .ml.tensor import Tensor
 
 __all__ = ["Input", "Multimodal", "PassInput", "Batch", "image_positions", "sequence_runs"]
 

@@ -217,7 +217,7 @@ class HearthEngine(RunnerEngine):
     ) -> HearthEngine:
         from ..engine.forward import ForwardEngine
         from ..engine.kvcache.types import KVCacheType
-        from ..engine.ml.api import DType
+        from ..engine.ml.tensor import DType
         from ..engine.model import load_model
         from ..plugins.registry import default_registry
         from .layout_option import runner_placement

@@ -11,7 +11,7 @@ import numpy as np
 from hearth.convert import convert_checkpoint
 from hearth.engine.forward import ForwardEngine
 from hearth.engine.input import PassInput
-from hearth.engine.ml.api import DType
+from hearth.engine.ml.tensor import DType
 from hearth.plugins.registry import default_converters, default_registry, load_installed_model
 from hearth.plugins.testing.parity import greedy
 

@@ -55,7 +55,7 @@ def test_vision_logits_with_an_image_match_transformers(files, converted):
 
     from hearth.engine.forward import ForwardEngine
     from hearth.engine.input import PassInput
-    from hearth.engine.ml.api import DType
+    from hearth.engine.ml.tensor import DType
     from hearth.plugins.registry import load_installed_model
     from hearth.plugins.testing.parity import greedy
     from hearth.runner import prompt_inputs

@@ -16,7 +16,6 @@ import pytest
 
 from hearth import env
 from hearth.engine.ml import ggml_kernels
-from hearth.engine.ml.api import DType
 from hearth.engine.ml.ggml import GGMLBackend
 from hearth.engine.ml.ggml_kernels import (
     FEW_ROWS,
@@ -27,6 +26,7 @@ from hearth.engine.ml.ggml_kernels import (
     random_blocks,
     takes,
 )
+from hearth.engine.ml.tensor import DType
 
 QT = gguf.GGMLQuantizationType
 TYPES = {

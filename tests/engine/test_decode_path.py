@@ -22,8 +22,9 @@ from hearth.engine.greedy import GreedyNodes
 from hearth.engine.input import Batch, PassInput
 from hearth.engine.kvcache import Causal
 from hearth.engine.kvcache.decode import round_up
-from hearth.engine.ml.api import CacheConfig, DType
+from hearth.engine.ml.api import CacheConfig
 from hearth.engine.ml.ggml import GGMLBackend
+from hearth.engine.ml.tensor import DType
 from hearth.plugins.registry import load_installed_model as load_model
 
 

@@ -16,10 +16,10 @@ import gguf
 import numpy as np
 import pytest
 
-from hearth.engine.ml.api import DType
 from hearth.engine.ml.ggml import GGMLBackend
 from hearth.engine.ml.ggml_experts import MIN_ROWS_PER_EXPERT, ExpertsKernel
 from hearth.engine.ml.ggml_kernels import ISA_AVX2, ISA_AVX512, random_blocks
+from hearth.engine.ml.tensor import DType
 
 QT = gguf.GGMLQuantizationType
 TYPES = {
@@ -278,7 +278,9 @@ def test_the_load_probe_finds_expert_products_invariant_and_would_see_otherwise(
     engine's product (this kernel for the whole batch, ggml's for the small ones) keeps rows
     apart from their batch, as the tests above check directly; a product whose rows depend on
     the batch size is caught."""
-    from hearth.engine.ml.ggml import GGMLContext, GGMLTensor, metadata_context
+    from hearth.engine.ml.ggml_context import GGMLContext
+    from hearth.engine.ml.ggml_lib import metadata_context
+    from hearth.engine.ml.ggml_tensor import GGMLTensor
     from hearth.engine.ml.invariance import ProductRule, probe_experts
 
     raw, _ = _experts(DType.Q4_K, 256, 16, 128, seed=5)

@@ -184,7 +184,7 @@ def test_logits_with_images_match_transformers(ref, files, loaded, text, picture
 
     from hearth.engine.forward import ForwardEngine
     from hearth.engine.input import PassInput
-    from hearth.engine.ml.api import DType
+    from hearth.engine.ml.tensor import DType
     from hearth.plugins.testing.parity import greedy
 
     model, processor = ref

@@ -34,7 +34,7 @@ from PIL import Image
 
 from hearth.engine.forward import ForwardEngine
 from hearth.engine.input import PassInput
-from hearth.engine.ml.api import DType
+from hearth.engine.ml.tensor import DType
 from hearth.engine.model import load_model
 from hearth.plugins.registry import default_registry
 from hearth.plugins.testing.parity import greedy

@@ -17,7 +17,8 @@ import pytest
 from PIL import Image
 
 from hearth.engine.input import Input, Multimodal, PassInput, image_positions
-from hearth.engine.ml.api import Context, DType, OutOfMemoryError
+from hearth.engine.ml.api import Context, OutOfMemoryError
+from hearth.engine.ml.tensor import DType
 from hearth.engine.multimodal_store import is_placeholder
 from hearth.plugins import ArchitectureSpec
 from hearth.plugins.registry import ArchitectureRegistry

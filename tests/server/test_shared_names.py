@@ -6,7 +6,7 @@ from __future__ import annotations
 import typing
 
 from hearth.engine.kvcache import KVCacheType
-from hearth.engine.ml.api import DType
+from hearth.engine.ml.tensor import DType
 from hearth.runner.protocol import EngineKind, RunnerOptions
 from hearth.server.config import ServerConfig
 from hearth.server.request_types import Options

@@ -29,8 +29,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..input import Batch
-from ..ml.api import Backend, CacheConfig, Context, DType, Tensor
+from ..ml.api import Backend, CacheConfig, Context
 from ..ml.nn import KVView
+from ..ml.tensor import DType, Tensor
 
 __all__ = [
     "Cache",

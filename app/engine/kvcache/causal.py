@@ -42,8 +42,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..input import Batch, sequence_runs
-from ..ml.api import Backend, CacheConfig, Context, DType, Tensor
+from ..ml.api import Backend, CacheConfig, Context
 from ..ml.nn import KVView
+from ..ml.tensor import DType, Tensor
 from .base import MAX_POS, Cache, CacheFullError, SequenceState, ShiftFn, ShiftNotSupportedError
 from .decode import DecodeState, Group, round_up
 

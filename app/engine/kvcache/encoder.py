@@ -36,8 +36,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..input import Batch, Multimodal, sequence_runs
-from ..ml.api import Backend, CacheConfig, Context, DType, Tensor
+from ..ml.api import Backend, CacheConfig, Context
 from ..ml.nn import KVView
+from ..ml.tensor import DType, Tensor
 from .base import MAX_POS, Cache, SequenceState
 
 __all__ = ["Encoder"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from ..ml.api import DType
+from ..ml.tensor import DType
 
 __all__ = ["KVCacheType"]
 

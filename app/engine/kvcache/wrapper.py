@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from ..input import Batch
-from ..ml.api import Backend, CacheConfig, Context, DType, Tensor
+from ..ml.api import Backend, CacheConfig, Context
 from ..ml.nn import KVView
+from ..ml.tensor import DType, Tensor
 from .base import MAX_POS, Cache, SequenceState
 
 __all__ = ["Wrapper"]

@@ -25,8 +25,8 @@ from typing import Any
 import ggml as g
 
 from ... import env
-from .api import DType
 from .ggml_lib import load_extension
+from .tensor import DType
 
 __all__ = ["AttentionKernel"]
 

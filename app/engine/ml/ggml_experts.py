@@ -31,7 +31,6 @@ from typing import TYPE_CHECKING, Any
 import ggml as g
 import numpy as np
 
-from .api import DType
 from .ggml_kernels import (
     ISA_AVX2,
     ISA_AVX512,
@@ -40,6 +39,7 @@ from .ggml_kernels import (
     same_bits,
     trial_path,
 )
+from .tensor import DType
 
 if TYPE_CHECKING:
     from .api import Backend

@@ -41,8 +41,8 @@ import ggml as g
 import numpy as np
 
 from ... import env
-from .api import DType
 from .ggml_lib import load_extension
+from .tensor import DType
 
 if TYPE_CHECKING:
     from .api import Backend

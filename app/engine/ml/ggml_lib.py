@@ -1,4 +1,5 @@
-"""Low-level ggml plumbing: binding fixes, log routing, context creation, core counting.
+"""Low-level ggml plumbing: binding fixes, log routing, context creation, core counting,
+which device a buffer type is on.
 
 ggml's log sink is process-wide, so importing this module routes it to Python logging once.
 """
@@ -15,7 +16,13 @@ import ggml as g
 from ..cpu import compute_threads
 from .api import OutOfMemoryError
 
-__all__ = ["address", "compute_threads", "load_extension", "metadata_context"]
+__all__ = [
+    "address",
+    "compute_threads",
+    "device_of_buffer_type",
+    "load_extension",
+    "metadata_context",
+]
 
 _c_void_p = ctypes.c_void_p
 
@@ -107,3 +114,12 @@ def layout_key(p: Any) -> tuple[int, int]:
         t = t.view_src.contents
     buft = g.ggml_backend_buffer_get_type(t.buffer) if t.buffer else None
     return int(p.contents.type), address(buft)
+
+
+def device_of_buffer_type(buft: object) -> str:
+    """The name of the device a buffer type's memory is on: "CPU" for every CPU buffer type
+    (plain, mapped, the repacked layouts), else ggml's device name ("CUDA0", "RPC1")."""
+    dev = g.ggml_backend_buft_get_device(buft)
+    if not dev or int(g.ggml_backend_dev_type(dev)) == g.GGML_BACKEND_DEVICE_TYPE_CPU:
+        return "CPU"
+    return str(g.ggml_backend_dev_name(dev).decode())

@@ -7,7 +7,7 @@ import ctypes
 import ggml as g
 import numpy as np
 
-from .api import DType, Tensor
+from .tensor import DType, Tensor
 
 __all__ = ["GGMLTensor", "FLOAT_TYPES", "host_data", "host_view"]
 

@@ -44,10 +44,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .api import DType
+from .tensor import DType
 
 if TYPE_CHECKING:
-    from .api import Backend, Tensor
+    from .api import Backend
+    from .tensor import Tensor
 
 __all__ = [
     "ProductRule",

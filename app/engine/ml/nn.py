@@ -22,7 +22,8 @@ from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
-from .api import Context, DType, Tensor
+from .api import Context
+from .tensor import DType, Tensor
 
 __all__ = [
     "weight",

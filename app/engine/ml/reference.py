@@ -41,13 +41,14 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from .api import Backend, CacheConfig, Context, DType, Tensor
+from .api import Backend, CacheConfig, Context
 from .reference_ops import NumpyOps
 from .reference_tensor import (
     NumpyTensor,
     element_dtype,
     numpy_tensor,
 )
+from .tensor import DType, Tensor
 
 __all__ = ["NumpyBackend", "NumpyContext", "NumpyTensor"]
 

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .api import DType, RopeOptions, Tensor
+from .api import RopeOptions
 from .reference_tensor import (
     Graph,
     NumpyTensor,
@@ -26,6 +26,7 @@ from .reference_tensor import (
     numpy_tensor,
     tile,
 )
+from .tensor import DType, Tensor
 
 __all__ = ["NumpyOps"]
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .api import DType, Tensor, trim_shape
+from .tensor import DType, Tensor, trim_shape
 
 __all__ = [
     "Graph",

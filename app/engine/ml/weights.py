@@ -35,10 +35,12 @@ import ggml as g
 import numpy as np
 
 from ..gguf import GGUFError, GGUFFile, TensorInfo
-from .api import DType, OutOfMemoryError
-from .ggml import GGMLBackend, GGMLTensor, device_of_buffer_type, metadata_context
-from .ggml_lib import address, layout_key
+from .api import OutOfMemoryError
+from .ggml import GGMLBackend
+from .ggml_lib import address, device_of_buffer_type, layout_key, metadata_context
+from .ggml_tensor import GGMLTensor
 from .invariance import InvarianceReport, ProductRule, probe_experts, probe_product
+from .tensor import DType
 
 __all__ = ["WeightStore", "MissingTensorError", "ProgressFn"]
 
