@@ -1,4 +1,4 @@
-"""The ggml tensor handle (see api.Tensor)."""
+"""The ggml tensor handle (see tensor.Tensor)."""
 
 from __future__ import annotations
 
