@@ -14,10 +14,15 @@ blocks of `block` steps without and with pipelining, in the order without, with,
 without, ... until each way has `window` counted steps (so that a steady drift in speed, a
 warm-up or a change of load, weighs on both ways alike), and compares the medians of their
 step times; the choice then holds for `hold` steps and is measured again (the load, or the
-sequences, may have changed). Only steps that decode one token per sequence (no prompt rows,
-no drafts) with the same number of sequences count; a step of another kind is not counted
-and neither is the one after it (its time carries the other kind's), nor the first step
-after a switch.
+sequences, may have changed), sooner where what it was made on no longer holds: decoding
+steps of another number of sequences, or steps of the chosen way whose median over the last
+`window` has grown past what the trial measured for the other way, by a margin (a growing
+context makes each pass longer, and a longer pass hides more behind it: a step that was
+cheaper serially at the start of a chat may not be a few hundred tokens on). Only steps that
+decode one token per sequence (no prompt rows, no drafts) with the same number of sequences
+count; a step of another kind is not counted and neither is the one after it (its time
+carries the other kind's), nor the first two steps after a switch (the compute thread wakes
+up).
 
 Pipelining never changes a sequence's numbers (loop.py), so the choice is about speed only.
 A loop told to pipeline (`forced` True) or not (False) does so always.
@@ -27,10 +32,14 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections import deque
 
 __all__ = ["PipelineChoice"]
 
 _ORDER = (False, True, True, False)  # the ways of consecutive blocks of a trial
+# A held choice is measured again once its steps take this much longer than the other way's
+# did (less would measure again on noise where both ways cost about the same).
+_MARGIN = 1.1
 
 
 class PipelineChoice:
@@ -59,7 +68,8 @@ class PipelineChoice:
         self._measuring = self.forced is None
         self._width = 0  # sequences decoding in the trial's steps
         self._since: float | None = None  # the end of the previous step
-        self._skip = True  # the next step carries a switch (or follows another kind)
+        self._skip = 1  # steps not to count: after a switch, or after another kind
+        self._recent: deque[float] = deque(maxlen=window)  # the chosen way's latest steps
         self._in_block = 0  # counted steps in the current block
         self._blocks = 0  # blocks of the trial so far
 
@@ -74,19 +84,17 @@ class PipelineChoice:
             return
         now = time.perf_counter()
         since, self._since = self._since, now
-        if not self._measuring:
-            self._held += 1
-            if self._held >= self.hold:
-                self._start()
-            return
         if decoding == 0:
-            self._skip = True
+            self._skip = max(self._skip, 1)
             return
-        if decoding != self._width:  # other sequences: start over
+        if decoding != self._width:  # other sequences: measure for them
             self._start(decoding)
             return
         if self._skip or since is None:
-            self._skip = False
+            self._skip = max(self._skip - 1, 0)
+            return
+        if not self._measuring:
+            self._hold(now - since)
             return
         times = self._times[self.pipelining]
         times.append(now - since)
@@ -95,6 +103,17 @@ class PipelineChoice:
             self._decide()
         elif self._in_block >= self.block or len(times) >= self.window:
             self._next_block()
+
+    def _hold(self, seconds: float) -> None:
+        """A counted step of the chosen way: measure again after `hold` steps, or as soon as
+        the chosen way's steps take longer than the other way's did in the trial."""
+        self._held += 1
+        self._recent.append(seconds)
+        if self._held >= self.hold or (
+            self._held % self.window == 0  # (a median every step would cost a token)
+            and statistics.median(self._recent) > _MARGIN * self.last[not self.pipelining]
+        ):
+            self._start(self._width)
 
     def _next_block(self) -> None:
         """Blocks go without, with, with, without, ... (ABBA: a steady drift in speed
@@ -113,14 +132,15 @@ class PipelineChoice:
         self._switch(_ORDER[0])
 
     def _switch(self, pipelining: bool) -> None:
+        if pipelining != self.pipelining:
+            self._skip = 2
         self.pipelining = pipelining
-        self._skip = True
         self._in_block = 0
 
     def _decide(self) -> None:
         self.last = {way: statistics.median(t) for way, t in self._times.items()}
         self.trials += 1
-        self.pipelining = self.last[True] < self.last[False]
+        self._switch(self.last[True] < self.last[False])
         self._measuring = False
         self._held = 0
-        self._skip = True
+        self._recent.clear()

@@ -93,3 +93,39 @@ def test_a_drift_in_speed_weighs_on_both_ways_alike(clock):
         choice.step(1)
         step += 1
     assert choice.trials == 1 and choice.now() is False
+
+
+def test_a_choice_whose_steps_grow_past_the_other_way_is_measured_again(clock):
+    """Serial steps were faster when the trial ran; passes grow longer (a growing context)
+    and now hide the planning: serial steps slower than pipelined ones were start a new
+    trial, which pipelines. Steps that change less are held to."""
+    choice = PipelineChoice(allowed=True, forced=None, window=8, hold=10_000)
+    _run(choice, clock, 60, {False: 1.0, True: 1.2})
+    assert choice.trials == 1 and choice.now() is False
+    _run(choice, clock, 200, {False: 1.15, True: 1.2})  # still cheaper than pipelining was
+    assert choice.trials == 1 and choice.now() is False
+    _run(choice, clock, 120, {False: 1.5, True: 1.3})
+    assert choice.trials == 2 and choice.now() is True
+    _run(choice, clock, 200, {False: 1.2, True: 1.4})  # pipelined, still under serial's 1.5
+    assert choice.trials == 2 and choice.now() is True
+
+
+def test_other_sequences_are_measured_for_even_while_a_choice_holds(clock):
+    choice = PipelineChoice(allowed=True, forced=None, window=8, hold=10_000)
+    _run(choice, clock, 60, {False: 1.0, True: 1.2}, width=1)
+    assert choice.trials == 1 and choice.now() is False
+    _run(choice, clock, 80, {False: 4.0, True: 3.0}, width=4)
+    assert choice.trials == 2 and choice.now() is True
+
+
+def test_the_two_steps_after_a_switch_are_not_counted(clock):
+    """The compute thread wakes up from a serial block: the first two pipelined steps are
+    slow, the rest faster than serial ones."""
+    choice = PipelineChoice(allowed=True, forced=None, window=8, hold=10_000, block=3)
+    run = 0
+    while choice.trials == 0:
+        way = choice.now()
+        run = run + 1 if way else 0
+        clock.now += (5.0 if run <= 2 else 0.8) if way else 1.0
+        choice.step(1)
+    assert choice.now() is True and choice.last[True] == pytest.approx(0.8)
