@@ -41,8 +41,17 @@ class Inputs:
         """The largest cut at or before `n` that splits no same-batch run."""
         return group_start(self.marks, n)
 
+    @classmethod
+    def one(cls, id: int, mark: int = 0) -> Inputs:
+        """A single input (what decoding feeds each pass: built without the checks)."""
+        inputs = cls.__new__(cls)
+        inputs.ids, inputs.marks = [id], [mark]
+        return inputs
+
     def take(self, n: int) -> Inputs:
         """Remove the first `n` inputs and return them."""
+        if n == 1:
+            return Inputs.one(self.ids.pop(0), self.marks.pop(0))
         head = Inputs(self.ids[:n], self.marks[:n])
         del self.ids[:n], self.marks[:n]
         return head
@@ -83,7 +92,7 @@ class InputFeed:
         """The input of the token being sampled now, planned before it exists."""
         self.fed += 1
         self.placeholder_planned = True
-        return Inputs([0])
+        return Inputs.one(0)
 
     def fill_placeholder(self, token: int) -> None:
         """The planned placeholder, the slot's last input, is `token`."""

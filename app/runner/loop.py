@@ -313,6 +313,8 @@ class BatchLoop:
         if placeholder:
             return take
         pending = feed.pending
+        if want == 1 and take == 1 and pending.ids[0] >= 0 and not pending.marks[0]:
+            return 1  # (a sampled token: no run to keep whole, no image to cut before)
         take = pending.group_start(take)  # SameBatch runs stay whole
         state_cut = feed.state_cut(take, self.engine.replaces_state)
         if state_cut:
