@@ -77,6 +77,7 @@ class Flight:
     entries: list[Entry]
     rows: dict[int, int]  # entry index -> output row
     picks: bool = False  # the engine returns each output row's token (PassInput.greedy)
+    size: int = 0  # its rows
     # A pass the compute thread runs tells the loop when it started and ended; one the loop
     # thread runs itself needs no signals.
     started: Signal | None = None
@@ -179,9 +180,8 @@ class Computer:
             began = time.perf_counter()
             flight.logits = self.engine.run(flight.plan, on_started=on_started)
             flight.seconds = time.perf_counter() - began
-            rows = sum(e.count for e in flight.entries)
-            if rows >= _RATE_ROWS:
-                self._on_prompt_rate(flight.seconds / rows)
+            if flight.size >= _RATE_ROWS:
+                self._on_prompt_rate(flight.seconds / flight.size)
         except BaseException as e:  # handed to the loop thread
             flight.error = e
         finally:

@@ -394,7 +394,7 @@ class BatchLoop:
                 self._end(entry.feed, error=f"{e}; the request was stopped")
             return None
         self.max_batch_seen = max(self.max_batch_seen, len(inputs.tokens))
-        return Flight(plan, entries, rows, picks=inputs.greedy)
+        return Flight(plan, entries, rows, picks=inputs.greedy, size=len(inputs.tokens))
 
     def _unbatchable(self, feed: InputFeed) -> str:
         """Why a sequence's next inputs can never be batched (a SameBatch run too long)."""

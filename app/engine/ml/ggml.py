@@ -46,6 +46,9 @@ __all__ = ["GGMLBackend"]
 _c_void_p = ctypes.c_void_p
 
 
+_NO_TURN = contextlib.nullcontext()  # (reusable: it holds nothing)
+
+
 class GGMLBackend(Backend):
     """CPU (and, in GPU builds, accelerator) devices with one graph scheduler."""
 
@@ -72,6 +75,7 @@ class GGMLBackend(Backend):
         # Runners started by the service take turns on the CPU (engine/cpu_turns.py); a pool
         # waiting for its turn must sleep between graphs, not spin (ggml's poll level 50).
         self.cpu_turns = turns_from_env()
+        self._all_on_devices: bool | None = None  # every layer on a GPU (no CPU turns)
         if self.cpu_turns is not None:
             params.poll = 0
         self._threadpool = g.ggml_threadpool_new(ctypes.byref(params))
@@ -217,10 +221,12 @@ class GGMLBackend(Backend):
         """This runner's turn on the CPU for one graph, unless it takes no turns or every layer
         is on a GPU (engine/cpu_turns.py)."""
         if self.cpu_turns is None:
-            return contextlib.nullcontext()
-        on_devices = {i for layers in self.placement.layers.values() for i in layers}
-        if self.blocks and on_devices.issuperset(range(self.blocks + 1)):
-            return contextlib.nullcontext()
+            return _NO_TURN
+        if self.blocks and self._all_on_devices is None:  # (the placement never changes)
+            on_devices = {i for layers in self.placement.layers.values() for i in layers}
+            self._all_on_devices = on_devices.issuperset(range(self.blocks + 1))
+        if self._all_on_devices:
+            return _NO_TURN
         return self.cpu_turns.turn()
 
     def _reserve(self, gf: object) -> None:

@@ -130,8 +130,9 @@ class GGMLContext(GGMLOps):
 
     def compute(self, *outputs: Tensor, on_started: Callable[[], None] | None = None) -> None:
         built = self._built
-        same = len(outputs) == len(built) and all(
-            a is b for a, b in zip(outputs, built, strict=True)
+        same = len(outputs) == len(built) and (
+            (len(built) == 1 and outputs[0] is built[0])
+            or all(a is b for a, b in zip(outputs, built, strict=True))
         )
         if not same:  # (a graph run again for the same outputs: nothing to add)
             self._build(outputs)
