@@ -162,10 +162,37 @@ class Computer:
 
     # -- the compute thread ---------------------------------------------------------------
     def _work(self) -> None:
-        while (flight := self._jobs.get()) is not None:
-            self._execute(flight)
+        """Run the passes handed over, in order. A pass that computed is reported done only
+        when the next one, chained to it, has started (or when none is waiting): the loop,
+        woken to read it, then finds the interpreter free at once instead of waking to wait
+        for this thread's preparing of the next pass (one thread wake-up a token less)."""
+        held: Flight | None = None  # computed, its `done` not yet set
+        while True:
+            if held is None:
+                flight = self._jobs.get()
+            else:
+                try:
+                    flight = self._jobs.get_nowait()
+                except queue.Empty:
+                    _report(held)
+                    held = None
+                    continue
+            if held is not None and (flight is None or flight.after is not held):
+                _report(held)
+                held = None
+            if flight is None:
+                return
+            self._execute(flight, release=held)
+            held = None  # (reported when `flight` started)
+            if flight.error is None and flight.done is not None:
+                held = flight
+            else:
+                _report(flight)
 
-    def _execute(self, flight: Flight) -> None:
+    def _execute(self, flight: Flight, release: Flight | None = None) -> None:
+        """Compute `flight` (its placeholders filled first if chained); `release`: a pass
+        to report done once this one has started (or failed). Sets `flight.started`, not
+        `flight.done` (the caller reports it)."""
         try:
             after, flight.after = flight.after, None  # (no chain of flights kept alive)
             if after is not None:
@@ -176,7 +203,9 @@ class Computer:
                 tokens = flight.plan.tokens
                 for at, row in flight.fills:
                     tokens[at] = picks[row]
-            on_started = flight.started.set if flight.started is not None else None
+            on_started = None
+            if flight.started is not None:
+                on_started = flight.started.set if release is None else _both(flight, release)
             began = time.perf_counter()
             flight.logits = self.engine.run(flight.plan, on_started=on_started)
             flight.seconds = time.perf_counter() - began
@@ -185,6 +214,25 @@ class Computer:
         except BaseException as e:  # handed to the loop thread
             flight.error = e
         finally:
-            if flight.started is not None and flight.done is not None:
+            if flight.started is not None:
                 flight.started.set()
-                flight.done.set()
+            if release is not None:
+                _report(release)
+
+
+def _report(flight: Flight) -> None:
+    """The pass has ended (its results, or its error, may be read)."""
+    assert flight.started is not None and flight.done is not None
+    flight.started.set()
+    flight.done.set()
+
+
+def _both(flight: Flight, release: Flight) -> Callable[[], None]:
+    """`flight` has started, and so `release` may be reported done."""
+
+    def started() -> None:
+        assert flight.started is not None
+        flight.started.set()
+        _report(release)
+
+    return started
