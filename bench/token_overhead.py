@@ -3,6 +3,7 @@ arithmetic is negligible (a 2-layer, 128-wide llama), same file, same run.
 
     .venv/bin/python bench/token_overhead.py [--shape tiny-llama] [--threads 1]
                                              [--generate 256] [--rounds 6] [--reps 4]
+                                             [--pipelined measured|on|off]
 
 On such a model the time of a token is what each engine spends around its kernels (building
 or reusing the graph, filling its inputs, the scheduler, the thread pool's wake-up, reading
@@ -11,7 +12,8 @@ process of its own (bench/workers.py), rotating which goes first each round:
 
   engine     Hearth's ForwardEngine, one pass per token, argmax in Python
   runner     Hearth's whole runner path (batching loop, sampling, streaming events), greedy,
-             speculation off (one token per pass)
+             speculation off (one token per pass), pipelining as `--pipelined` says (by
+             default measured by the runner, runner/pipelining.py)
   llama.cpp  llama-cpp-python's low-level loop (llama_decode per token, argmax in Python):
              the engine loop's counterpart
   llama.cpp generate
@@ -61,6 +63,10 @@ def main() -> None:
     )  # fmt: skip
     ap.add_argument("--prompt", type=int, default=16, help="prompt tokens before generating")
     ap.add_argument("--generate", type=int, default=256)
+    ap.add_argument(
+        "--pipelined", choices=["measured", "on", "off"], default="measured",
+        help="the runner's pipelining: measured (its default), or always on or off",
+    )  # fmt: skip
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--reps", type=int, default=4, help="measurements per process")
     ap.add_argument(
@@ -83,6 +89,7 @@ def main() -> None:
         "reps": args.reps,
         "vary_base": 3,  # the runner's per-round first token (never from the prompt cache)
         "speculate": False,  # one token per pass: the cost of a token, not of drafting
+        "pipelined": {"measured": None, "on": True, "off": False}[args.pipelined],
         "gpu": args.gpu,
     }
     names = [n for n in WORKERS if n in args.only.split(",")]

@@ -68,7 +68,8 @@ def _runner(req: dict) -> dict:
     layout = _gpu_layout(req)
     runner = Runner(
         RunnerConfig(req["model"], num_ctx=req["n_ctx"], num_batch=req["n_batch"],
-                     threads=req["threads"], layout=json.dumps(layout) if layout else None)
+                     threads=req["threads"], layout=json.dumps(layout) if layout else None,
+                     pipelined=req.get("pipelined"))
     )  # fmt: skip
     results = []
     options = CompletionOptions(
