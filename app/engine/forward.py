@@ -32,6 +32,12 @@ from .multimodal_store import MultimodalStore, is_placeholder, split_placeholder
 __all__ = ["ForwardEngine", "MemoryUse", "Pass"]
 
 _GRAPH_CACHE_SIZE = 4  # graphs kept for reuse (decode shapes, a prompt chunk shape, ...)
+# Graphs with lone rows (speculative checks: a draft's length and which sequences draft make
+# many shapes) are kept apart, so that checks never evict the decoding graphs between them,
+# and more of them, so that a check's shape is mostly built once (a build takes 5-20 ms on
+# the default model, about a decoding pass; each graph holds only its nodes' metadata,
+# about 3 MB, the compute buffer being the scheduler's).
+_CHECK_GRAPH_CACHE_SIZE = 12
 
 
 @dataclass
@@ -90,6 +96,7 @@ class ForwardEngine:
             self.num_batch = min(self.vision[0], num_ctx)
         self.cache.init(self.backend, kv_dtype, parallel, num_ctx, self.num_batch)
         self._graphs: OrderedDict[tuple, _Graph] = OrderedDict()  # built graphs, by shape
+        self._check_graphs: OrderedDict[tuple, _Graph] = OrderedDict()  # those with lone rows
         self.graphs_built = 0
         self.graphs_reused = 0
         # Greedy passes pick their tokens in the graph where the logits would otherwise be
@@ -290,9 +297,12 @@ class ForwardEngine:
         greedy = inputs.greedy and not hidden
         in_graph = greedy and self.greedy_on_backend
         key = (n, len(outputs), hidden, self.cache.signature(), tuple(out_runs), layout, in_graph)
-        graph = self._graphs.get(key)
+        graphs, size = self._graphs, _GRAPH_CACHE_SIZE
+        if inputs.lone_rows:
+            graphs, size = self._check_graphs, _CHECK_GRAPH_CACHE_SIZE
+        graph = graphs.get(key)
         if graph is not None:
-            self._graphs.move_to_end(key)
+            graphs.move_to_end(key)
             self.graphs_reused += 1
             if media is None:  # (tokens: set by run())
                 ctx = graph.ctx
@@ -308,13 +318,13 @@ class ForwardEngine:
             batch = self._batch(ctx, tokens, positions, sequences, outputs, hidden, media)
             self.cache.bind(ctx)
             out = self.model.forward(ctx, batch, self.cache)
-            graph = self._graphs[key] = _Graph(ctx, batch, out, outputs=(out,))
+            graph = graphs[key] = _Graph(ctx, batch, out, outputs=(out,))
             if in_graph:
                 graph.greedy = GreedyNodes.build(ctx, out)
                 graph.outputs = (out, *graph.greedy.outputs)
             self.graphs_built += 1
-            while len(self._graphs) > _GRAPH_CACHE_SIZE:
-                _, old = self._graphs.popitem(last=False)
+            while len(graphs) > size:
+                _, old = graphs.popitem(last=False)
                 old.ctx.close()
         return Pass(graph, tokens, greedy)
 
@@ -336,9 +346,10 @@ class ForwardEngine:
         return self.run(self.plan(inputs))
 
     def close(self) -> None:
-        for graph in self._graphs.values():
-            graph.ctx.close()
-        self._graphs.clear()
+        for graphs in (self._graphs, self._check_graphs):
+            for graph in graphs.values():
+                graph.ctx.close()
+            graphs.clear()
         self.multimodal.close()
         self.cache.close()
 
