@@ -158,3 +158,31 @@ def test_common_prefix():
     assert common_prefix([1, 2, 3], [1, 2, 4, 5]) == 2
     assert common_prefix([], [1]) == 0
     assert common_prefix([1, 2], [1, 2]) == 2
+
+
+def test_speculative_checks_never_evict_the_decoding_graph(tiny_llama_path):
+    """Checks of drafts (lone rows) of many lengths come between decoding passes: each check
+    shape is built once, and the decoding pass's graph stays built through all of them."""
+    loaded = load_model(tiny_llama_path, num_threads=1)
+    engine = ForwardEngine(loaded, num_ctx=256, num_batch=64)
+    try:
+        ids = np.array([1, 17, 33, 49])
+        engine.forward(PassInput(ids, np.arange(4), np.zeros(4), np.array([3])))
+        pos, tok = 4, 5
+        built = []
+        for drafts in [1, 2, 3, 4, 5, 6, 7, 8] * 2:
+            engine.forward(PassInput(np.array([tok]), np.array([pos]), np.zeros(1), np.array([0])))
+            pos += 1
+            rows = drafts + 1  # the sampled token and its drafts, every row sampled
+            engine.forward(
+                PassInput(np.full(rows, tok), np.arange(pos, pos + rows), np.zeros(rows),
+                          np.arange(rows), lone_rows=frozenset({0}))
+            )  # fmt: skip
+            engine.cache.reject(0, pos)  # all rejected: the cells stay within one padding
+            built.append(engine.graphs_built)
+    finally:
+        engine.close()
+        loaded.close()
+    # The prompt's graph, the decoding one and one per check length, each built once: the
+    # second round of the same check lengths builds nothing.
+    assert built[7] == built[-1] == 2 + 8
