@@ -46,13 +46,12 @@ class _Recorded:
     def run(self, planned: PassInput, on_started: Any = None) -> np.ndarray:
         if on_started is not None:
             on_started()
-        if self.fail_at is not None and len(self.passes) + 1 == self.fail_at:
-            self.passes.append(planned)
-            raise RuntimeError(f"pass {self.fail_at} broke")
         # Its tokens as computed (placeholders filled): a copy, the loop may reuse the array.
         self.passes.append(
             PassInput(planned.tokens.copy(), planned.positions, planned.sequences, planned.outputs)
         )
+        if len(self.passes) == self.fail_at:
+            raise RuntimeError(f"pass {self.fail_at} broke")
         if planned.greedy:
             return np.full(len(planned.outputs), self.answer, np.int32)
         logits = np.zeros((len(planned.outputs), self.vocab), np.float32)

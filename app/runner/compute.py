@@ -65,9 +65,6 @@ class Signal:
         self._lock.acquire()
         self._lock.release()
 
-    def is_set(self) -> bool:
-        return self._set
-
 
 @dataclass(slots=True)
 class Flight:
@@ -155,7 +152,8 @@ class Computer:
 
     def settle(self) -> None:
         """Wait until no pass handed over is computing (before work that writes the cache
-        the way a pass does: a context shift)."""
+        the way a pass does, or hands out cells a pass still writes: a context shift, an
+        admission)."""
         handed = self._handed
         if handed is not None and handed.done is not None:
             handed.done.wait()
@@ -182,11 +180,9 @@ class Computer:
                 held = None
             if flight is None:
                 return
-            self._execute(flight, release=held)
-            held = None  # (reported when `flight` started)
-            if flight.error is None and flight.done is not None:
-                held = flight
-            else:
+            self._execute(flight, release=held)  # (`held` reported once `flight` started)
+            held = flight if flight.error is None else None
+            if held is None:
                 _report(flight)
 
     def _execute(self, flight: Flight, release: Flight | None = None) -> None:

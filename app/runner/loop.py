@@ -136,8 +136,7 @@ class BatchLoop:
                 for feed in list(self._active):
                     self._end(feed, error=f"internal error in the runner: {e}")
                 inflight = None
-        if inflight is not None and inflight.done is not None:
-            inflight.done.wait()
+        self._computer.settle()
 
     def _has_work(self, inflight: Flight | None) -> bool:
         return bool(inflight or self._incoming or self._active)
@@ -162,13 +161,12 @@ class BatchLoop:
         here or hand it to the worker (pipelining). Returns the pass now in flight and the
         pass this step composed (None for either where there is none)."""
         pipelining = self.pipelining.now()
-        if inflight is not None and self._incoming:
+        if self._incoming:
             # Admission may write the cache (a prefix loaded from disk; an encoder cache
             # copies an image's keys from slot to slot on the backend) and hand out cells the
             # pass in flight still writes (a finished sequence's placeholder): that pass ends
             # first (once per request admitted).
-            assert inflight.done is not None
-            inflight.done.wait()
+            self._computer.settle()
         self._admit()
         for feed in self._active:
             if feed.seq.cancelled.is_set() and not feed.seq.done:
