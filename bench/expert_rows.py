@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 import ggml as g
@@ -26,6 +25,8 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+from kernel_rows import best_compute_ms  # noqa: E402
 
 from hearth.engine.ml.ggml import GGMLBackend  # noqa: E402
 from hearth.engine.ml.ggml_kernels import random_blocks  # noqa: E402
@@ -81,13 +82,7 @@ def time_product(
         it = ctx.input(DType.I32, [USED, n], ids)
         y = ctx.mul_mat_id(experts, xt, it)
         ctx.compute(y)
-        sched, graph = backend._sched, ctx._graph  # type: ignore[attr-defined]
-        best = float("inf")
-        for _ in range(repeat):
-            t = time.perf_counter()
-            g.ggml_backend_sched_graph_compute(sched, graph)
-            best = min(best, time.perf_counter() - t)
-        return best * 1e3
+        return best_compute_ms(backend, ctx, repeat)
     finally:
         ctx.close()
 

@@ -47,19 +47,25 @@ SHAPES = [(DType.Q4_K, 1024, 640), (DType.Q4_K, 2048, 640), (DType.Q6_K, 2048, 6
 MORE_SHAPES = [(DType.Q5_0, 640, 2048), (DType.Q8_0, 640, 256)]
 
 
+def best_compute_ms(backend: GGMLBackend, ctx: object, repeat: int) -> float:
+    """Milliseconds of the graph `ctx` has just computed (so allocated, its inputs uploaded),
+    run again `repeat` times without re-uploading: the minimum."""
+    sched, graph = backend._sched, ctx._graph  # type: ignore[attr-defined]
+    best = float("inf")
+    for _ in range(repeat):
+        t = time.perf_counter()
+        g.ggml_backend_sched_graph_compute(sched, graph)
+        best = min(best, time.perf_counter() - t)
+    return best * 1e3
+
+
 def _time_graph(backend: GGMLBackend, weight: GGMLTensor, x: np.ndarray, repeat: int) -> float:
     """Milliseconds of one mul_mat node, minimum over runs (inputs uploaded once)."""
     ctx = backend.new_context(8)
     try:
         y = ctx.mul_mat(weight, ctx.from_numpy(x))
         ctx.compute(y)  # allocates and uploads
-        sched, graph = backend._sched, ctx._graph  # type: ignore[attr-defined]
-        best = float("inf")
-        for _ in range(repeat):
-            t = time.perf_counter()
-            g.ggml_backend_sched_graph_compute(sched, graph)
-            best = min(best, time.perf_counter() - t)
-        return best * 1e3
+        return best_compute_ms(backend, ctx, repeat)
     finally:
         ctx.close()
 
