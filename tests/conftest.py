@@ -65,6 +65,17 @@ def tiny_gemma3_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
+def backend():
+    """A ggml backend of two threads on the CPU (the op, kernel and plugin unit tests; a test
+    module that needs another defines its own `backend`)."""
+    from hearth.engine.ml.ggml import GGMLBackend
+
+    b = GGMLBackend(num_threads=2)
+    yield b
+    b.close()
+
+
+@pytest.fixture(scope="module")
 def tok(tiny_llama_path: Path):
     """The tiny llama's tokenizer (the engine and runner tests)."""
     from hearth.engine.gguf import GGUFFile

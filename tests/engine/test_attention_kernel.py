@@ -8,14 +8,6 @@ import numpy as np
 import pytest
 
 from hearth.engine.ml import full_attention
-from hearth.engine.ml.ggml import GGMLBackend
-
-
-@pytest.fixture(scope="module")
-def backend():
-    b = GGMLBackend(num_threads=2)
-    yield b
-    b.close()
 
 
 def _reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float) -> np.ndarray:

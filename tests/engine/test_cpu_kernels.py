@@ -56,13 +56,6 @@ def _cpu_can_run_it() -> bool:
 
 
 @pytest.fixture(scope="module")
-def backend():
-    b = GGMLBackend(num_threads=2)
-    yield b
-    b.close()
-
-
-@pytest.fixture(scope="module")
 def kernel(backend):
     if backend.few_rows_kernel is None:
         pytest.skip("Hearth's CPU kernel is not in use on this machine")

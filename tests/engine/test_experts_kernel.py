@@ -34,13 +34,6 @@ ISAS = {ISA_AVX512: "avx512", ISA_AVX2: "avx2"}
 
 
 @pytest.fixture(scope="module")
-def backend():
-    b = GGMLBackend(num_threads=2)
-    yield b
-    b.close()
-
-
-@pytest.fixture(scope="module")
 def kernel(backend):
     if backend.experts_kernel is None:
         pytest.skip("Hearth's CPU kernels are not in use on this machine")

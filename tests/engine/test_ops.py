@@ -10,16 +10,8 @@ import pytest
 from gguf import GGMLQuantizationType as QT
 
 from hearth.engine.ml import DType, RopeOptions
-from hearth.engine.ml.ggml import GGMLBackend
 
 rng = np.random.default_rng(0)
-
-
-@pytest.fixture(scope="module")
-def backend():
-    b = GGMLBackend(num_threads=2)
-    yield b
-    b.close()
 
 
 def run(backend, build, *arrays, dtypes=None):

@@ -29,13 +29,6 @@ from hearth_gemma3.vision import VisionConfig
 rng = np.random.default_rng(0)
 
 
-@pytest.fixture(scope="module")
-def backend():
-    b = GGMLBackend(num_threads=2)
-    yield b
-    b.close()
-
-
 def run(backend, build, *arrays):
     ctx = backend.new_context()
     try:

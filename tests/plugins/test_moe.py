@@ -12,18 +12,10 @@ from gguf import GGMLQuantizationType as QT
 
 from hearth.engine.gguf import Metadata
 from hearth.engine.ml import DType
-from hearth.engine.ml.ggml import GGMLBackend
 from hearth.plugins import Experts, Routing, read_rope, sliding_layers
 from hearth.server.scheduling.layout.fit import read_file_layers
 
 rng = np.random.default_rng(1)
-
-
-@pytest.fixture(scope="module")
-def backend():
-    b = GGMLBackend(num_threads=2)
-    yield b
-    b.close()
 
 
 def f32(*shape):
